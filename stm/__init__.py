@@ -1,0 +1,44 @@
+"""Short-term memory for LLM chat bots: capture, summary upgrade, context and deletion.
+
+Framework-free: it takes plain ids and messages and returns plain values.
+"""
+
+from .config import STMConfig
+from .errors import ConfigError, DurabilityError, SchemaVersionError, STMError, StoreError
+from .intent import IntentGate
+from .memory import MemoryTool, ShortTermMemory
+from .models import (
+    Category,
+    DialogueMessage,
+    GenerationFinished,
+    MemoryEntry,
+    PromptBlock,
+    PromptContext,
+    ServerSettings,
+    ToolResult,
+    TurnContext,
+)
+from .tools import Tool, ToolRegistry
+
+__all__ = [
+    "Category",
+    "ConfigError",
+    "DialogueMessage",
+    "DurabilityError",
+    "GenerationFinished",
+    "IntentGate",
+    "MemoryEntry",
+    "MemoryTool",
+    "PromptBlock",
+    "PromptContext",
+    "STMConfig",
+    "STMError",
+    "SchemaVersionError",
+    "ServerSettings",
+    "ShortTermMemory",
+    "StoreError",
+    "Tool",
+    "ToolRegistry",
+    "ToolResult",
+    "TurnContext",
+]

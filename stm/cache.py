@@ -1,0 +1,260 @@
+"""The in-process cache of scope entries: bounded, least recently used evicted, clock passed in.
+
+Pure data structure: no database, no event loop. It keeps the indexes the
+facade needs so that no per-turn or per-delete operation scans every key:
+by channel (``/refresh``), by user (purges), and per recall group (other-channel
+memory, newest first).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from .keys import Scope
+
+__all__ = ["Entry", "GroupKey", "MemoryCache", "StoredMessage", "group_of"]
+
+HOUR = 3600.0
+GroupKey = tuple[Scope, int, int | None, int | None]
+
+
+class StoredMessage(NamedTuple):
+    """A crude message as the cache keeps it; ``turn_user_id`` is who triggered its turn."""
+
+    role: str
+    content: str
+    speaker_name: str
+    author_id: int | None
+    timestamp: float
+    turn_user_id: int
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """The mutable state under one scope key."""
+
+    key: str
+    scope: Scope
+    server_id: int | None
+    user_id: int | None
+    channel_id: int
+    persona_id: int | None
+    messages: deque[StoredMessage]
+    updated_at: float
+    channel_name: str | None = None
+    server_name: str | None = None
+    parent_channel_id: int | None = None
+    channel_private: bool = False
+    summary: str | None = None
+    categories: dict[str, str] = field(default_factory=dict)
+    contributors: set[int] = field(default_factory=set)
+    turns_since_refresh: int = 0
+    last_refreshed_turn: int = 0
+    # False until the durable row (if any) has been merged in.
+    hydrated: bool = True
+    # Set when a delete removed this entry: background work must not write it back.
+    deleted: bool = False
+    # Bumped on every change of the distilled content.
+    version: int = 0
+
+    @property
+    def distilled(self) -> bool:
+        """True when the entry holds a summary or categories."""
+        return bool(self.summary) or bool(self.categories)
+
+    @property
+    def group(self) -> GroupKey:
+        """The recall group: entries whose memory may be shown in each other's channels."""
+        return group_of(self.scope, self.server_id, self.user_id, self.persona_id)
+
+    def expires_at(self, crude_ttl: float, summary_ttl: float) -> float:
+        """When the entry expires if untouched, in epoch seconds; TTLs in seconds."""
+        return self.updated_at + (summary_ttl if self.distilled else crude_ttl)
+
+    def turn_users(self) -> set[int]:
+        """Users whose turns are in the crude window."""
+        return {message.turn_user_id for message in self.messages}
+
+
+def group_of(
+    scope: Scope, server_id: int | None, user_id: int | None, persona_id: int | None
+) -> GroupKey:
+    """Server scope recalls across the server; user scope only within the user's own DMs."""
+    if scope == "server":
+        assert server_id is not None
+        return ("server", server_id, None, persona_id)
+    assert user_id is not None
+    return ("user", user_id, server_id, persona_id)
+
+
+@dataclass(slots=True)
+class _Group:
+    # Entries touched in this process, oldest first; hydrated ones not yet touched apart.
+    live: OrderedDict[str, Entry] = field(default_factory=OrderedDict)
+    cold: dict[str, Entry] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.live) + len(self.cold)
+
+
+class MemoryCache:
+    """Scope entries by key, with TTLs in hours and a cap on how many keys are held."""
+
+    def __init__(
+        self,
+        *,
+        max_keys: int,
+        crude_ttl_hours: float,
+        summary_ttl_hours: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.max_keys = max_keys
+        self.crude_ttl = crude_ttl_hours * HOUR
+        self.summary_ttl = summary_ttl_hours * HOUR
+        self.clock = clock
+        self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self._by_channel: dict[int, set[str]] = {}
+        self._by_user: dict[int, set[str]] = {}
+        self._groups: dict[GroupKey, _Group] = {}
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(list(self._entries.values()))
+
+    def is_expired(self, entry: Entry, now: float | None = None) -> bool:
+        """True when ``entry`` has been inactive for its TTL."""
+        now = self.clock() if now is None else now
+        return now >= entry.expires_at(self.crude_ttl, self.summary_ttl)
+
+    def peek(self, key: str) -> Entry | None:
+        """The entry under ``key``, expired or not, without touching LRU order."""
+        return self._entries.get(key)
+
+    def get(self, key: str, now: float | None = None) -> Entry | None:
+        """The live entry under ``key``; an expired one is dropped and None returned."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if self.is_expired(entry, now):
+            self.remove(key)
+            return None
+        self._entries.move_to_end(key)
+        return entry
+
+    def put(self, entry: Entry, *, touched: bool = True) -> list[Entry]:
+        """Hold ``entry``; return the entries evicted to stay under the cap."""
+        old = self._entries.get(entry.key)
+        if old is not None and old is not entry:
+            self.remove(entry.key)
+        self._entries[entry.key] = entry
+        self._entries.move_to_end(entry.key)
+        self._by_channel.setdefault(entry.channel_id, set()).add(entry.key)
+        self.index_users(entry, entry.turn_users() | entry.contributors)
+        if entry.scope == "user" and entry.user_id is not None:
+            self._by_user.setdefault(entry.user_id, set()).add(entry.key)
+        group = self._groups.setdefault(entry.group, _Group())
+        if touched:
+            group.cold.pop(entry.key, None)
+            group.live[entry.key] = entry
+            group.live.move_to_end(entry.key)
+        elif entry.key not in group.live:
+            group.cold[entry.key] = entry
+        evicted = []
+        while len(self._entries) > self.max_keys:
+            key, victim = next(iter(self._entries.items()))
+            self.remove(key)
+            evicted.append(victim)
+            self.evicted += 1
+        return evicted
+
+    def touch(self, entry: Entry, now: float) -> None:
+        """Mark ``entry`` active now: newest in its recall group and in LRU order."""
+        entry.updated_at = now
+        self._entries.move_to_end(entry.key)
+        group = self._groups[entry.group]
+        if group.cold.pop(entry.key, None) is not None:
+            group.live[entry.key] = entry
+        else:
+            group.live.move_to_end(entry.key)
+
+    def index_users(self, entry: Entry, users: set[int] | frozenset[int]) -> None:
+        """Record that ``users`` have words in ``entry`` (so a purge finds it without a scan)."""
+        for user in users:
+            self._by_user.setdefault(user, set()).add(entry.key)
+
+    def remove(self, key: str) -> Entry | None:
+        """Drop ``key`` and its index entries; return what was held."""
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return None
+        keys = self._by_channel.get(entry.channel_id)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_channel[entry.channel_id]
+        for user in entry.turn_users() | entry.contributors | {entry.user_id or 0}:
+            keys = self._by_user.get(user)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_user[user]
+        group = self._groups.get(entry.group)
+        if group is not None:
+            group.live.pop(key, None)
+            group.cold.pop(key, None)
+            if not group:
+                del self._groups[entry.group]
+        return entry
+
+    def keys_of_channel(self, channel_id: int) -> list[str]:
+        """Every held key of ``channel_id``, any scope or persona."""
+        return list(self._by_channel.get(channel_id, ()))
+
+    def keys_of_user(self, user_id: int) -> list[str]:
+        """Every held key that is the user's own or holds the user's words."""
+        return list(self._by_user.get(user_id, ()))
+
+    def recall(self, group: GroupKey, exclude_channel: int, limit: int, now: float) -> list[Entry]:
+        """Up to ``limit`` live entries of ``group`` other than ``exclude_channel``, newest first,
+        never private channels, never empty ones."""
+        held = self._groups.get(group)
+        if held is None or limit <= 0:
+            return []
+        found: list[Entry] = []
+        expired: list[str] = []
+        for entry in reversed(held.live.values()):
+            if entry.channel_id == exclude_channel or entry.channel_private:
+                continue
+            if self.is_expired(entry, now):
+                expired.append(entry.key)
+                continue
+            if entry.messages or entry.distilled:
+                found.append(entry)
+                if len(found) == limit:
+                    break
+        if held.cold:
+            for entry in held.cold.values():
+                if entry.channel_id == exclude_channel or entry.channel_private:
+                    continue
+                if self.is_expired(entry, now):
+                    expired.append(entry.key)
+                elif entry.messages or entry.distilled:
+                    found.append(entry)
+            found.sort(key=lambda e: e.updated_at, reverse=True)
+            del found[limit:]
+        for key in expired:
+            self.remove(key)
+        return found
+
+    def expired_keys(self, now: float) -> list[str]:
+        """Keys whose entries have expired (the janitor drops them)."""
+        return [e.key for e in self._entries.values() if self.is_expired(e, now)]

@@ -1,0 +1,69 @@
+"""STMConfig: every setting of the library, read from ``STM_*`` environment variables."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigError
+
+__all__ = ["ENV_PREFIX", "RenderMode", "STMConfig"]
+
+ENV_PREFIX = "STM_"
+RenderMode = Literal["crude_summary", "supersede"]
+
+
+class STMConfig(BaseSettings):
+    """Settings of the short-term memory; each field is also ``STM_<FIELD>`` in the environment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True
+    )
+
+    database: str = Field(
+        "data/stm.sqlite3",
+        description="SQLite path or ':memory:'; a postgresql:// URL selects PostgreSQL.",
+        min_length=1,
+    )
+    max_messages_per_channel: int = Field(10, ge=1, le=1000)
+    crude_ttl_hours: float = Field(12.0, gt=0)
+    summary_ttl_hours: float = Field(24.0, gt=0)
+    max_summary_length: int = Field(1500, ge=1, le=100_000)
+    max_categories: int = Field(5, ge=1, le=25)
+    max_other_channels: int = Field(3, ge=0, le=50)
+    refresh_cadence: int = Field(5, ge=1, le=10_000)
+    render_mode: RenderMode = "crude_summary"
+    crude_message_count: int = Field(6, ge=0, le=1000)
+    janitor_interval_minutes: float = Field(60.0, gt=0)
+    # Beyond the contract: knobs of the cache and the write path.
+    cache_max_keys: int = Field(
+        100_000, ge=1, description="Scope keys held in memory; least recently used are evicted."
+    )
+    write_behind_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=3600,
+        description="How long counters and identity rows may wait to be written.",
+    )
+    busy_timeout_ms: int = Field(5000, ge=0, le=600_000)
+    delete_retry_seconds: float = Field(
+        1.0, gt=0, le=3600, description="First wait before a failed durable delete is retried."
+    )
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"]) or "?"
+        value = error.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        lines.append(f"{ENV_PREFIX}{field.upper()}: {error['msg']}{shown}")
+    return "invalid short-term memory setting: " + "; ".join(lines)

@@ -1,0 +1,42 @@
+"""The exceptions the library raises.
+
+STMError
+ ├── ConfigError        (also a ValueError): a setting is invalid
+ ├── StoreError         the database could not be opened or used
+ │    └── SchemaVersionError   the file was written by a newer version
+ └── DurabilityError    background work could not be made durable
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "DurabilityError", "STMError", "SchemaVersionError", "StoreError"]
+
+
+class STMError(Exception):
+    """Base class of every error raised by the library."""
+
+
+class ConfigError(STMError, ValueError):
+    """A configuration value is invalid; the message names the environment variable."""
+
+
+class StoreError(STMError):
+    """The durable store could not be opened or used."""
+
+
+class SchemaVersionError(StoreError):
+    """The database was written by a newer version of this library."""
+
+
+class DurabilityError(STMError):
+    """Background writes or deletes could not be made durable.
+
+    ``failures`` lists one line per operation that is still pending; the
+    library keeps retrying them until ``close()``.
+    """
+
+    def __init__(self, failures: list[str]) -> None:
+        self.failures = list(failures)
+        super().__init__(
+            "short-term memory could not make this durable: " + "; ".join(self.failures)
+        )

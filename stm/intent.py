@@ -1,0 +1,107 @@
+"""The explicit-memory intent gate: does the user ask the bot to remember something?
+
+Such requests belong to long-term memory, so the short-term tool and nudge are
+withheld for that turn. Phrases are data, kept per language and extendable.
+Space-delimited languages match whole words and phrases; languages written
+without spaces match the phrase anywhere.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+
+__all__ = ["DEFAULT_PHRASES", "IntentGate", "normalize"]
+
+# language -> (phrases, whether the script separates words with spaces)
+DEFAULT_PHRASES: Mapping[str, tuple[tuple[str, ...], bool]] = {
+    "en": (
+        (
+            "remember",
+            "remember this",
+            "remember that",
+            "don't forget",
+            "dont forget",
+            "do not forget",
+            "never forget",
+            "take note",
+            "take a note",
+            "make a note",
+            "note that",
+            "note this",
+            "note down",
+            "note it",
+            "commit to memory",
+            "commit this to memory",
+            "keep in mind",
+            "memorize",
+            "memorise",
+            "for future conversations",
+            "for future reference",
+        ),
+        True,
+    ),
+    "fr": (("souviens-toi", "rappelle-toi", "n'oublie pas", "retiens", "note bien"), True),
+    "es": (("recuerda", "no olvides", "acuérdate", "toma nota", "memoriza"), True),
+    "de": (("merk dir", "merke dir", "vergiss nicht", "nicht vergessen", "notier"), True),
+    "ja": (
+        (
+            "覚えておいて",
+            "覚えといて",
+            "覚えて",
+            "忘れないで",
+            "記憶して",
+            "メモして",
+            "メモしといて",
+        ),
+        False,
+    ),
+    "zh": (("记住", "別忘了", "别忘了", "記住"), False),
+}
+
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'"})
+_SPACES = re.compile(r"\s+")
+
+
+def normalize(text: str) -> str:
+    """NFKC, case-folded, apostrophes unified, whitespace collapsed."""
+    text = unicodedata.normalize("NFKC", text).casefold().translate(_APOSTROPHES)
+    return _SPACES.sub(" ", text).strip()
+
+
+class IntentGate:
+    """Matches explicit memory requests; build it with extra phrases to extend a language."""
+
+    def __init__(self, phrases: Mapping[str, tuple[Iterable[str], bool]] = DEFAULT_PHRASES) -> None:
+        self._phrases = {lang: (tuple(words), spaced) for lang, (words, spaced) in phrases.items()}
+        self._pattern = self._compile()
+
+    def extended(self, language: str, phrases: Iterable[str], spaced: bool = True) -> IntentGate:
+        """A new gate with ``phrases`` added to ``language``."""
+        merged = dict(self._phrases)
+        old, old_spaced = merged.get(language, ((), spaced))
+        merged[language] = ((*old, *phrases), old_spaced)
+        return IntentGate(merged)
+
+    def matches(self, text: str) -> bool:
+        """True when ``text`` asks, in so many words, to be remembered."""
+        return bool(text) and self._pattern.search(normalize(text)) is not None
+
+    def _compile(self) -> re.Pattern[str]:
+        spaced: set[str] = set()
+        unspaced: set[str] = set()
+        for words, is_spaced in self._phrases.values():
+            target = spaced if is_spaced else unspaced
+            target.update(normalize(word) for word in words if normalize(word))
+        alternatives = []
+        if spaced:
+            body = "|".join(
+                r"\s".join(re.escape(part) for part in phrase.split(" "))
+                for phrase in sorted(spaced, key=len, reverse=True)
+            )
+            # A word boundary that also treats apostrophes and hyphens as word characters.
+            alternatives.append(rf"(?<![\w'-])(?:{body})(?![\w'-])")
+        if unspaced:
+            alternatives.append("|".join(map(re.escape, sorted(unspaced, key=len, reverse=True))))
+        return re.compile("|".join(alternatives) or r"(?!)")

@@ -1,0 +1,810 @@
+"""ShortTermMemory: the sub-pipeline's facade, where the cache and the store meet.
+
+Stage 01 (``capture``) and the turn path (``build_context``, ``tool_schema``)
+run on the in-process cache; what must be durable goes to the single writer
+(``writer.py``): upgrades as group commits the caller waits for, identity
+rows and counters behind, deletes in the background until durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import warnings
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
+from dataclasses import replace
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+from pydantic import ValidationError
+
+from .cache import HOUR, Entry, GroupKey, MemoryCache, StoredMessage, group_of
+from .config import STMConfig
+from .errors import ConfigError
+from .intent import IntentGate
+from .keys import parse_key, turn_keys
+from .models import (
+    DEFAULT_CATEGORY,
+    Category,
+    DialogueMessage,
+    GenerationFinished,
+    MemoryEntry,
+    PromptContext,
+    ServerSettings,
+    ToolResult,
+    TurnContext,
+)
+from .render import TOOL_NAME, nudge, other_channels_blocks, same_channel_block
+from .schema import arguments_model, parse_arguments, tool_definition
+from .store.base import (
+    DeleteChannel,
+    DeleteExpired,
+    LoadRecent,
+    LoadRows,
+    PurgeUser,
+    SaveDistilled,
+    SaveOptOut,
+    SaveServerSettings,
+    Store,
+    StoredRow,
+)
+from .store.sqlite import SQLiteStore
+from .writer import Writer, row_of
+
+__all__ = ["MemoryTool", "ShortTermMemory"]
+
+log = logging.getLogger("stm")
+Deletion = DeleteChannel | PurgeUser
+
+
+class ShortTermMemory:
+    """Short-term memory of a bot: open with ``await ShortTermMemory.open(config)``."""
+
+    def __init__(
+        self,
+        config: STMConfig,
+        store: Store,
+        *,
+        clock: Callable[[], float] = time.time,
+        intent_gate: IntentGate | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self.intent_gate = intent_gate or IntentGate()
+        self.cache = MemoryCache(
+            max_keys=config.cache_max_keys,
+            crude_ttl_hours=config.crude_ttl_hours,
+            summary_ttl_hours=config.summary_ttl_hours,
+            clock=clock,
+        )
+        self.tool = MemoryTool(self)
+        self.defaults = ServerSettings(
+            render_mode=config.render_mode,
+            refresh_cadence=config.refresh_cadence,
+            crude_message_count=config.crude_message_count,
+        )
+        self._settings: dict[int, ServerSettings] = {}
+        self._opted_out: set[int] = set()
+        self._writer: Writer | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._hydrating: dict[str, asyncio.Task[None]] = {}
+        self._warmed: set[GroupKey] = set()
+        # Deletions since the oldest hydration in flight: applied to rows read before them.
+        self._deletions: list[tuple[int, Deletion]] = []
+        self._deletion_seq = 0
+        self._in_flight = 0
+        self._janitor: asyncio.Task[None] | None = None
+        self.closed = False
+
+    # -- opening and closing ------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        config: STMConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        intent_gate: IntentGate | None = None,
+    ) -> _Opening:
+        """Open the memory: ``await`` it, or use it as ``async with``."""
+        return _Opening(cls._open(config or STMConfig(), clock, intent_gate))
+
+    @classmethod
+    async def _open(
+        cls, config: STMConfig, clock: Callable[[], float], gate: IntentGate | None
+    ) -> ShortTermMemory:
+        if config.database.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(
+                "STM_DATABASE: PostgreSQL is not supported by this version; "
+                "use an SQLite path or ':memory:'"
+            )
+        store = await SQLiteStore.open(config.database, busy_timeout_ms=config.busy_timeout_ms)
+        memory = cls(config, store, clock=clock, intent_gate=gate)
+        try:
+            await memory._start()
+        except BaseException:
+            await store.close()
+            raise
+        return memory
+
+    async def _start(self) -> None:
+        for server_id, raw in (await self.store.load_server_settings()).items():
+            try:
+                self._settings[server_id] = ServerSettings.model_validate_json(raw)
+            except ValidationError as exc:
+                log.warning("ignoring unreadable settings of server %s: %s", server_id, exc)
+        self._opted_out = await self.store.load_opt_outs()
+        self._writer = Writer(
+            self.store,
+            write_behind=self.config.write_behind_seconds,
+            retry_delay=self.config.delete_retry_seconds,
+        )
+        self._janitor = asyncio.get_running_loop().create_task(
+            self._janitor_loop(), name="stm-janitor"
+        )
+
+    async def flush(self) -> None:
+        """Return once every background write and delete so far is durable.
+
+        Raises DurabilityError naming what could not be made durable (it stays
+        queued and is retried).
+        """
+        await self._gather_background()
+        await self.writer.flush()
+
+    async def close(self) -> None:
+        """Finish every pending write and delete, then close the store."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._janitor is not None:
+            self._janitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._janitor
+        try:
+            await self._gather_background()
+            if self._writer is not None:
+                await self._writer.close()
+        finally:
+            await self.store.close()
+
+    async def __aenter__(self) -> ShortTermMemory:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True) and getattr(self, "_writer", None) is not None:
+            warnings.warn(
+                f"{self!r} was never closed: pending memory writes may be lost",
+                ResourceWarning,
+                stacklevel=1,
+            )
+
+    @property
+    def writer(self) -> Writer:
+        """The background writer (exists once opened)."""
+        if self._writer is None:
+            raise RuntimeError("short-term memory is not open: use 'await ShortTermMemory.open()'")
+        return self._writer
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters for benchmarks and health checks."""
+        writer = self.writer
+        return {
+            "cached_keys": len(self.cache),
+            "evicted_keys": self.cache.evicted,
+            "round_trips": writer.round_trips,
+            "commits": writer.commits,
+            "pending": writer.pending,
+        }
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "short-term memory task %s failed", task.get_name(), exc_info=task.exception()
+            )
+
+    async def _gather_background(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # -- settings -----------------------------------------------------------
+    def settings_for(self, server_id: int | None) -> ServerSettings:
+        """The settings in force for a server (the defaults for DMs and new servers)."""
+        if server_id is None:
+            return self.defaults
+        return self._settings.get(server_id, self.defaults)
+
+    async def get_server_settings(self, server_id: int | None) -> ServerSettings:
+        """That server's settings; the global defaults for a new server or for DMs (None)."""
+        return self.settings_for(server_id)
+
+    async def update_server_settings(self, server_id: int, **changes: Any) -> ServerSettings:
+        """Change settings other than categories; a bad value or unknown field raises ValueError."""
+        if "categories" in changes:
+            raise ValueError("change categories with set_categories()")
+        current = self._server_settings_target(server_id)
+        unknown = set(changes) - set(ServerSettings.model_fields)
+        if unknown:
+            raise ValueError(f"unknown server setting(s): {', '.join(sorted(unknown))}")
+        updated = ServerSettings.model_validate({**current.model_dump(), **changes})
+        return await self._save_settings(server_id, updated)
+
+    async def set_categories(
+        self, server_id: int, categories: Iterable[Category]
+    ) -> ServerSettings:
+        """Replace the server's categories; an empty list restores the single ``summary`` one."""
+        current = self._server_settings_target(server_id)
+        chosen = tuple(categories)
+        for category in chosen:
+            if not isinstance(category, Category):
+                raise ValueError(f"not a Category: {category!r}")
+        if len(chosen) > self.config.max_categories:
+            raise ValueError(
+                f"at most {self.config.max_categories} categories per server "
+                f"(got {len(chosen)}; see STM_MAX_CATEGORIES)"
+            )
+        updated = current.model_copy(update={"categories": chosen or (DEFAULT_CATEGORY,)})
+        return await self._save_settings(server_id, updated)
+
+    def _server_settings_target(self, server_id: int | None) -> ServerSettings:
+        if server_id is None or isinstance(server_id, bool) or not isinstance(server_id, int):
+            raise ValueError("server settings need a server id (DMs use the global defaults)")
+        return self.settings_for(server_id)
+
+    async def _save_settings(self, server_id: int, settings: ServerSettings) -> ServerSettings:
+        await self.writer.submit(SaveServerSettings(server_id, settings.model_dump_json()))
+        self._settings[server_id] = settings
+        return settings
+
+    async def set_user_opt_out(self, user_id: int, opted_out: bool) -> None:
+        """A user's durable "do not remember me"; it erases nothing already held."""
+        await self.writer.submit(SaveOptOut(user_id, bool(opted_out), self.clock()))
+        if opted_out:
+            self._opted_out.add(user_id)
+        else:
+            self._opted_out.discard(user_id)
+
+    def is_opted_out(self, user_id: int) -> bool:
+        """True while the user asked not to be remembered."""
+        return user_id in self._opted_out
+
+    # -- stage 01: passive capture -------------------------------------------
+    async def capture(self, event: GenerationFinished) -> None:
+        """Remember the turn's messages under its keys; no database round trip on this path."""
+        ctx = event.context
+        if event.stopped or self.closed or ctx.user_id in self._opted_out:
+            return
+        if not self.settings_for(ctx.server_id).enabled:
+            return
+        now = self.clock()
+        messages = [
+            StoredMessage(
+                m.role, m.content, m.speaker_name, m.author_id, m.timestamp.timestamp(), ctx.user_id
+            )
+            for m in event.messages
+            if m.content.strip()
+        ]
+        if not messages:
+            return
+        user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
+        cold: list[str] = []
+        writer = self.writer
+        for key in (user_k, server_k):
+            if key is None:
+                continue
+            entry = self.cache.get(key, now)
+            if entry is None:
+                entry = self._new_entry(key, ctx, now, hydrated=False)
+                cold.append(key)
+            entry.messages.extend(messages)
+            self._describe(entry, ctx)
+            self.cache.touch(entry, now)
+            self.cache.index_users(entry, {ctx.user_id})
+            if key == (server_k or user_k):
+                entry.turns_since_refresh += 1
+            writer.mark_dirty(entry)
+        if cold:
+            self._hydrate_in_background(cold)
+
+    def _new_entry(self, key: str, ctx: TurnContext, now: float, *, hydrated: bool) -> Entry:
+        scope = parse_key(key).scope
+        entry = Entry(
+            key=key,
+            scope=scope,
+            server_id=ctx.server_id,
+            user_id=ctx.user_id if scope == "user" else None,
+            channel_id=ctx.channel_id,
+            persona_id=ctx.persona_id,
+            messages=deque(maxlen=self.config.max_messages_per_channel),
+            updated_at=now,
+            hydrated=hydrated,
+        )
+        self._describe(entry, ctx)
+        self._put(entry)
+        return entry
+
+    @staticmethod
+    def _describe(entry: Entry, ctx: TurnContext) -> None:
+        entry.channel_name = ctx.channel_name or entry.channel_name
+        entry.server_name = ctx.server_name or entry.server_name
+        entry.parent_channel_id = ctx.parent_channel_id
+        entry.channel_private = ctx.channel_is_private
+
+    def _put(self, entry: Entry, *, touched: bool = True) -> None:
+        for victim in self.cache.put(entry, touched=touched):
+            self._warmed.discard(victim.group)
+
+    # -- hydration ------------------------------------------------------------
+    def _thresholds(self) -> tuple[float, float]:
+        now = self.clock()
+        return now - self.config.crude_ttl_hours * HOUR, now - self.config.summary_ttl_hours * HOUR
+
+    def _hydrate_in_background(self, keys: list[str]) -> None:
+        task = self._spawn(self._hydrate(keys), name="stm-hydrate")
+        for key in keys:
+            self._hydrating[key] = task
+
+    async def _hydrate(self, keys: list[str]) -> None:
+        """Read the rows of ``keys`` and merge them into the cache (inserting missing ones)."""
+        rows = await self._read(LoadRows(tuple(keys), *self._thresholds()), keys)
+        try:
+            if rows is None:
+                return
+            found = {row.key: row for row in rows}
+            for key in keys:
+                row = found.get(key)
+                entry = self.cache.peek(key)
+                if entry is not None and not entry.hydrated:
+                    self._merge(entry, row)
+                elif entry is None and row is not None:
+                    self._put(self._entry_from(row), touched=False)
+        finally:
+            for key in keys:
+                if self._hydrating.get(key) is asyncio.current_task():
+                    del self._hydrating[key]
+
+    async def _read(self, op: LoadRows | LoadRecent, keys: list[str]) -> list[StoredRow] | None:
+        """Run a read through the writer (so it is ordered after every earlier delete) and
+        apply to its rows the deletions made while it was in flight."""
+        since = self._deletion_seq
+        self._in_flight += 1
+        try:
+            rows: list[StoredRow] = await self.writer.submit(op, what=f"read of {len(keys)} keys")
+        except Exception as exc:
+            log.warning("short-term memory could not be read (%s): %s", ", ".join(keys[:3]), exc)
+            return None
+        finally:
+            self._in_flight -= 1
+        result = []
+        for row in rows:
+            kept: StoredRow | None = row
+            for seq, deletion in self._deletions:
+                if seq > since and kept is not None:
+                    kept = _apply_deletion(kept, deletion)
+            if kept is not None:
+                result.append(kept)
+        if self._in_flight == 0:
+            self._deletions.clear()
+        return result
+
+    def _merge(self, entry: Entry, row: StoredRow | None) -> None:
+        entry.hydrated = True
+        if row is not None:
+            if not entry.distilled:
+                entry.summary, entry.categories = row.summary, dict(row.categories)
+                entry.contributors |= row.contributors
+                self.cache.index_users(entry, row.contributors)
+            entry.turns_since_refresh += row.turns_since_refresh
+            entry.last_refreshed_turn = max(entry.last_refreshed_turn, row.last_refreshed_turn)
+        if not entry.deleted:
+            self.writer.mark_dirty(entry)
+
+    def _entry_from(self, row: StoredRow) -> Entry:
+        return Entry(
+            key=row.key,
+            scope=row.scope,
+            server_id=row.server_id,
+            user_id=row.user_id,
+            channel_id=row.channel_id,
+            persona_id=row.persona_id,
+            messages=deque(maxlen=self.config.max_messages_per_channel),
+            updated_at=row.updated_at,
+            channel_name=row.channel_name,
+            server_name=row.server_name,
+            parent_channel_id=row.parent_channel_id,
+            channel_private=row.channel_private,
+            summary=row.summary,
+            categories=dict(row.categories),
+            contributors=set(row.contributors),
+            turns_since_refresh=row.turns_since_refresh,
+            last_refreshed_turn=row.last_refreshed_turn,
+        )
+
+    async def _live(self, key: str) -> Entry | None:
+        """The hydrated entry under ``key``, reading its row on a miss."""
+        for _ in range(3):
+            pending = self._hydrating.get(key)
+            if pending is not None:
+                await asyncio.shield(pending)
+            entry = self.cache.get(key)
+            if entry is not None and entry.hydrated:
+                return entry
+            if entry is None and key not in self._hydrating:
+                await self._hydrate([key])
+                entry = self.cache.get(key)
+                if entry is None or entry.hydrated:
+                    return entry
+        return None
+
+    async def _warm(self, group: GroupKey) -> None:
+        """Load the newest rows of a recall group once per process (after a restart)."""
+        if group in self._warmed:
+            return
+        self._warmed.add(group)
+        scope, owner, server_id, persona = group
+        op = LoadRecent(
+            scope,
+            owner,
+            server_id,
+            persona,
+            self.config.max_other_channels + 1,
+            *self._thresholds(),
+        )
+        rows = await self._read(op, [f"{scope}:{owner}"])
+        if rows is None:
+            self._warmed.discard(group)
+            return
+        for row in rows:
+            if self.cache.peek(row.key) is None:
+                self._put(self._entry_from(row), touched=False)
+
+    # -- the turn path: context and tool --------------------------------------
+    def _tool_blocked(self, ctx: TurnContext, settings: ServerSettings) -> str | None:
+        if self.closed:
+            return "short-term memory is shut down"
+        if not settings.enabled:
+            return "short-term memory is turned off in this server"
+        if ctx.disable_short_term_memory_update:
+            return "short-term memory was already updated in this turn; do not call it again"
+        if ctx.explicit_memory_intent or self.intent_gate.matches(ctx.user_text):
+            return (
+                "the user explicitly asked to remember something; that belongs to long-term "
+                "memory, not this tool"
+            )
+        if ctx.user_id in self._opted_out:
+            return "the user asked not to be remembered"
+        return None
+
+    def tool_schema(self, ctx: TurnContext) -> dict[str, Any] | None:
+        """The ``update_short_term_memory`` tool for this turn, or None when unavailable."""
+        settings = self.settings_for(ctx.server_id)
+        if self._tool_blocked(ctx, settings) is not None:
+            return None
+        return tool_definition(
+            settings.categories, self.config.max_summary_length, settings.tool_description
+        )
+
+    async def build_context(self, ctx: TurnContext) -> PromptContext:
+        """This turn's Short-Term Memory Context: same-channel distilled memory, other
+        channels' memory, and the cadence nudge."""
+        settings = self.settings_for(ctx.server_id)
+        if not settings.enabled or self.closed:
+            return PromptContext(nudge_depth=settings.nudge_depth)
+        user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
+        live_key = server_k or user_k
+        entry = await self._live(live_key)
+        group = group_of(
+            "user" if server_k is None else "server", ctx.server_id, ctx.user_id, ctx.persona_id
+        )
+        await self._warm(group)
+        now = self.clock()
+        if entry is not None and self.cache.is_expired(entry, now):
+            entry = None
+        others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
+        context = PromptContext(nudge_depth=settings.nudge_depth)
+        block = same_channel_block(entry, settings, ctx.bot_name, now)
+        if block is not None:
+            context.blocks.append(block)
+        context.blocks.extend(other_channels_blocks(others, settings, ctx.bot_name, now))
+        if (
+            entry is not None
+            and entry.turns_since_refresh >= settings.refresh_cadence
+            and self._tool_blocked(ctx, settings) is None
+        ):
+            context.nudge = nudge(settings)
+        return context
+
+    async def run_tool(self, ctx: TurnContext, arguments: object) -> ToolResult:
+        """Stage 02, summary upgrade; never raises for what the model sent."""
+        settings = self.settings_for(ctx.server_id)
+        blocked = self._tool_blocked(ctx, settings)
+        if blocked is not None:
+            return _refused(f"{TOOL_NAME} is not available: {blocked}.")
+        limit = self.config.max_summary_length
+        values = parse_arguments(arguments_model(settings.categories, limit), arguments, limit)
+        if isinstance(values, str):
+            return _refused(values)
+        keys = [
+            k
+            for k in turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
+            if k is not None
+        ]
+        entries = []
+        for key in keys:
+            entry = await self._live(key)
+            if entry is None:
+                entry = self._new_entry(key, ctx, self.clock(), hydrated=True)
+            entries.append(entry)
+        if any(not e.hydrated for e in entries):
+            return _refused(
+                f"{TOOL_NAME} could not be applied: the memory store is unavailable "
+                "right now. Nothing was saved."
+            )
+        if any(e.deleted for e in entries) or self._blocked_after_wait(ctx):
+            return _refused(
+                f"{TOOL_NAME} was not applied: this conversation's memory was "
+                "cleared during the turn. Nothing was saved."
+            )
+        return await self._upgrade(ctx, settings, entries, values)
+
+    def _blocked_after_wait(self, ctx: TurnContext) -> bool:
+        return self.closed or ctx.disable_short_term_memory_update
+
+    async def _upgrade(
+        self,
+        ctx: TurnContext,
+        settings: ServerSettings,
+        entries: list[Entry],
+        values: dict[str, str],
+    ) -> ToolResult:
+        now = self.clock()
+        contributors = {ctx.user_id}
+        for entry in entries:
+            contributors |= entry.turn_users()
+        before = [
+            (
+                e,
+                e.summary,
+                e.categories,
+                set(e.contributors),
+                e.turns_since_refresh,
+                e.last_refreshed_turn,
+            )
+            for e in entries
+        ]
+        for entry in entries:
+            if settings.summary_mode:
+                entry.summary, entry.categories = values["summary"], {}
+            else:
+                entry.summary, entry.categories = None, {**entry.categories, **values}
+            entry.contributors |= contributors
+            entry.turns_since_refresh = 0
+            entry.last_refreshed_turn += 1
+            entry.version += 1
+            self._describe(entry, ctx)
+            self.cache.touch(entry, now)
+            self.cache.index_users(entry, contributors)
+        versions = [e.version for e in entries]
+        writes = [
+            self.writer.submit(SaveDistilled(row_of(e)), what=f"upgrade of {e.key}")
+            for e in entries
+        ]
+        try:
+            await asyncio.gather(*writes)
+        except Exception as exc:
+            log.error("short-term memory upgrade not saved (%s): %s", entries[0].key, exc)
+            for (entry, summary, categories, who, turns, refreshed), version in zip(
+                before, versions, strict=True
+            ):
+                if entry.version == version and not entry.deleted:
+                    entry.summary, entry.categories, entry.contributors = summary, categories, who
+                    entry.turns_since_refresh, entry.last_refreshed_turn = turns, refreshed
+                    entry.version += 1
+            return _refused(
+                f"{TOOL_NAME} failed: the memory could not be saved ({exc}). "
+                "Nothing was stored; you may try again later."
+            )
+        ctx.disable_short_term_memory_update = True
+        names = ", ".join(sorted(values))
+        return ToolResult(
+            success=True,
+            message=f"Short-term memory updated ({names}). This is silent: users do not see it, "
+            "so do not mention it.",
+        )
+
+    # -- deletion -------------------------------------------------------------
+    def _record(self, deletion: Deletion) -> None:
+        self._deletion_seq += 1
+        if self._in_flight:
+            self._deletions.append((self._deletion_seq, deletion))
+
+    async def clear_short_term_memory_for_channel(self, channel_id: int) -> int:
+        """``/refresh``: forget every scope and persona of the channel; returns keys evicted.
+
+        Evicted at once; the durable delete runs in the background (see ``flush``).
+        """
+        keys = self.cache.keys_of_channel(channel_id)
+        for key in keys:
+            entry = self.cache.remove(key)
+            if entry is not None:
+                entry.deleted = True
+                self._warmed.discard(entry.group)
+        self.writer.forget_dirty(keys)
+        op = DeleteChannel(channel_id)
+        self._record(op)
+        self.writer.submit_delete(op, what=f"clearing channel {channel_id}")
+        return len(keys)
+
+    async def clear_short_term_memory_for_user(
+        self, user_id: int, server_id: int | None = None
+    ) -> int:
+        """Purge a user (within one server when ``server_id`` is given); returns keys touched.
+
+        Deletes the user's own entries, removes the crude messages of turns they
+        triggered everywhere, and drops distilled content they contributed to.
+        """
+        touched = 0
+        for key in self.cache.keys_of_user(user_id):
+            entry = self.cache.peek(key)
+            if entry is None or (server_id is not None and entry.server_id != server_id):
+                continue
+            touched += 1
+            if entry.scope == "user" and entry.user_id == user_id:
+                self.cache.remove(key)
+                entry.deleted = True
+                self.writer.forget_dirty([key])
+                continue
+            kept = [m for m in entry.messages if user_id not in (m.turn_user_id, m.author_id)]
+            if len(kept) != len(entry.messages):
+                entry.messages = deque(kept, maxlen=entry.messages.maxlen)
+            if user_id in entry.contributors:
+                entry.summary, entry.categories, entry.contributors = None, {}, set()
+                entry.version += 1
+            self._warmed.discard(entry.group)
+        op = PurgeUser(user_id, server_id)
+        self._record(op)
+        where = "everywhere" if server_id is None else f"in server {server_id}"
+        self.writer.submit_delete(op, what=f"purging user {user_id} {where}")
+        return touched
+
+    # -- expiry ---------------------------------------------------------------
+    async def run_janitor(self) -> int:
+        """Drop expired entries from the cache and queue the deletion of expired rows."""
+        now = self.clock()
+        expired = self.cache.expired_keys(now)
+        for key in expired:
+            self.cache.remove(key)
+        self.writer.forget_dirty(expired)
+        self.writer.submit_delete(DeleteExpired(*self._thresholds()), what="deleting expired rows")
+        return len(expired)
+
+    async def _janitor_loop(self) -> None:
+        interval = self.config.janitor_interval_minutes * 60
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.run_janitor()
+            except Exception:
+                log.exception("short-term memory janitor failed")
+
+    # -- inspection -----------------------------------------------------------
+    async def get_entry(self, key: str) -> MemoryEntry | None:
+        """A snapshot of what is held under a scope key, or None (expired entries too)."""
+        parse_key(key)
+        entry = await self._live(key)
+        if entry is None or (
+            not entry.messages
+            and not entry.distilled
+            and not entry.turns_since_refresh
+            and not entry.last_refreshed_turn
+        ):
+            return None
+        return self._snapshot(entry)
+
+    def _snapshot(self, entry: Entry) -> MemoryEntry:
+        expires = entry.expires_at(self.cache.crude_ttl, self.cache.summary_ttl)
+        return MemoryEntry(
+            key=entry.key,
+            messages=[
+                DialogueMessage(
+                    role="assistant" if m.role == "assistant" else "user",
+                    content=m.content,
+                    author_id=m.author_id,
+                    speaker_name=m.speaker_name,
+                    timestamp=datetime.fromtimestamp(m.timestamp, UTC),
+                )
+                for m in entry.messages
+            ],
+            summary=entry.summary,
+            categories=dict(entry.categories),
+            turns_since_refresh=entry.turns_since_refresh,
+            last_refreshed_turn=entry.last_refreshed_turn,
+            server_id=entry.server_id,
+            user_id=entry.user_id,
+            channel_id=entry.channel_id,
+            persona_id=entry.persona_id,
+            channel_name=entry.channel_name,
+            server_name=entry.server_name,
+            parent_channel_id=entry.parent_channel_id,
+            channel_is_private=entry.channel_private,
+            updated_at=datetime.fromtimestamp(entry.updated_at, UTC),
+            expires_at=datetime.fromtimestamp(expires, UTC),
+        )
+
+
+def _refused(message: str) -> ToolResult:
+    return ToolResult(success=False, message=message)
+
+
+def _apply_deletion(row: StoredRow, deletion: Deletion) -> StoredRow | None:
+    """What is left of a row read before ``deletion`` ran."""
+    if isinstance(deletion, DeleteChannel):
+        return None if row.channel_id == deletion.channel_id else row
+    if deletion.server_id is not None and row.server_id != deletion.server_id:
+        return row
+    if row.scope == "user" and row.user_id == deletion.user_id:
+        return None
+    if deletion.user_id in row.contributors:
+        return replace(row, summary=None, categories={}, contributors=frozenset())
+    return row
+
+
+class MemoryTool:
+    """The STM upgrade tool in the host's ``Tool`` form (``memory.tool``)."""
+
+    name = TOOL_NAME
+
+    def __init__(self, memory: ShortTermMemory) -> None:
+        self._memory = memory
+
+    def definition(self, ctx: TurnContext) -> dict[str, Any] | None:
+        """The tool's definition for this turn, or None."""
+        return self._memory.tool_schema(ctx)
+
+    async def run(self, ctx: TurnContext, arguments: object) -> ToolResult:
+        """Run the upgrade."""
+        return await self._memory.run_tool(ctx, arguments)
+
+
+class _Opening:
+    """``await ShortTermMemory.open(...)`` or ``async with ShortTermMemory.open(...) as m``."""
+
+    def __init__(self, coro: Awaitable[ShortTermMemory]) -> None:
+        self._coro = coro
+        self._memory: ShortTermMemory | None = None
+
+    def __await__(self) -> Generator[Any, None, ShortTermMemory]:
+        return self._coro.__await__()
+
+    async def __aenter__(self) -> ShortTermMemory:
+        self._memory = await self._coro
+        return self._memory
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._memory is not None:
+            await self._memory.close()

@@ -1,0 +1,173 @@
+"""The plain values the library takes and returns: turns, messages, results, settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+import pydantic
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from .config import RenderMode
+
+__all__ = [
+    "DEFAULT_CATEGORY",
+    "Category",
+    "DialogueMessage",
+    "GenerationFinished",
+    "MemoryEntry",
+    "PromptBlock",
+    "PromptContext",
+    "ServerSettings",
+    "ToolResult",
+    "TurnContext",
+]
+
+
+def utcnow() -> datetime:
+    """Now, as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+class TurnContext(BaseModel):
+    """Who and where one generation happens, and that generation's flags."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: int
+    channel_id: int
+    server_id: int | None = None
+    persona_id: int | None = None
+    user_name: str = ""
+    bot_name: str = "Assistant"
+    channel_name: str | None = None
+    server_name: str | None = None
+    parent_channel_id: int | None = None
+    channel_is_private: bool = False
+    user_text: str = ""
+    explicit_memory_intent: bool = False
+    disable_short_term_memory_update: bool = False
+
+    @property
+    def is_dm(self) -> bool:
+        """True when the turn happens in a direct message."""
+        return self.server_id is None
+
+
+class DialogueMessage(BaseModel):
+    """One message of a turn: the user's or the bot's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Literal["user", "assistant"]
+    content: str
+    author_id: int | None = None
+    speaker_name: str = ""
+    timestamp: AwareDatetime = Field(default_factory=utcnow)
+
+
+class GenerationFinished(BaseModel):
+    """The event a host dispatches after it answered: the turn's messages and how it ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context: TurnContext
+    messages: list[DialogueMessage]
+    stopped: bool = False
+
+
+class ToolResult(BaseModel):
+    """What a tool call returns to the model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    success: bool
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class PromptBlock:
+    """Text to place into the prompt, ``depth`` messages back from the end (-1: the top)."""
+
+    text: str
+    depth: int
+
+
+@dataclass(slots=True)
+class PromptContext:
+    """The Short-Term Memory Context of one turn."""
+
+    blocks: list[PromptBlock] = field(default_factory=list)
+    nudge: str | None = None
+    nudge_depth: int = 2
+
+    def __str__(self) -> str:
+        parts = [block.text for block in self.blocks]
+        if self.nudge:
+            parts.append(self.nudge)
+        return "\n\n".join(parts)
+
+    def __bool__(self) -> bool:
+        return bool(self.blocks) or self.nudge is not None
+
+
+@pydantic.dataclasses.dataclass(frozen=True)
+class Category:
+    """A named field of the distilled memory of a server: ``Category(label, description)``."""
+
+    label: str = Field(min_length=1, max_length=100)
+    description: str = Field("", max_length=1000)
+
+    def __post_init__(self) -> None:
+        if not self.label.strip():
+            raise ValueError("a category label must not be blank")
+
+
+DEFAULT_CATEGORY = Category(
+    "summary", "A running summary of recent events, topics, and context from this conversation."
+)
+
+
+class ServerSettings(BaseModel):
+    """Per-server behaviour; a server never configured gets the global defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    render_mode: RenderMode = "crude_summary"
+    refresh_cadence: int = Field(5, ge=1, le=10_000)
+    crude_message_count: int = Field(6, ge=0, le=1000)
+    categories: tuple[Category, ...] = (DEFAULT_CATEGORY,)
+    tool_description: str | None = Field(None, max_length=1024)
+    nudge_text: str | None = Field(None, max_length=1024)
+    nudge_depth: int = Field(2, ge=-1, le=100)
+    content_depth: int = Field(-1, ge=-1, le=100)
+    enabled: bool = True
+
+    @property
+    def summary_mode(self) -> bool:
+        """True when the server has only the default category: the tool takes one summary."""
+        return self.categories == (DEFAULT_CATEGORY,)
+
+
+class MemoryEntry(BaseModel):
+    """A snapshot of what is held under one scope key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    messages: list[DialogueMessage]
+    summary: str | None
+    categories: dict[str, str]
+    turns_since_refresh: int
+    last_refreshed_turn: int = 0
+    server_id: int | None = None
+    user_id: int | None = None
+    channel_id: int = 0
+    persona_id: int | None = None
+    channel_name: str | None = None
+    server_name: str | None = None
+    parent_channel_id: int | None = None
+    channel_is_private: bool = False
+    updated_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime = Field(default_factory=utcnow)

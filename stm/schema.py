@@ -1,0 +1,163 @@
+"""The ``update_short_term_memory`` tool: its schema and strict parsing of what the model sends.
+
+The schema is generated from pydantic models built per server: one required
+``summary`` in summary mode, one optional string per category otherwise.
+``extra="forbid"`` becomes ``additionalProperties: false`` and strict
+strings refuse numbers, lists and null instead of converting them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, create_model
+
+from .models import Category
+from .render import TOOL_NAME
+from .slugs import slugs_for
+from .text import clean_value
+
+__all__ = ["MAX_RAW_ARGUMENTS", "arguments_model", "parse_arguments", "tool_definition"]
+
+# Anything larger is refused before parsing: a summary is at most a few kilobytes.
+MAX_RAW_ARGUMENTS = 256 * 1024
+
+DEFAULT_DESCRIPTION = (
+    "Silently update your short-term memory of this conversation: a concise, factual record of "
+    "recent events, topics, decisions and context that will help you continue it. Users do not "
+    "see this call. Call it at most once per turn, and not for explicit requests to remember "
+    "something."
+)
+SUMMARY_DESCRIPTION = (
+    "A running summary of recent events, topics, and context from this conversation "
+    "(plain text, at most {limit} characters)."
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, title=TOOL_NAME)
+
+
+@functools.lru_cache(maxsize=512)
+def arguments_model(categories: tuple[Category, ...], max_length: int) -> type[BaseModel]:
+    """The pydantic model of the tool's arguments for a server's categories."""
+    if len(categories) == 1 and categories[0].label == "summary":
+        description = SUMMARY_DESCRIPTION.format(limit=max_length)
+        return create_model(
+            "SummaryUpdate", __base__=_Strict, summary=(StrictStr, Field(description=description))
+        )
+    fields: dict[str, Any] = {}
+    for slug, category in zip(slugs_for(c.label for c in categories), categories, strict=True):
+        text = category.description or category.label
+        description = f"{category.label}: {text} (plain text, at most {max_length} characters)."
+        fields[slug] = (StrictStr, Field(default=None, description=description))
+    return create_model("CategoryUpdate", __base__=_Strict, **fields)
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+        prop.pop("default", None)
+    if "required" not in schema:
+        schema["minProperties"] = 1
+    return schema
+
+
+@functools.lru_cache(maxsize=512)
+def _definition_json(
+    categories: tuple[Category, ...], max_length: int, description: str | None
+) -> str:
+    definition = {
+        "type": "function",
+        "function": {
+            "name": TOOL_NAME,
+            "description": description or DEFAULT_DESCRIPTION,
+            "parameters": _schema(arguments_model(categories, max_length)),
+        },
+    }
+    return json.dumps(definition)
+
+
+def tool_definition(
+    categories: tuple[Category, ...], max_length: int, description: str | None = None
+) -> dict[str, Any]:
+    """The tool in OpenAI function-tool form (a fresh dict the caller may change)."""
+    loaded: dict[str, Any] = json.loads(_definition_json(categories, max_length, description))
+    return loaded
+
+
+def _explain(exc: ValidationError, model: type[BaseModel]) -> str:
+    problems = []
+    for error in exc.errors()[:5]:
+        where = ".".join(str(p) for p in error["loc"]) or "arguments"
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            problems.append(f"unknown field '{where}'")
+        elif kind == "missing":
+            problems.append(f"missing required field '{where}'")
+        elif kind in ("string_type", "model_type", "model_attributes_type"):
+            got = type(error.get("input")).__name__
+            got = {
+                "NoneType": "null",
+                "int": "a number",
+                "float": "a number",
+                "list": "a list",
+                "dict": "an object",
+                "bool": "a boolean",
+            }.get(got, got)
+            target = "a JSON object" if kind != "string_type" else "a string"
+            problems.append(f"'{where}' must be {target}, not {got}")
+        else:
+            problems.append(f"'{where}': {error['msg']}")
+    fields = ", ".join(f'"{name}": "..."' for name in model.model_fields)
+    return (
+        f"{TOOL_NAME} was not applied: {'; '.join(problems)}. "
+        f"Call it again with a JSON object of string values, like {{{fields}}}."
+    )
+
+
+def parse_arguments(
+    model: type[BaseModel], arguments: object, max_length: int
+) -> dict[str, str] | str:
+    """The cleaned, non-blank values the model sent, or a message telling it what to fix."""
+    try:
+        if isinstance(arguments, str | bytes | bytearray):
+            if len(arguments) > MAX_RAW_ARGUMENTS:
+                return (
+                    f"{TOOL_NAME} was not applied: the arguments are too large "
+                    f"({len(arguments)} characters). Send at most {max_length} characters "
+                    "per field."
+                )
+            parsed = model.model_validate_json(arguments)
+        elif isinstance(arguments, dict):
+            parsed = model.model_validate(arguments)
+        else:
+            return (
+                f"{TOOL_NAME} was not applied: the arguments must be a JSON object, "
+                f"not {type(arguments).__name__}."
+            )
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            return (
+                f"{TOOL_NAME} was not applied: the arguments are not valid JSON. "
+                "Send a JSON object of string values."
+            )
+        return _explain(exc, model)
+    except (RecursionError, UnicodeDecodeError, ValueError) as exc:
+        return f"{TOOL_NAME} was not applied: unreadable arguments ({type(exc).__name__})."
+    values: dict[str, str] = {}
+    for name, value in parsed:
+        if isinstance(value, str):
+            cleaned = clean_value(value, max_length)
+            if cleaned:
+                values[name] = cleaned
+    if not values:
+        fields = ", ".join(f"'{name}'" for name in model.model_fields)
+        return (
+            f"{TOOL_NAME} was not applied: at least one field must have non-blank text ({fields})."
+        )
+    return values

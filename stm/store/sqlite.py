@@ -1,0 +1,411 @@
+"""The SQLite store: aiosqlite, WAL, forward-only migrations, secure delete.
+
+This is the only module that speaks SQL to SQLite. One connection serves
+the whole process; the facade's writer hands it one batch at a time, so no
+two tasks ever share a transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from ..errors import SchemaVersionError, StoreError
+from .base import (
+    DeleteChannel,
+    DeleteExpired,
+    LoadRecent,
+    LoadRows,
+    Op,
+    PurgeUser,
+    SaveDistilled,
+    SaveOptOut,
+    SaveServerSettings,
+    StoredRow,
+    Touch,
+)
+
+__all__ = ["MIGRATIONS", "SQLiteStore"]
+
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE short_term_memories (
+        id INTEGER PRIMARY KEY,
+        key TEXT NOT NULL UNIQUE,
+        scope TEXT NOT NULL CHECK (scope IN ('server', 'user')),
+        server_id INTEGER,
+        user_id INTEGER,
+        channel_id INTEGER NOT NULL,
+        persona_id INTEGER,
+        parent_channel_id INTEGER,
+        channel_name TEXT,
+        server_name TEXT,
+        channel_private INTEGER NOT NULL DEFAULT 0,
+        categories TEXT NOT NULL DEFAULT '{}',
+        summary TEXT,
+        turns_since_refresh INTEGER NOT NULL DEFAULT 0,
+        last_refreshed_turn INTEGER NOT NULL DEFAULT 0,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX stm_by_channel ON short_term_memories (channel_id);
+    CREATE INDEX stm_by_user ON short_term_memories (user_id, server_id);
+    CREATE INDEX stm_by_group
+        ON short_term_memories (scope, server_id, user_id, persona_id, updated_at);
+    CREATE INDEX stm_by_updated ON short_term_memories (updated_at);
+    CREATE TABLE short_term_memory_contributors (
+        user_id INTEGER NOT NULL,
+        memory_id INTEGER NOT NULL REFERENCES short_term_memories (id) ON DELETE CASCADE,
+        PRIMARY KEY (user_id, memory_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX stm_contributors_by_memory ON short_term_memory_contributors (memory_id);
+    CREATE TABLE stm_server_settings (
+        server_id INTEGER PRIMARY KEY,
+        settings TEXT NOT NULL
+    );
+    CREATE TABLE stm_user_opt_outs (
+        user_id INTEGER PRIMARY KEY,
+        since REAL NOT NULL
+    );
+    """,
+)
+
+_COLUMNS = (
+    "key, scope, server_id, user_id, channel_id, persona_id, parent_channel_id, channel_name, "
+    "server_name, channel_private, summary, categories, turns_since_refresh, "
+    "last_refreshed_turn, updated_at"
+)
+_IDENTITY = (
+    "INSERT INTO short_term_memories (key, scope, server_id, user_id, channel_id, persona_id, "
+    "parent_channel_id, channel_name, server_name, channel_private, turns_since_refresh, "
+    "last_refreshed_turn, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT (key) DO UPDATE SET "
+    "parent_channel_id = excluded.parent_channel_id, "
+    "channel_name = coalesce(excluded.channel_name, channel_name), "
+    "server_name = coalesce(excluded.server_name, server_name), "
+    "channel_private = excluded.channel_private, "
+    "updated_at = max(updated_at, excluded.updated_at)"
+)
+_TOUCH = (
+    _IDENTITY + ", turns_since_refresh = excluded.turns_since_refresh, "
+    "last_refreshed_turn = excluded.last_refreshed_turn"
+)
+_SAVE = (
+    f"INSERT INTO short_term_memories ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT (key) DO UPDATE SET "
+    "parent_channel_id = excluded.parent_channel_id, "
+    "channel_name = coalesce(excluded.channel_name, channel_name), "
+    "server_name = coalesce(excluded.server_name, server_name), "
+    "channel_private = excluded.channel_private, "
+    "summary = excluded.summary, categories = excluded.categories, "
+    "turns_since_refresh = excluded.turns_since_refresh, "
+    "last_refreshed_turn = excluded.last_refreshed_turn, "
+    "updated_at = max(updated_at, excluded.updated_at) RETURNING id"
+)
+# Rows past their TTL: the crude TTL applies to rows without distilled content.
+_EXPIRED = (
+    "updated_at < max(:crude, :summary) AND (updated_at < :summary "
+    "OR (updated_at < :crude AND summary IS NULL AND categories = '{}'))"
+)
+_LIVE = f"NOT ({_EXPIRED})"
+
+
+class SQLiteStore:
+    """A store in one SQLite file (or ``:memory:``)."""
+
+    def __init__(self, connection: aiosqlite.Connection, path: str) -> None:
+        self._db = connection
+        self.path = path
+        self.closed = False
+
+    @classmethod
+    async def open(cls, path: str, *, busy_timeout_ms: int = 5000) -> SQLiteStore:
+        """Open (creating if needed) and migrate the database at ``path``."""
+        if path != ":memory:":
+            try:
+                await asyncio.to_thread(_make_folder, path)
+            except OSError as exc:
+                raise StoreError(f"cannot create the folder of {path!r}: {exc}") from exc
+        try:
+            db = await aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open short-term memory database {path!r}: {exc}") from exc
+        store = cls(db, path)
+        try:
+            await store._prepare(busy_timeout_ms)
+        except BaseException:
+            await db.close()
+            raise
+        return store
+
+    async def _prepare(self, busy_timeout_ms: int) -> None:
+        db = self._db
+        try:
+            await db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            mode = await self._scalar("PRAGMA journal_mode = WAL")
+            if self.path != ":memory:" and str(mode).lower() != "wal":
+                raise StoreError(f"{self.path!r}: could not switch to WAL (journal_mode={mode})")
+            await db.execute("PRAGMA synchronous = FULL")
+            await db.execute("PRAGMA foreign_keys = ON")
+            await db.execute("PRAGMA secure_delete = ON")
+            await self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"short-term memory database {self.path!r} cannot be used: {exc}"
+            ) from exc
+
+    async def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        async with self._db.execute(sql, params) as cursor:
+            row = await cursor.fetchone()
+        return None if row is None else row[0]
+
+    async def _migrate(self) -> None:
+        version = int(await self._scalar("PRAGMA user_version"))
+        if version > len(MIGRATIONS):
+            raise SchemaVersionError(
+                f"{self.path!r} has schema version {version}, newer than this version of the "
+                f"library understands ({len(MIGRATIONS)}); upgrade the library or use another file"
+            )
+        for number in range(version, len(MIGRATIONS)):
+            await self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in MIGRATIONS[number].split(";"):
+                    if statement.strip():
+                        await self._db.execute(statement)
+                await self._db.execute(f"PRAGMA user_version = {number + 1}")
+                await self._db.execute("COMMIT")
+            except BaseException:
+                await self._db.execute("ROLLBACK")
+                raise
+
+    async def schema_version(self) -> int:
+        """The ``PRAGMA user_version`` of the file."""
+        return int(await self._scalar("PRAGMA user_version"))
+
+    async def run(self, ops: Sequence[Op]) -> list[object]:
+        """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op."""
+        db = self._db
+        results: list[object] = []
+        deleted = False
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            for op in ops:
+                results.append(await self._apply(op))
+                deleted = deleted or isinstance(op, DeleteChannel | PurgeUser | DeleteExpired)
+            await db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                await db.execute("ROLLBACK")
+            raise
+        if deleted and self.path != ":memory:":
+            # Old page images in the WAL still hold deleted text: fold them into the
+            # (securely deleted) file and empty the WAL.
+            await db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return results
+
+    async def _apply(self, op: Op) -> object:
+        db = self._db
+        match op:
+            case Touch(rows):
+                known = [_identity_params(r) for r in rows if r.counters_known]
+                unknown = [_identity_params(r) for r in rows if not r.counters_known]
+                if known:
+                    await db.executemany(_TOUCH, known)
+                if unknown:
+                    await db.executemany(_IDENTITY, unknown)
+                return len(rows)
+            case SaveDistilled(row):
+                memory_id = await self._scalar(_SAVE, _row_params(row))
+                await db.execute(
+                    "DELETE FROM short_term_memory_contributors WHERE memory_id = ?", (memory_id,)
+                )
+                await db.executemany(
+                    "INSERT INTO short_term_memory_contributors (user_id, memory_id) VALUES (?, ?)",
+                    [(user, memory_id) for user in sorted(row.contributors)],
+                )
+                return memory_id
+            case DeleteChannel(channel_id):
+                cursor = await db.execute(
+                    "DELETE FROM short_term_memories WHERE channel_id = ?", (channel_id,)
+                )
+                return cursor.rowcount
+            case PurgeUser(user_id, server_id):
+                return await self._purge_user(user_id, server_id)
+            case DeleteExpired(crude_before, summary_before):
+                cursor = await db.execute(
+                    f"DELETE FROM short_term_memories WHERE {_EXPIRED}",
+                    {"crude": crude_before, "summary": summary_before},
+                )
+                return cursor.rowcount
+            case LoadRows(keys, crude_before, summary_before):
+                return await self._load_rows(keys, crude_before, summary_before)
+            case LoadRecent():
+                return await self._load_recent(op)
+            case SaveServerSettings(server_id, settings_json):
+                await db.execute(
+                    "INSERT INTO stm_server_settings (server_id, settings) VALUES (?, ?) "
+                    "ON CONFLICT (server_id) DO UPDATE SET settings = excluded.settings",
+                    (server_id, settings_json),
+                )
+                return None
+            case SaveOptOut(user_id, opted_out, at):
+                if opted_out:
+                    await db.execute(
+                        "INSERT OR IGNORE INTO stm_user_opt_outs (user_id, since) VALUES (?, ?)",
+                        (user_id, at),
+                    )
+                else:
+                    await db.execute("DELETE FROM stm_user_opt_outs WHERE user_id = ?", (user_id,))
+                return None
+        raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+
+    async def _purge_user(self, user_id: int, server_id: int | None) -> int:
+        db = self._db
+        in_server = "" if server_id is None else " AND server_id = :server"
+        params = {"user": user_id, "server": server_id}
+        cursor = await db.execute(
+            f"DELETE FROM short_term_memories WHERE scope = 'user' AND user_id = :user{in_server}",
+            params,
+        )
+        removed = cursor.rowcount
+        touched = (
+            "SELECT c.memory_id FROM short_term_memory_contributors c "
+            "JOIN short_term_memories m ON m.id = c.memory_id "
+            f"WHERE c.user_id = :user{in_server.replace('server_id', 'm.server_id')}"
+        )
+        async with db.execute(touched, params) as cursor:
+            ids = [row[0] for row in await cursor.fetchall()]
+        if ids:
+            marks = ",".join("?" * len(ids))
+            await db.execute(
+                "UPDATE short_term_memories SET summary = NULL, categories = '{}' "
+                f"WHERE id IN ({marks})",
+                ids,
+            )
+            await db.execute(
+                f"DELETE FROM short_term_memory_contributors WHERE memory_id IN ({marks})", ids
+            )
+        return removed + len(ids)
+
+    async def _load_rows(
+        self, keys: Sequence[str], crude_before: float, summary_before: float
+    ) -> list[StoredRow]:
+        if not keys:
+            return []
+        params = {"crude": crude_before, "summary": summary_before}
+        named = {f"k{i}": key for i, key in enumerate(keys)}
+        where = "key IN (" + ",".join(f":k{i}" for i in range(len(keys))) + ")"
+        await self._db.execute(
+            f"DELETE FROM short_term_memories WHERE {where} AND {_EXPIRED}", {**params, **named}
+        )
+        return await self._select(
+            f"SELECT id, {_COLUMNS} FROM short_term_memories WHERE {where}", named
+        )
+
+    async def _load_recent(self, op: LoadRecent) -> list[StoredRow]:
+        params: dict[str, Any] = {
+            "crude": op.crude_before,
+            "summary": op.summary_before,
+            "owner": op.owner_id,
+            "server": op.server_id,
+            "persona": op.persona_id,
+            "limit": op.limit,
+        }
+        if op.scope == "server":
+            where = "scope = 'server' AND server_id = :owner AND user_id IS NULL"
+        else:
+            where = "scope = 'user' AND server_id IS :server AND user_id = :owner"
+        where += " AND persona_id IS :persona AND channel_private = 0"
+        return await self._select(
+            f"SELECT id, {_COLUMNS} FROM short_term_memories WHERE {where} AND {_LIVE} "
+            "ORDER BY updated_at DESC LIMIT :limit",
+            params,
+        )
+
+    async def _select(self, sql: str, params: dict[str, Any]) -> list[StoredRow]:
+        async with self._db.execute(sql, params) as cursor:
+            rows = list(await cursor.fetchall())
+        if not rows:
+            return []
+        ids = [row[0] for row in rows]
+        marks = ",".join("?" * len(ids))
+        contributors: dict[int, set[int]] = {}
+        async with self._db.execute(
+            "SELECT memory_id, user_id FROM short_term_memory_contributors "
+            f"WHERE memory_id IN ({marks})",
+            ids,
+        ) as cursor:
+            for memory_id, user in await cursor.fetchall():
+                contributors.setdefault(memory_id, set()).add(user)
+        return [_row_from(row, frozenset(contributors.get(row[0], ()))) for row in rows]
+
+    async def load_server_settings(self) -> dict[int, str]:
+        """Every stored server's settings JSON."""
+        async with self._db.execute("SELECT server_id, settings FROM stm_server_settings") as cur:
+            return {int(server): str(settings) for server, settings in await cur.fetchall()}
+
+    async def load_opt_outs(self) -> set[int]:
+        """Every user who opted out."""
+        async with self._db.execute("SELECT user_id FROM stm_user_opt_outs") as cursor:
+            return {int(row[0]) for row in await cursor.fetchall()}
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement outside the batch path (inspection, tests); return its rows."""
+        async with self._db.execute(sql, params) as cursor:
+            return [tuple(row) for row in await cursor.fetchall()]
+
+    async def close(self) -> None:
+        """Close the connection."""
+        if not self.closed:
+            self.closed = True
+            await self._db.close()
+
+
+def _make_folder(path: str) -> None:
+    Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+
+
+def _identity_params(row: StoredRow) -> tuple[Any, ...]:
+    return (
+        row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
+        row.parent_channel_id, row.channel_name, row.server_name, int(row.channel_private),
+        row.turns_since_refresh, row.last_refreshed_turn, row.updated_at,
+    )  # fmt: skip
+
+
+def _row_params(row: StoredRow) -> tuple[Any, ...]:
+    return (
+        row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
+        row.parent_channel_id, row.channel_name, row.server_name, int(row.channel_private),
+        row.summary, json.dumps(row.categories, ensure_ascii=False), row.turns_since_refresh,
+        row.last_refreshed_turn, row.updated_at,
+    )  # fmt: skip
+
+
+def _row_from(row: Any, contributors: frozenset[int]) -> StoredRow:
+    (_, key, scope, server_id, user_id, channel_id, persona_id, parent, channel_name,
+     server_name, private, summary, categories, turns, refreshed, updated_at) = row  # fmt: skip
+    loaded = json.loads(categories) if categories else {}
+    return StoredRow(
+        key=key,
+        scope="server" if scope == "server" else "user",
+        server_id=server_id,
+        user_id=user_id,
+        channel_id=channel_id,
+        persona_id=persona_id,
+        parent_channel_id=parent,
+        channel_name=channel_name,
+        server_name=server_name,
+        channel_private=bool(private),
+        summary=summary,
+        categories={str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {},
+        contributors=contributors,
+        turns_since_refresh=int(turns),
+        last_refreshed_turn=int(refreshed),
+        updated_at=float(updated_at),
+    )

@@ -1,0 +1,57 @@
+"""Cleaning untrusted text: what the model writes and what memory renders."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+__all__ = ["clean_value", "neutralize", "quote_lines"]
+
+# Bidirectional overrides and isolates can make a rendered line read differently
+# from what it is; they carry no meaning in a summary.
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_KEEP = frozenset("\n\t")
+
+
+def clean_value(text: str, limit: int) -> str:
+    """Drop control characters, lone surrogates and bidi overrides; strip; cut to ``limit``."""
+    if text.isprintable():
+        cleaned = text
+    else:
+        cleaned = "".join(
+            ch
+            for ch in text
+            if ch in _KEEP or (unicodedata.category(ch) not in ("Cc", "Cs") and ch not in _BIDI)
+        )
+    cleaned = cleaned.replace("\r\n", "\n").strip()
+    if len(cleaned) > limit:
+        cleaned = cleaned[:limit].rstrip()
+    return cleaned
+
+
+_MENTION = re.compile(r"<(@[!&]?|#)(\d+)>")
+_MENTION_NAMES = {"@": "@user-", "@!": "@user-", "@&": "@role-", "#": "#channel-"}
+_BROADCAST = re.compile(r"@(everyone|here)", re.IGNORECASE)
+_BRACKETS = str.maketrans({"[": "(", "]": ")", "\u27e6": "(", "\u27e7": ")"})
+
+
+def neutralize(text: str) -> str:
+    """Make text safe inside a memory frame: no brackets that could close or forge one,
+    no mention that could ping anyone, no invisible controls."""
+    if not text.isprintable():
+        text = "".join(
+            ch
+            for ch in text
+            if ch == "\n" or (unicodedata.category(ch) not in ("Cc", "Cs") and ch not in _BIDI)
+        )
+    text = text.translate(_BRACKETS)
+    if "<" in text:
+        text = _MENTION.sub(lambda m: _MENTION_NAMES[m.group(1)] + m.group(2), text)
+    if "@" in text:
+        text = _BROADCAST.sub("@\u200b\\1", text)
+    return text
+
+
+def quote_lines(text: str, prefix: str = "> ") -> list[str]:
+    """Neutralized ``text`` as quoted lines: no line of it can stand on its own."""
+    return [prefix + line for line in neutralize(text).splitlines() or [""]]

@@ -1,0 +1,73 @@
+"""The host's LLM tools: the ``Tool`` protocol and a ``ToolRegistry`` of them."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol, runtime_checkable
+
+from .models import ToolResult, TurnContext
+
+__all__ = ["Tool", "ToolRegistry"]
+
+log = logging.getLogger("stm.tools")
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """An LLM tool a host can offer to the model."""
+
+    name: str
+
+    def definition(self, ctx: TurnContext) -> dict[str, Any] | None:
+        """Its OpenAI function-tool definition for this turn, or None when not available."""
+        ...
+
+    async def run(self, ctx: TurnContext, arguments: object) -> ToolResult:
+        """Run it with the arguments the model sent (a dict or the raw JSON string)."""
+        ...
+
+
+class ToolRegistry:
+    """The tools a host offers, by name."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+
+    def register(self, tool: Tool) -> None:
+        """Add ``tool``; a tool of the same name is replaced."""
+        self._tools[tool.name] = tool
+
+    def unregister(self, name: str) -> None:
+        """Remove the tool called ``name`` (if present)."""
+        self._tools.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, or None."""
+        return self._tools.get(name)
+
+    def definitions(self, ctx: TurnContext) -> list[dict[str, Any]]:
+        """The OpenAI-form definitions of the tools available to this turn."""
+        found = []
+        for tool in self._tools.values():
+            definition = tool.definition(ctx)
+            if definition is not None:
+                found.append(definition)
+        return found
+
+    async def execute(self, name: str, ctx: TurnContext, arguments: object) -> ToolResult:
+        """Run the tool ``name``; an unknown name or a crash is a failed result, not an error."""
+        tool = self._tools.get(name)
+        if tool is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            return ToolResult(success=False, message=f"Unknown tool {name!r}; available: {known}.")
+        try:
+            return await tool.run(ctx, arguments)
+        except Exception:
+            log.exception("tool %s failed (channel %s)", name, ctx.channel_id)
+            return ToolResult(success=False, message=f"The tool {name} failed; it did nothing.")
