@@ -94,10 +94,10 @@ class ShortTermMemory:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._hydrating: dict[str, asyncio.Task[None]] = {}
         self._warmed: set[GroupKey] = set()
-        # Deletions since the oldest hydration in flight: applied to rows read before them.
-        self._deletions: list[tuple[int, Deletion]] = []
+        # Recent deletions, so that work begun before one of them (a read in flight, a
+        # turn's upgrade) can tell whether it was overtaken.
+        self._deletions: deque[tuple[int, Deletion]] = deque(maxlen=4096)
         self._deletion_seq = 0
-        self._in_flight = 0
         self._janitor: asyncio.Task[None] | None = None
         self.closed = False
 
@@ -387,25 +387,31 @@ class ShortTermMemory:
         """Run a read through the writer (so it is ordered after every earlier delete) and
         apply to its rows the deletions made while it was in flight."""
         since = self._deletion_seq
-        self._in_flight += 1
         try:
             rows: list[StoredRow] = await self.writer.submit(op, what=f"read of {len(keys)} keys")
         except Exception as exc:
             log.warning("short-term memory could not be read (%s): %s", ", ".join(keys[:3]), exc)
             return None
-        finally:
-            self._in_flight -= 1
+        later = self._deletions_since(since)
+        if later is None:
+            return None  # overtaken by more deletions than are remembered: read again later
         result = []
         for row in rows:
             kept: StoredRow | None = row
-            for seq, deletion in self._deletions:
-                if seq > since and kept is not None:
+            for deletion in later:
+                if kept is not None:
                     kept = _apply_deletion(kept, deletion)
             if kept is not None:
                 result.append(kept)
-        if self._in_flight == 0:
-            self._deletions.clear()
         return result
+
+    def _deletions_since(self, seq: int) -> list[Deletion] | None:
+        """Deletions made after ``seq``; None if some of them are no longer remembered."""
+        if seq == self._deletion_seq:
+            return []
+        if not self._deletions or self._deletions[0][0] > seq + 1:
+            return None
+        return [deletion for n, deletion in self._deletions if n > seq]
 
     def _merge(self, entry: Entry, row: StoredRow | None) -> None:
         entry.hydrated = True
@@ -512,6 +518,8 @@ class ShortTermMemory:
             return PromptContext(nudge_depth=settings.nudge_depth)
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
         live_key = server_k or user_k
+        if ctx._deletion_seq is None:
+            ctx._deletion_seq = self._deletion_seq
         entry = await self._live(live_key)
         group = group_of(
             "user" if server_k is None else "server", ctx.server_id, ctx.user_id, ctx.persona_id
@@ -544,6 +552,8 @@ class ShortTermMemory:
         values = parse_arguments(arguments_model(settings.categories, limit), arguments, limit)
         if isinstance(values, str):
             return _refused(values)
+        if ctx._deletion_seq is None:
+            ctx._deletion_seq = self._deletion_seq
         keys = [
             k
             for k in turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
@@ -560,15 +570,28 @@ class ShortTermMemory:
                 f"{TOOL_NAME} could not be applied: the memory store is unavailable "
                 "right now. Nothing was saved."
             )
-        if any(e.deleted for e in entries) or self._blocked_after_wait(ctx):
+        if self.closed or ctx.disable_short_term_memory_update:
+            return _refused(f"{TOOL_NAME} is not available any more in this turn.")
+        if any(e.deleted for e in entries) or self._overtaken(ctx):
             return _refused(
                 f"{TOOL_NAME} was not applied: this conversation's memory was "
                 "cleared during the turn. Nothing was saved."
             )
         return await self._upgrade(ctx, settings, entries, values)
 
-    def _blocked_after_wait(self, ctx: TurnContext) -> bool:
-        return self.closed or ctx.disable_short_term_memory_update
+    def _overtaken(self, ctx: TurnContext) -> bool:
+        """Was memory this turn saw cleared since the turn began? Its summary, written from
+        what the model saw, must not bring the cleared words back."""
+        later = self._deletions_since(ctx._deletion_seq or 0)
+        if later is None:
+            return True
+        for deletion in later:
+            if isinstance(deletion, DeleteChannel):
+                if deletion.channel_id == ctx.channel_id:
+                    return True
+            elif deletion.server_id is None or deletion.server_id == ctx.server_id:
+                return True
+        return False
 
     async def _upgrade(
         self,
@@ -635,8 +658,7 @@ class ShortTermMemory:
     # -- deletion -------------------------------------------------------------
     def _record(self, deletion: Deletion) -> None:
         self._deletion_seq += 1
-        if self._in_flight:
-            self._deletions.append((self._deletion_seq, deletion))
+        self._deletions.append((self._deletion_seq, deletion))
 
     async def clear_short_term_memory_for_channel(self, channel_id: int) -> int:
         """``/refresh``: forget every scope and persona of the channel; returns keys evicted.
