@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -99,3 +101,21 @@ def turn(
         ],
         **fields,
     )
+
+
+# Deeper runs of the adversarial tests: STM_STRESS=1 multiplies kill cycles, interleavings
+# and fuzz cases; STM_SEED fixes the seed of the randomized tests to replay a failure.
+STRESS = os.environ.get("STM_STRESS", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def scaled(default: int, stress: int) -> int:
+    """The default count, or the stress count when STM_STRESS is set."""
+    return stress if STRESS else default
+
+
+def seed_for(name: str) -> int:
+    """The seed of one randomized test: STM_SEED if set, else fixed per test name."""
+    chosen = os.environ.get("STM_SEED")
+    if chosen:
+        return int(chosen)
+    return zlib.crc32(name.encode())
