@@ -364,12 +364,13 @@ class ShortTermMemory:
         for key in keys:
             self._hydrating[key] = task
 
-    async def _hydrate(self, keys: list[str]) -> None:
-        """Read the rows of ``keys`` and merge them into the cache (inserting missing ones)."""
+    async def _hydrate(self, keys: list[str]) -> bool:
+        """Read the rows of ``keys`` and merge them into the cache (inserting missing ones);
+        False when they could not be read."""
         rows = await self._read(LoadRows(tuple(keys), *self._thresholds()), keys)
         try:
             if rows is None:
-                return
+                return False
             found = {row.key: row for row in rows}
             for key in keys:
                 row = found.get(key)
@@ -378,6 +379,7 @@ class ShortTermMemory:
                     self._merge(entry, row)
                 elif entry is None and row is not None:
                     self._put(self._entry_from(row), touched=False)
+            return True
         finally:
             for key in keys:
                 if self._hydrating.get(key) is asyncio.current_task():
@@ -447,7 +449,8 @@ class ShortTermMemory:
         )
 
     async def _live(self, key: str) -> Entry | None:
-        """The hydrated entry under ``key``, reading its row on a miss."""
+        """The hydrated entry under ``key``, reading its row on a miss; None when there is
+        none. Raises _Unavailable when its row cannot be read now."""
         for _ in range(3):
             pending = self._hydrating.get(key)
             if pending is not None:
@@ -455,12 +458,15 @@ class ShortTermMemory:
             entry = self.cache.get(key)
             if entry is not None and entry.hydrated:
                 return entry
-            if entry is None and key not in self._hydrating:
-                await self._hydrate([key])
+            # A hydration that failed (store down) is tried again here, so an entry first
+            # captured during an outage becomes usable once the store is back.
+            if key not in self._hydrating:
+                if not await self._hydrate([key]):
+                    raise _Unavailable(key)
                 entry = self.cache.get(key)
                 if entry is None or entry.hydrated:
                     return entry
-        return None
+        raise _Unavailable(key)
 
     async def _warm(self, group: GroupKey) -> None:
         """Load the newest rows of a recall group once per process (after a restart)."""
@@ -520,7 +526,10 @@ class ShortTermMemory:
         live_key = server_k or user_k
         if ctx._deletion_seq is None:
             ctx._deletion_seq = self._deletion_seq
-        entry = await self._live(live_key)
+        try:
+            entry = await self._live(live_key)
+        except _Unavailable:
+            entry = None  # the turn goes on without this channel's distilled memory
         group = group_of(
             "user" if server_k is None else "server", ctx.server_id, ctx.user_id, ctx.persona_id
         )
@@ -560,12 +569,19 @@ class ShortTermMemory:
             if k is not None
         ]
         entries = []
+        unavailable = False
         for key in keys:
-            entry = await self._live(key)
+            try:
+                entry = await self._live(key)
+            except _Unavailable:
+                # Upgrading without the row would overwrite what it holds (its
+                # contributors among it) with a guess.
+                unavailable = True
+                continue
             if entry is None:
                 entry = self._new_entry(key, ctx, self.clock(), hydrated=True)
             entries.append(entry)
-        if any(not e.hydrated for e in entries):
+        if unavailable or any(not e.hydrated for e in entries):
             return _refused(
                 f"{TOOL_NAME} could not be applied: the memory store is unavailable "
                 "right now. Nothing was saved."
@@ -733,7 +749,11 @@ class ShortTermMemory:
     async def get_entry(self, key: str) -> MemoryEntry | None:
         """A snapshot of what is held under a scope key, or None (expired entries too)."""
         parse_key(key)
-        entry = await self._live(key)
+        try:
+            entry = await self._live(key)
+        except _Unavailable:
+            # The store cannot be read: show what is held in memory (captures go on).
+            entry = self.cache.get(key)
         if entry is None or (
             not entry.messages
             and not entry.distilled
@@ -772,6 +792,10 @@ class ShortTermMemory:
             updated_at=datetime.fromtimestamp(entry.updated_at, UTC),
             expires_at=datetime.fromtimestamp(expires, UTC),
         )
+
+
+class _Unavailable(Exception):
+    """The durable row of a key could not be read (store down, or overtaken by deletions)."""
 
 
 def _refused(message: str) -> ToolResult:
