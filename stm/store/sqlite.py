@@ -154,6 +154,7 @@ class SQLiteStore:
             await db.execute("PRAGMA foreign_keys = ON")
             await db.execute("PRAGMA secure_delete = ON")
             await self._migrate()
+            await self._check_writable()
         except sqlite3.DatabaseError as exc:
             raise StoreError(
                 f"short-term memory database {self.path!r} cannot be used: {exc}"
@@ -182,6 +183,27 @@ class SQLiteStore:
             except BaseException:
                 await self._db.execute("ROLLBACK")
                 raise
+
+    async def _check_writable(self) -> None:
+        """Fail now rather than at the first write when the file can only be read (a
+        read-only file opens without complaint)."""
+        version = int(await self._scalar("PRAGMA user_version"))
+        try:
+            await self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                return  # another process writes now: a passing lock, handled at run time
+            raise
+        try:
+            await self._db.execute(f"PRAGMA user_version = {version}")
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY:
+                raise
+            raise StoreError(
+                f"short-term memory database {self.path!r} is read-only: {exc}"
+            ) from exc
+        finally:
+            await self._db.execute("ROLLBACK")
 
     async def schema_version(self) -> int:
         """The ``PRAGMA user_version`` of the file."""
@@ -346,13 +368,22 @@ class SQLiteStore:
 
     async def load_server_settings(self) -> dict[int, str]:
         """Every stored server's settings JSON."""
-        async with self._db.execute("SELECT server_id, settings FROM stm_server_settings") as cur:
-            return {int(server): str(settings) for server, settings in await cur.fetchall()}
+        rows = await self._load("SELECT server_id, settings FROM stm_server_settings")
+        return {int(server): str(settings) for server, settings in rows}
 
     async def load_opt_outs(self) -> set[int]:
         """Every user who opted out."""
-        async with self._db.execute("SELECT user_id FROM stm_user_opt_outs") as cursor:
-            return {int(row[0]) for row in await cursor.fetchall()}
+        return {int(row[0]) for row in await self._load("SELECT user_id FROM stm_user_opt_outs")}
+
+    async def _load(self, sql: str) -> list[Any]:
+        # Start-up reads: a damaged file must surface as a StoreError naming it.
+        try:
+            async with self._db.execute(sql) as cursor:
+                return list(await cursor.fetchall())
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"short-term memory database {self.path!r} cannot be read: {exc}"
+            ) from exc
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement outside the batch path (inspection, tests); return its rows."""
