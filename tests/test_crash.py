@@ -1,0 +1,218 @@
+"""Crash safety: SIGKILL a writer process at random moments, reopen, check what it promised.
+
+After every kill the database must pass ``PRAGMA integrity_check``; every
+summary the writer acknowledged must be there unless a later acknowledged
+upgrade or a later delete replaced it; nothing a completed delete removed may
+be there unless written again after it; and nothing refused may be there.
+Only the operation in flight at the kill may have gone either way.
+
+STM_STRESS=1 runs hundreds of cycles; STM_SEED replays one sequence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import scaled, seed_for
+
+WRITER = Path(__file__).with_name("crash_writer.py")
+ROOT = WRITER.parent.parent
+
+
+@dataclass
+class Row:
+    summary: str
+    contributors: set[int]
+    server: int | None
+
+
+Model = dict[str, Row]
+# A row's key, scope, user id, server id and channel id.
+Identity = tuple[str, str, int | None, int | None, int]
+
+
+@dataclass
+class History:
+    """Everything the writers logged, over all cycles, in order."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def last_write(self, key: str) -> int:
+        for i in range(len(self.events) - 1, -1, -1):
+            event = self.events[i]
+            if event["e"] in ("capture", "attempt") and key in event["keys"]:
+                return i
+        return -1
+
+    def last_completed_delete(self, identity: Identity) -> int:
+        _, scope, user, server, channel = identity
+        for i in range(len(self.events) - 1, -1, -1):
+            event = self.events[i]
+            if event["e"] == "cleared" and event["channel"] == channel:
+                return i
+            if (
+                event["e"] == "purged"
+                and scope == "user"
+                and user == event["user"]
+                and (event["server"] is None or event["server"] == server)
+            ):
+                return i
+        return -1
+
+
+def read_log(path: Path, start: int) -> list[dict[str, Any]]:
+    lines = path.read_text().splitlines()[start:]
+    events = []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            # Only the very last line can be torn by the kill.
+            assert line is lines[-1], f"torn line in the middle of the log: {line!r}"
+    return events
+
+
+def apply_event(model: Model, event: dict[str, Any], attempt: dict[str, Any] | None) -> None:
+    kind = event["e"]
+    if kind == "ack":
+        assert attempt is not None and attempt["text"] == event["text"]
+        for key, row in event["rows"].items():
+            model[key] = Row(event["text"], set(row["contributors"]), row["server"])
+    elif kind in ("clear", "cleared"):
+        for key in [k for k in model if int(k.split(":")[3]) == event["channel"]]:
+            del model[key]
+    elif kind in ("purge", "purged"):
+        user, server = event["user"], event["server"]
+        for key, row in list(model.items()):
+            if server is not None and row.server != server:
+                continue
+            own = key.startswith(f"shortterm:user:{user}:")
+            if own or user in row.contributors:
+                del model[key]
+
+
+def expected_states(baseline: Model, events: list[dict[str, Any]]) -> list[Model]:
+    """The states the database may be in: all completed operations applied, and the one in
+    flight at the kill either applied or not."""
+    model = {k: Row(r.summary, set(r.contributors), r.server) for k, r in baseline.items()}
+    pending: dict[str, Any] | None = None
+    for event in events:
+        kind = event["e"]
+        if kind in ("attempt", "clear", "purge"):
+            pending = event
+        elif kind in ("ack", "cleared", "purged"):
+            apply_event(model, event, pending)
+            pending = None
+        elif kind == "refused":
+            pending = None
+    if pending is None:
+        return [model]
+    applied = {k: Row(r.summary, set(r.contributors), r.server) for k, r in model.items()}
+    if pending["e"] == "attempt":
+        for key in pending["keys"]:
+            old = applied.get(key)
+            server = int(key.split(":")[2]) if key.startswith("shortterm:server:") else None
+            if old is not None:
+                server = old.server
+            applied[key] = Row(pending["text"], set(), server)
+    else:
+        apply_event(applied, pending, None)
+    return [model, applied]
+
+
+def database_state(db_path: Path) -> tuple[Model, list[Identity]]:
+    with contextlib.closing(sqlite3.connect(str(db_path))) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert db.execute("PRAGMA foreign_key_check").fetchall() == []
+        rows = db.execute(
+            "SELECT id, key, scope, user_id, server_id, channel_id, summary "
+            "FROM short_term_memories"
+        ).fetchall()
+        contributors: dict[int, set[int]] = {}
+        for user, memory_id in db.execute(
+            "SELECT user_id, memory_id FROM short_term_memory_contributors"
+        ):
+            contributors.setdefault(memory_id, set()).add(user)
+    model = {
+        key: Row(summary, contributors.get(rid, set()), server)
+        for rid, key, _, _, server, _, summary in rows
+        if summary is not None
+    }
+    identities = [
+        (key, scope, user, server, channel) for _, key, scope, user, server, channel, _ in rows
+    ]
+    return model, identities
+
+
+def summaries(model: Model) -> dict[str, str]:
+    return {key: row.summary for key, row in model.items()}
+
+
+def wait_for_start(log_path: Path, start: int, proc: subprocess.Popen[bytes]) -> None:
+    """Block until the writer logged that it is open (bounded, never asserted on time)."""
+    for _ in range(3000):
+        if proc.poll() is not None:
+            raise AssertionError(f"the writer exited early: {proc.stderr.read()!r}")  # type: ignore[union-attr]
+        if log_path.exists() and any(e["e"] == "start" for e in read_log(log_path, start)):
+            return
+        time.sleep(0.01)
+    raise AssertionError("the writer never started")
+
+
+def test_sigkill_at_random_moments_keeps_every_promise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kill, reopen, check; many times over one database."""
+    cycles = scaled(24, 300)
+    seed = seed_for("crash")
+    rng = random.Random(seed)
+    db_path, log_path = tmp_path / "stm.sqlite3", tmp_path / "writer.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    baseline: Model = {}
+    history = History()
+    acks = deletes = 0
+    for cycle in range(cycles):
+        start = len(log_path.read_text().splitlines()) if log_path.exists() else 0
+        proc = subprocess.Popen(
+            [sys.executable, str(WRITER), str(db_path), str(log_path), str(seed * 1000 + cycle)],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            wait_for_start(log_path, start, proc)
+            time.sleep(rng.uniform(0.0, 0.3))
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            assert proc.stderr is not None
+            proc.stderr.close()
+        assert proc.returncode == -signal.SIGKILL, "the writer died before it was killed"
+        events = read_log(log_path, start)
+        history.events.extend(events)
+        acks += sum(e["e"] == "ack" for e in events)
+        deletes += sum(e["e"] in ("cleared", "purged") for e in events)
+        actual, identities = database_state(db_path)
+        allowed = expected_states(baseline, events)
+        where = f"(seed {seed}, cycle {cycle}; replay with STM_SEED={seed})"
+        assert summaries(actual) in [summaries(m) for m in allowed], where
+        for identity in identities:
+            deleted_at = history.last_completed_delete(identity)
+            assert history.last_write(identity[0]) > deleted_at, f"{identity[0]} came back {where}"
+        baseline = actual
+    with capsys.disabled():
+        print(
+            f"\ncrash safety: {cycles} SIGKILL cycles, {acks} acknowledged upgrades and "
+            f"{deletes} completed deletes checked (seed {seed})"
+        )
