@@ -526,14 +526,21 @@ class ShortTermMemory:
         live_key = server_k or user_k
         if ctx._deletion_seq is None:
             ctx._deletion_seq = self._deletion_seq
-        try:
-            entry = await self._live(live_key)
-        except _Unavailable:
-            entry = None  # the turn goes on without this channel's distilled memory
         group = group_of(
             "user" if server_k is None else "server", ctx.server_id, ctx.user_id, ctx.persona_id
         )
-        await self._warm(group)
+        entry: Entry | None = None
+        for _ in range(3):
+            try:
+                entry = await self._live(live_key)
+            except _Unavailable:
+                entry = None  # the turn goes on without this channel's distilled memory
+            await self._warm(group)
+            # While _warm read, the entry may have been cleared, purged or evicted (and
+            # then missed by a purge): render only what the cache still holds.
+            if entry is None or self.cache.peek(live_key) is entry:
+                break
+            entry = None
         now = self.clock()
         if entry is not None and self.cache.is_expired(entry, now):
             entry = None
