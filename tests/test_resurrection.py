@@ -1,0 +1,429 @@
+"""No resurrection: nothing deleted is ever visible again unless written after the delete.
+
+A seeded scheduler runs batches of operations as concurrent tasks that race
+(each waits a random number of event-loop turns first): captures, upgrades
+(some after a build_context of the same turn), channel clears, user purges
+with and without a server, reads; between batches, janitor passes after the
+clock moves, flushes and restarts (close and reopen). The cache holds only a
+few keys, so entries are evicted and hydrated again all the time.
+
+Every text written is a unique token. A small model, written from the
+contract and not from the code, says when a token dies:
+
+- a channel clear kills every token of that channel written before it;
+- a user purge (within its server, if it names one) kills the crude messages
+  of the user's turns and the summaries the user certainly contributed to:
+  the upgrading user, users whose turns were certainly in the window, and the
+  contributors of the summary it certainly rolled over;
+- inactivity past the longest TTL kills a key's tokens.
+
+After every batch: no dead token in any cache entry, in what get_entry and
+build_context returned, or (after a flush) in any database row; no token of
+a refused upgrade anywhere. "Certainly" keeps the model conservative: when
+it cannot be sure a user contributed, it does not demand the summary go.
+
+STM_STRESS=1 runs many more batches; STM_SEED replays one run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import Clock, scaled, seed_for
+
+from stm import (
+    DialogueMessage,
+    GenerationFinished,
+    ShortTermMemory,
+    STMConfig,
+    TurnContext,
+)
+
+TOKEN = re.compile(r"qz(\d+)x")
+USERS = (1, 2, 3)
+SERVERS = {100: (10, 11, 12), 200: (20, 21)}
+PRIVATE = {12}
+CRUDE_TTL_HOURS, SUMMARY_TTL_HOURS = 1.0, 2.0
+LONGEST_TTL = SUMMARY_TTL_HOURS * 3600
+
+
+@dataclass
+class Token:
+    n: int
+    kind: str  # "crude" or "summary"
+    keys: tuple[str, ...]
+    channel: int
+    server: int | None
+    user: int  # whose turn wrote it
+    begin: int
+    end: int | None = None
+    status: str = "pending"  # "ok", "refused"
+    # Per key: users certainly among the contributors of this summary there.
+    contrib: dict[str, set[int]] = field(default_factory=dict)
+
+
+@dataclass
+class Deletion:
+    t: int
+    kind: str  # "channel", "purge", "expire", "restart", "removed"
+    channel: int | None = None
+    user: int | None = None
+    server: int | None = None
+    key: str | None = None
+
+
+def key_server(key: str) -> int | None:
+    return int(key.split(":")[2]) if key.startswith("shortterm:server:") else None
+
+
+def key_channel(key: str) -> int:
+    return int(key.split(":")[3])
+
+
+class Model:
+    """What must be gone, from the contract's rules."""
+
+    def __init__(self) -> None:
+        self.t = 0
+        self.tokens: dict[int, Token] = {}
+        self.events: list[Deletion] = []
+        self.activity: dict[str, float] = {}
+        self.key_servers: dict[str, int | None] = {}
+
+    def tick(self) -> int:
+        self.t += 1
+        return self.t
+
+    def token(self, kind: str, keys: tuple[str, ...], ctx: TurnContext) -> Token:
+        n = len(self.tokens) + 1
+        token = Token(n, kind, keys, ctx.channel_id, ctx.server_id, ctx.user_id, self.tick())
+        self.tokens[n] = token
+        return token
+
+    def applies(self, event: Deletion, key: str, *, window: bool) -> bool:
+        """Does ``event`` break what is known about ``key``'s window (or distilled content)?"""
+        if event.kind == "channel":
+            return event.channel == key_channel(key)
+        if event.kind == "purge":
+            return event.server is None or event.server == key_server(key)
+        if event.kind == "expire":
+            return event.key == key
+        if event.kind in ("restart", "removed"):
+            return window and (event.key is None or event.key == key)
+        return False
+
+    def broken(self, key: str, after: int, until: int, *, window: bool) -> bool:
+        return any(after < e.t < until and self.applies(e, key, window=window) for e in self.events)
+
+    def settle_upgrade(self, token: Token) -> None:
+        """Work out who certainly contributed to a successful upgrade, per key."""
+        assert token.end is not None
+        for key in token.keys:
+            certain = {token.user}
+            for other in self.tokens.values():
+                if (
+                    other.kind == "crude"
+                    and key in other.keys
+                    and other.end is not None
+                    and other.end < token.begin
+                    and not self.broken(key, other.end, token.end, window=True)
+                ):
+                    certain.add(other.user)
+            previous = self.previous_upgrade(token, key)
+            if previous is not None:
+                certain |= previous.contrib.get(key, set())
+            token.contrib[key] = certain
+
+    def previous_upgrade(self, token: Token, key: str) -> Token | None:
+        """The summary ``token`` certainly rolled over on ``key``, if one is certain."""
+        assert token.end is not None
+        done = [
+            u
+            for u in self.tokens.values()
+            if u.kind == "summary" and key in u.keys and u.status == "ok" and u is not token
+            and u.end is not None and u.end < token.begin
+        ]  # fmt: skip
+        if not done:
+            return None
+        previous = max(done, key=lambda u: u.end or 0)
+        assert previous.end is not None
+        others = [
+            u
+            for u in self.tokens.values()
+            if u.kind == "summary" and key in u.keys and u is not token and u is not previous
+            and u.begin < token.end and (u.end is None or u.end > previous.begin)
+        ]  # fmt: skip
+        if others or self.broken(key, previous.end, token.end, window=False):
+            return None
+        return previous
+
+    def dead(self, token: Token, key: str, at: int) -> bool:
+        """Is ``token`` certainly gone from ``key`` at time ``at``?"""
+        for event in self.events:
+            if not token.begin < event.t <= at:
+                continue
+            if event.kind == "channel" and event.channel == token.channel:
+                return True
+            if event.kind == "expire" and event.key == key:
+                return True
+            if event.kind == "purge" and (event.server is None or event.server == key_server(key)):
+                if token.kind == "crude" and token.user == event.user:
+                    return True
+                if token.kind == "summary" and event.user in token.contrib.get(key, set()):
+                    return True
+        return False
+
+    def violations(self, text: str, keys: list[str], at: int, where: str) -> list[str]:
+        """Tokens in ``text`` (read from one of ``keys``) that must not be there."""
+        found = []
+        for match in TOKEN.finditer(text):
+            token = self.tokens[int(match.group(1))]
+            if token.status == "refused":
+                found.append(f"refused upgrade qz{token.n}x visible in {where}")
+                continue
+            candidates = [k for k in token.keys if k in keys] or list(token.keys)
+            if all(self.dead(token, k, at) for k in candidates):
+                found.append(f"dead {token.kind} qz{token.n}x visible in {where}")
+        return found
+
+
+class Run:
+    """One seeded run against one database."""
+
+    def __init__(self, db_path: Path, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.clock = Clock(1_700_000_000.0)
+        self.config = STMConfig(
+            database=str(db_path),
+            cache_max_keys=6,
+            max_messages_per_channel=1000,
+            crude_ttl_hours=CRUDE_TTL_HOURS,
+            summary_ttl_hours=SUMMARY_TTL_HOURS,
+            max_other_channels=3,
+            write_behind_seconds=0.01,
+            delete_retry_seconds=0.01,
+            janitor_interval_minutes=10_000,
+        )
+        self.db_path = db_path
+        self.model = Model()
+        self.memory: ShortTermMemory | None = None
+        self.batches = self.operations = self.restarts = 0
+        self.failures: list[str] = []
+
+    # -- the memory under test ------------------------------------------------
+    async def open(self) -> None:
+        memory = await ShortTermMemory.open(self.config, clock=self.clock)
+        remove = memory.cache.remove
+        model = self.model
+
+        def observed_remove(key: str) -> object:
+            # Every drop of a key from the cache (eviction, clear, expiry) loses its crude
+            # window: the model stops assuming what was in it.
+            model.events.append(Deletion(model.tick(), "removed", key=key))
+            return remove(key)
+
+        memory.cache.remove = observed_remove  # type: ignore[method-assign]
+        self.memory = memory
+
+    @property
+    def m(self) -> ShortTermMemory:
+        assert self.memory is not None
+        return self.memory
+
+    def context(self) -> TurnContext:
+        user = self.rng.choice(USERS)
+        persona = 5 if self.rng.random() < 0.2 else None
+        if self.rng.random() < 0.2:
+            return TurnContext(user_id=user, channel_id=90 + user, persona_id=persona)
+        server = self.rng.choice(list(SERVERS))
+        channel = self.rng.choice(SERVERS[server])
+        return TurnContext(
+            user_id=user,
+            channel_id=channel,
+            server_id=server,
+            persona_id=persona,
+            channel_is_private=channel in PRIVATE,
+        )
+
+    @staticmethod
+    def keys(ctx: TurnContext) -> tuple[str, ...]:
+        suffix = "" if ctx.persona_id is None else f":{ctx.persona_id}"
+        keys = [f"shortterm:user:{ctx.user_id}:{ctx.channel_id}{suffix}"]
+        if ctx.server_id is not None:
+            keys.append(f"shortterm:server:{ctx.server_id}:{ctx.channel_id}{suffix}")
+        return tuple(keys)
+
+    def active(self, keys: tuple[str, ...]) -> None:
+        for key in keys:
+            self.model.activity[key] = self.clock.now
+
+    # -- operations (each runs as its own task) --------------------------------
+    async def jitter(self) -> None:
+        for _ in range(self.rng.randrange(4)):
+            await asyncio.sleep(0)
+
+    async def capture(self) -> None:
+        ctx, wait = self.context(), self.rng.randrange(4)
+        for _ in range(wait):
+            await asyncio.sleep(0)
+        keys = self.keys(ctx)
+        token = self.model.token("crude", keys, ctx)
+        self.active(keys)
+        await self.m.capture(
+            GenerationFinished(
+                context=ctx,
+                messages=[
+                    DialogueMessage(
+                        role="user", content=f"said qz{token.n}x", author_id=ctx.user_id
+                    )
+                ],
+            )
+        )
+        token.end, token.status = self.model.tick(), "ok"
+
+    async def upgrade(self) -> None:
+        ctx, turn_first = self.context(), self.rng.random() < 0.5
+        await self.jitter()
+        keys = self.keys(ctx)
+        token = self.model.token("summary", keys, ctx)
+        self.active(keys)
+        if turn_first:
+            context = await self.m.build_context(ctx)
+            self.check(str(context), ctx, "build_context before an upgrade")
+            await self.jitter()
+        result = await self.m.run_tool(ctx, {"summary": f"summary qz{token.n}x"})
+        token.end = self.model.tick()
+        token.status = "ok" if result.success else "refused"
+        if result.success:
+            self.model.settle_upgrade(token)
+
+    async def clear(self) -> None:
+        channel = self.rng.choice([c for cs in SERVERS.values() for c in cs] + [91, 92])
+        await self.jitter()
+        self.model.events.append(Deletion(self.model.tick(), "channel", channel=channel))
+        await self.m.clear_short_term_memory_for_channel(channel)
+
+    async def purge(self) -> None:
+        user = self.rng.choice(USERS)
+        server = self.rng.choice([None, None, *SERVERS])
+        await self.jitter()
+        self.model.events.append(Deletion(self.model.tick(), "purge", user=user, server=server))
+        await self.m.clear_short_term_memory_for_user(user, server)
+
+    async def read(self) -> None:
+        ctx = self.context()
+        await self.jitter()
+        if self.rng.random() < 0.5:
+            self.check(str(await self.m.build_context(ctx)), ctx, "build_context")
+        else:
+            key = self.rng.choice(self.keys(ctx))
+            entry = await self.m.get_entry(key)
+            if entry is not None:
+                text = " ".join([m.content for m in entry.messages] + [entry.summary or ""])
+                text += " ".join(entry.categories.values())
+                self.failures += self.model.violations(text, [key], self.model.tick(), key)
+
+    def check(self, text: str, ctx: TurnContext, where: str) -> None:
+        # A server channel renders server-scope memory; a DM renders the user's own.
+        scope = "user" if ctx.server_id is None else "server"
+        keys = [k for t in self.model.tokens.values() for k in t.keys if k.split(":")[1] == scope]
+        self.failures += self.model.violations(text, keys, self.model.tick(), where)
+
+    # -- steps ----------------------------------------------------------------
+    async def batch(self) -> None:
+        ops = [self.capture, self.capture, self.upgrade, self.upgrade, self.read, self.read]
+        ops += [self.clear, self.purge]
+        chosen = [self.rng.choice(ops) for _ in range(self.rng.randint(1, 4))]
+        await asyncio.gather(*(op() for op in chosen))
+        self.batches += 1
+        self.operations += len(chosen)
+        self.scan_cache()
+
+    def scan_cache(self) -> None:
+        at = self.model.tick()
+        for entry in self.m.cache:
+            if self.m.cache.is_expired(entry):
+                continue
+            text = " ".join(m.content for m in entry.messages)
+            text += " " + (entry.summary or "") + " " + " ".join(entry.categories.values())
+            self.failures += self.model.violations(text, [entry.key], at, f"cache {entry.key}")
+
+    async def time_passes(self) -> None:
+        self.clock.advance(hours=self.rng.choice((0.1, 0.5, 1.1, 2.1)))
+        at = self.model.tick()
+        for key, last in self.model.activity.items():
+            if self.clock.now >= last + LONGEST_TTL:
+                self.model.events.append(Deletion(at, "expire", key=key))
+        await self.m.run_janitor()
+        self.scan_cache()
+
+    async def flush_and_check_rows(self) -> None:
+        at = self.model.tick()
+        await self.m.flush()
+        with contextlib.closing(sqlite3.connect(str(self.db_path))) as db:
+            rows = db.execute("SELECT key, summary, categories FROM short_term_memories").fetchall()
+        for key, summary, categories in rows:
+            text = f"{summary or ''} {categories}"
+            self.failures += self.model.violations(text, [key], at, f"row {key}")
+
+    async def restart(self) -> None:
+        await self.m.close()
+        self.model.events.append(Deletion(self.model.tick(), "restart"))
+        await self.open()
+        self.restarts += 1
+        await self.flush_and_check_rows()
+
+    async def go(self, batches: int) -> None:
+        await self.open()
+        try:
+            for _ in range(batches):
+                roll = self.rng.random()
+                if roll < 0.04:
+                    await self.time_passes()
+                elif roll < 0.08:
+                    await self.flush_and_check_rows()
+                elif roll < 0.10:
+                    await self.restart()
+                else:
+                    await self.batch()
+                if self.failures:
+                    break
+            await self.flush_and_check_rows()
+        finally:
+            await self.m.close()
+
+
+async def test_nothing_deleted_comes_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seeded races of writes, deletes, evictions, expiry and restarts never bring back
+    what was deleted."""
+    base = seed_for("resurrection")
+    runs, per_run = scaled(6, 40), scaled(500, 1500)
+    totals = {"batches": 0, "operations": 0, "restarts": 0, "tokens": 0, "deletions": 0}
+    for i in range(runs):
+        run = Run(tmp_path / f"run{i}.sqlite3", base + i)
+        await run.go(per_run)
+        assert not run.failures, (
+            f"seed {run.seed} (replay with STM_SEED={run.seed}): {run.failures[:5]}"
+        )
+        totals["batches"] += run.batches
+        totals["operations"] += run.operations
+        totals["restarts"] += run.restarts
+        totals["tokens"] += len(run.model.tokens)
+        totals["deletions"] += sum(e.kind in ("channel", "purge") for e in run.model.events)
+    with capsys.disabled():
+        print(
+            f"\nno resurrection: {totals['batches']} concurrent interleavings "
+            f"({totals['operations']} operations, {totals['deletions']} clears and purges, "
+            f"{totals['restarts']} restarts, {totals['tokens']} tokens) over {runs} seeds "
+            f"from {base}"
+        )
