@@ -575,32 +575,40 @@ class ShortTermMemory:
             for k in turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
             if k is not None
         ]
-        entries = []
-        unavailable = False
-        for key in keys:
+        entries: list[Entry] = []
+        for _ in range(3):
             try:
-                entry = await self._live(key)
+                entries = [await self._entry_for_upgrade(key, ctx) for key in keys]
             except _Unavailable:
                 # Upgrading without the row would overwrite what it holds (its
                 # contributors among it) with a guess.
-                unavailable = True
-                continue
-            if entry is None:
-                entry = self._new_entry(key, ctx, self.clock(), hydrated=True)
-            entries.append(entry)
-        if unavailable or any(not e.hydrated for e in entries):
+                return _refused(
+                    f"{TOOL_NAME} could not be applied: the memory store is unavailable "
+                    "right now. Nothing was saved."
+                )
+            if self.closed or ctx.disable_short_term_memory_update:
+                return _refused(f"{TOOL_NAME} is not available any more in this turn.")
+            if any(e.deleted for e in entries) or self._overtaken(ctx):
+                return _refused(
+                    f"{TOOL_NAME} was not applied: this conversation's memory was "
+                    "cleared during the turn. Nothing was saved."
+                )
+            # Reading one key's row can evict the other key's entry when the cache is
+            # full; an upgrade of an entry the cache no longer holds would not be seen.
+            if all(self.cache.peek(e.key) is e for e in entries):
+                break
+        else:
             return _refused(
-                f"{TOOL_NAME} could not be applied: the memory store is unavailable "
-                "right now. Nothing was saved."
-            )
-        if self.closed or ctx.disable_short_term_memory_update:
-            return _refused(f"{TOOL_NAME} is not available any more in this turn.")
-        if any(e.deleted for e in entries) or self._overtaken(ctx):
-            return _refused(
-                f"{TOOL_NAME} was not applied: this conversation's memory was "
-                "cleared during the turn. Nothing was saved."
+                f"{TOOL_NAME} could not be applied: the memory is too busy right now. "
+                "Nothing was saved; you may try again later."
             )
         return await self._upgrade(ctx, settings, entries, values)
+
+    async def _entry_for_upgrade(self, key: str, ctx: TurnContext) -> Entry:
+        entry = await self._live(key)
+        if entry is None:
+            entry = self._new_entry(key, ctx, self.clock(), hydrated=True)
+        return entry
 
     def _overtaken(self, ctx: TurnContext) -> bool:
         """Was memory this turn saw cleared since the turn began? Its summary, written from

@@ -427,3 +427,27 @@ async def test_nothing_deleted_comes_back(
             f"{totals['restarts']} restarts, {totals['tokens']} tokens) over {runs} seeds "
             f"from {base}"
         )
+
+
+async def test_upgrade_never_raises_when_reading_one_key_evicts_the_other(
+    tmp_path: Path,
+) -> None:
+    """With a full cache, reading the server row can evict the user entry just read; the
+    upgrade then either lands in entries the cache holds or is refused, never raises."""
+    config = STMConfig(database=str(tmp_path / "stm.sqlite3"), write_behind_seconds=0.01)
+    ctx = TurnContext(user_id=1, channel_id=10, server_id=100)
+    async with ShortTermMemory.open(config.model_copy(update={"cache_max_keys": 1})) as memory:
+        result = await memory.run_tool(ctx, {"summary": "one key at a time"})
+        assert not result.success and "Nothing was saved" in result.message
+    async with ShortTermMemory.open(config.model_copy(update={"cache_max_keys": 3})) as memory:
+        for channel in (11, 12, 13):
+            await memory.capture(
+                GenerationFinished(
+                    context=ctx.model_copy(update={"channel_id": channel}),
+                    messages=[DialogueMessage(role="user", content="fill", author_id=1)],
+                )
+            )
+        result = await memory.run_tool(ctx.model_copy(), {"summary": "held"})
+        assert result.success, result.message
+        entry = await memory.get_entry("shortterm:server:100:10")
+        assert entry is not None and entry.summary == "held"
