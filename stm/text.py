@@ -32,7 +32,11 @@ def clean_value(text: str, limit: int) -> str:
 _MENTION = re.compile(r"<(@[!&]?|#)(\d+)>")
 _MENTION_NAMES = {"@": "@user-", "@!": "@user-", "@&": "@role-", "#": "#channel-"}
 _BROADCAST = re.compile(r"@(everyone|here)", re.IGNORECASE)
-_BRACKETS = str.maketrans({"[": "(", "]": ")", "\u27e6": "(", "\u27e7": ")"})
+# Square brackets and every character that NFKC folds into one (fullwidth, vertical
+# presentation forms): a model reads those as brackets too.
+_BRACKETS = str.maketrans(
+    dict.fromkeys("[\u27e6\uff3b\ufe47", "(") | dict.fromkeys("]\u27e7\uff3d\ufe48", ")")
+)
 
 
 def neutralize(text: str) -> str:
