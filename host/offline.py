@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +19,12 @@ from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
 __all__ = [
     "APPLICATION_ID",
-    "OfflineDiscord",
-    "Reply",
-    "RecordingAdapter",
     "VIEW_CHANNEL",
+    "OfflineDiscord",
+    "RecordingAdapter",
+    "Reply",
     "channel_payload",
+    "dm_channel_payload",
     "guild_payload",
     "option",
     "subcommand",
@@ -150,7 +150,7 @@ class RecordingAdapter(AsyncWebhookAdapter):
     requests: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
 
     async def request(self, route: Any, session: Any, **kwargs: Any) -> Any:
         payload: dict[str, Any] = kwargs.get("payload") or {}
@@ -211,12 +211,13 @@ class OfflineDiscord:
         self.adapter = RecordingAdapter()
         state = bot._connection
         state.user = discord.ClientUser(
-            state=state, data=user_payload(APPLICATION_ID, bot_name, bot=True)
+            state=state,
+            data=user_payload(APPLICATION_ID, bot_name, bot=True),  # type: ignore[arg-type]
         )
 
     def add_guild(self, payload: dict[str, Any]) -> discord.Guild:
         """Deliver a GUILD_CREATE and return the guild the bot now knows."""
-        self.bot._connection.parse_guild_create(payload)  # type: ignore[arg-type]
+        self.bot._connection.parse_guild_create(payload)
         guild = self.bot.get_guild(int(payload["id"]))
         if guild is None:
             raise RuntimeError("guild payload was not accepted")
@@ -312,9 +313,3 @@ class OfflineDiscord:
 def dm_channel_payload(channel_id: int, user: dict[str, Any]) -> dict[str, Any]:
     """A DM channel with ``user``."""
     return {"id": str(channel_id), "type": 1, "recipients": [user]}
-
-
-def ids() -> Iterator[int]:
-    """Fresh snowflakes."""
-    while True:
-        yield _snowflake()
