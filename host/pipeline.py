@@ -68,10 +68,10 @@ class ChatPipeline:
             raise RuntimeError("load the cogs.short_term_memory extension first")
         return memory
 
-    async def run_turn(
+    async def answer(
         self, ctx: TurnContext, text: str, *, history: Sequence[Message] = ()
     ) -> TurnRecord:
-        """Answer ``text`` from ``ctx``'s user, then dispatch ``generation_finished``."""
+        """Answer ``text`` from ``ctx``'s user; call ``finished`` once the reply is out."""
         memory = self.memory
         ctx.user_text = text
         # The intent gate: an explicit "remember this" is long-term memory's job, so the
@@ -98,5 +98,16 @@ class ChatPipeline:
                 ),
             ],
         )
-        self.bot.dispatch("generation_finished", event)
         return TurnRecord(context, messages, outcome, event)
+
+    def finished(self, record: TurnRecord) -> None:
+        """Tell the cog (and any other listener) that the turn's reply was delivered."""
+        self.bot.dispatch("generation_finished", record.event)
+
+    async def run_turn(
+        self, ctx: TurnContext, text: str, *, history: Sequence[Message] = ()
+    ) -> TurnRecord:
+        """Answer and dispatch at once, for hosts whose delivery cannot fail (demo, console)."""
+        record = await self.answer(ctx, text, history=history)
+        self.finished(record)
+        return record

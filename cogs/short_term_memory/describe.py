@@ -45,6 +45,8 @@ def describe_memory(
             f"You paused short-term memory: {bot_name} does not remember your new messages "
             "(`/memory resume` to undo)."
         )
+    if shared is not None and not (shared.summary or shared.categories):
+        shared = None
     if own is None and shared is None:
         lines.append(f"{bot_name} holds no short-term memory about you in this channel.")
         return "\n".join(lines)
@@ -63,7 +65,7 @@ def describe_memory(
                 content = discord.utils.escape_markdown(message.content.replace("\n", " "))
                 lines.append(f"> **{discord.utils.escape_markdown(speaker)}:** {content}")
         lines.append(f"Expires {_when(own.expires_at)} unless the conversation continues.")
-    if shared is not None and (shared.summary or shared.categories):
+    if shared is not None:
         lines.append("")
         lines.append("**Shared notes of this channel** (seen by everyone talking here)")
         lines.extend(_distilled(shared, labels))
