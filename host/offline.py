@@ -79,6 +79,8 @@ def channel_payload(
         ]
     if kind in (11, 12):
         data["owner_id"] = "1"
+        data["message_count"] = 0
+        data["member_count"] = 1
         data["thread_metadata"] = {
             "archived": False,
             "auto_archive_duration": 1440,
