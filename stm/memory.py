@@ -364,12 +364,13 @@ class ShortTermMemory:
         for key in keys:
             self._hydrating[key] = task
 
-    async def _hydrate(self, keys: list[str]) -> None:
-        """Read the rows of ``keys`` and merge them into the cache (inserting missing ones)."""
+    async def _hydrate(self, keys: list[str]) -> bool:
+        """Read the rows of ``keys`` and merge them into the cache (inserting missing ones);
+        False when they could not be read."""
         rows = await self._read(LoadRows(tuple(keys), *self._thresholds()), keys)
         try:
             if rows is None:
-                return
+                return False
             found = {row.key: row for row in rows}
             for key in keys:
                 row = found.get(key)
@@ -378,6 +379,7 @@ class ShortTermMemory:
                     self._merge(entry, row)
                 elif entry is None and row is not None:
                     self._put(self._entry_from(row), touched=False)
+            return True
         finally:
             for key in keys:
                 if self._hydrating.get(key) is asyncio.current_task():
@@ -447,7 +449,8 @@ class ShortTermMemory:
         )
 
     async def _live(self, key: str) -> Entry | None:
-        """The hydrated entry under ``key``, reading its row on a miss."""
+        """The hydrated entry under ``key`` (None when there is none), reading its row if
+        needed; raises _Unavailable when the row cannot be read."""
         for _ in range(3):
             pending = self._hydrating.get(key)
             if pending is not None:
@@ -455,12 +458,12 @@ class ShortTermMemory:
             entry = self.cache.get(key)
             if entry is not None and entry.hydrated:
                 return entry
-            if entry is None and key not in self._hydrating:
-                await self._hydrate([key])
-                entry = self.cache.get(key)
-                if entry is None or entry.hydrated:
-                    return entry
-        return None
+            if pending is None and not await self._hydrate([key]):
+                raise _Unavailable(key)
+            entry = self.cache.get(key)
+            if entry is None or entry.hydrated:
+                return entry
+        raise _Unavailable(key)
 
     async def _warm(self, group: GroupKey) -> None:
         """Load the newest rows of a recall group once per process (after a restart)."""
@@ -520,7 +523,10 @@ class ShortTermMemory:
         live_key = server_k or user_k
         if ctx._deletion_seq is None:
             ctx._deletion_seq = self._deletion_seq
-        entry = await self._live(live_key)
+        try:
+            entry = await self._live(live_key)
+        except _Unavailable:
+            entry = None  # the store is down: answer from what the cache holds
         group = group_of(
             "user" if server_k is None else "server", ctx.server_id, ctx.user_id, ctx.persona_id
         )
@@ -560,12 +566,13 @@ class ShortTermMemory:
             if k is not None
         ]
         entries = []
-        for key in keys:
-            entry = await self._live(key)
-            if entry is None:
-                entry = self._new_entry(key, ctx, self.clock(), hydrated=True)
-            entries.append(entry)
-        if any(not e.hydrated for e in entries):
+        try:
+            for key in keys:
+                entry = await self._live(key)
+                if entry is None:
+                    entry = self._new_entry(key, ctx, self.clock(), hydrated=True)
+                entries.append(entry)
+        except _Unavailable:
             return _refused(
                 f"{TOOL_NAME} could not be applied: the memory store is unavailable "
                 "right now. Nothing was saved."
@@ -702,7 +709,6 @@ class ShortTermMemory:
             if user_id in entry.contributors:
                 entry.summary, entry.categories, entry.contributors = None, {}, set()
                 entry.version += 1
-            self._warmed.discard(entry.group)
         op = PurgeUser(user_id, server_id)
         self._record(op)
         where = "everywhere" if server_id is None else f"in server {server_id}"
@@ -733,7 +739,10 @@ class ShortTermMemory:
     async def get_entry(self, key: str) -> MemoryEntry | None:
         """A snapshot of what is held under a scope key, or None (expired entries too)."""
         parse_key(key)
-        entry = await self._live(key)
+        try:
+            entry = await self._live(key)
+        except _Unavailable:
+            entry = self.cache.get(key)  # what is held in memory, without its durable part
         if entry is None or (
             not entry.messages
             and not entry.distilled
@@ -772,6 +781,10 @@ class ShortTermMemory:
             updated_at=datetime.fromtimestamp(entry.updated_at, UTC),
             expires_at=datetime.fromtimestamp(expires, UTC),
         )
+
+
+class _Unavailable(Exception):
+    """The durable row of a key could not be read."""
 
 
 def _refused(message: str) -> ToolResult:
