@@ -94,10 +94,10 @@ class ShortTermMemory:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._hydrating: dict[str, asyncio.Task[None]] = {}
         self._warmed: set[GroupKey] = set()
-        # Deletions since the oldest hydration in flight: applied to rows read before them.
-        self._deletions: list[tuple[int, Deletion]] = []
+        # Recent deletions, so that work begun before one of them (a read in flight, a
+        # turn's upgrade) can tell whether it was overtaken.
+        self._deletions: deque[tuple[int, Deletion]] = deque(maxlen=4096)
         self._deletion_seq = 0
-        self._in_flight = 0
         self._janitor: asyncio.Task[None] | None = None
         self.closed = False
 
@@ -364,12 +364,13 @@ class ShortTermMemory:
         for key in keys:
             self._hydrating[key] = task
 
-    async def _hydrate(self, keys: list[str]) -> None:
-        """Read the rows of ``keys`` and merge them into the cache (inserting missing ones)."""
+    async def _hydrate(self, keys: list[str]) -> bool:
+        """Read the rows of ``keys`` and merge them into the cache (inserting missing ones);
+        False when they could not be read."""
         rows = await self._read(LoadRows(tuple(keys), *self._thresholds()), keys)
         try:
             if rows is None:
-                return
+                return False
             found = {row.key: row for row in rows}
             for key in keys:
                 row = found.get(key)
@@ -378,6 +379,7 @@ class ShortTermMemory:
                     self._merge(entry, row)
                 elif entry is None and row is not None:
                     self._put(self._entry_from(row), touched=False)
+            return True
         finally:
             for key in keys:
                 if self._hydrating.get(key) is asyncio.current_task():
@@ -387,25 +389,31 @@ class ShortTermMemory:
         """Run a read through the writer (so it is ordered after every earlier delete) and
         apply to its rows the deletions made while it was in flight."""
         since = self._deletion_seq
-        self._in_flight += 1
         try:
             rows: list[StoredRow] = await self.writer.submit(op, what=f"read of {len(keys)} keys")
         except Exception as exc:
             log.warning("short-term memory could not be read (%s): %s", ", ".join(keys[:3]), exc)
             return None
-        finally:
-            self._in_flight -= 1
+        later = self._deletions_since(since)
+        if later is None:
+            return None  # overtaken by more deletions than are remembered: read again later
         result = []
         for row in rows:
             kept: StoredRow | None = row
-            for seq, deletion in self._deletions:
-                if seq > since and kept is not None:
+            for deletion in later:
+                if kept is not None:
                     kept = _apply_deletion(kept, deletion)
             if kept is not None:
                 result.append(kept)
-        if self._in_flight == 0:
-            self._deletions.clear()
         return result
+
+    def _deletions_since(self, seq: int) -> list[Deletion] | None:
+        """Deletions made after ``seq``; None if some of them are no longer remembered."""
+        if seq == self._deletion_seq:
+            return []
+        if not self._deletions or self._deletions[0][0] > seq + 1:
+            return None
+        return [deletion for n, deletion in self._deletions if n > seq]
 
     def _merge(self, entry: Entry, row: StoredRow | None) -> None:
         entry.hydrated = True
@@ -441,7 +449,8 @@ class ShortTermMemory:
         )
 
     async def _live(self, key: str) -> Entry | None:
-        """The hydrated entry under ``key``, reading its row on a miss."""
+        """The hydrated entry under ``key`` (None when there is none), reading its row if
+        needed; raises _Unavailable when the row cannot be read."""
         for _ in range(3):
             pending = self._hydrating.get(key)
             if pending is not None:
@@ -449,12 +458,12 @@ class ShortTermMemory:
             entry = self.cache.get(key)
             if entry is not None and entry.hydrated:
                 return entry
-            if entry is None and key not in self._hydrating:
-                await self._hydrate([key])
-                entry = self.cache.get(key)
-                if entry is None or entry.hydrated:
-                    return entry
-        return None
+            if pending is None and not await self._hydrate([key]):
+                raise _Unavailable(key)
+            entry = self.cache.get(key)
+            if entry is None or entry.hydrated:
+                return entry
+        raise _Unavailable(key)
 
     async def _warm(self, group: GroupKey) -> None:
         """Load the newest rows of a recall group once per process (after a restart)."""
@@ -512,7 +521,12 @@ class ShortTermMemory:
             return PromptContext(nudge_depth=settings.nudge_depth)
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
         live_key = server_k or user_k
-        entry = await self._live(live_key)
+        if ctx._deletion_seq is None:
+            ctx._deletion_seq = self._deletion_seq
+        try:
+            entry = await self._live(live_key)
+        except _Unavailable:
+            entry = None  # the store is down: answer from what the cache holds
         group = group_of(
             "user" if server_k is None else "server", ctx.server_id, ctx.user_id, ctx.persona_id
         )
@@ -544,31 +558,47 @@ class ShortTermMemory:
         values = parse_arguments(arguments_model(settings.categories, limit), arguments, limit)
         if isinstance(values, str):
             return _refused(values)
+        if ctx._deletion_seq is None:
+            ctx._deletion_seq = self._deletion_seq
         keys = [
             k
             for k in turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
             if k is not None
         ]
         entries = []
-        for key in keys:
-            entry = await self._live(key)
-            if entry is None:
-                entry = self._new_entry(key, ctx, self.clock(), hydrated=True)
-            entries.append(entry)
-        if any(not e.hydrated for e in entries):
+        try:
+            for key in keys:
+                entry = await self._live(key)
+                if entry is None:
+                    entry = self._new_entry(key, ctx, self.clock(), hydrated=True)
+                entries.append(entry)
+        except _Unavailable:
             return _refused(
                 f"{TOOL_NAME} could not be applied: the memory store is unavailable "
                 "right now. Nothing was saved."
             )
-        if any(e.deleted for e in entries) or self._blocked_after_wait(ctx):
+        if self.closed or ctx.disable_short_term_memory_update:
+            return _refused(f"{TOOL_NAME} is not available any more in this turn.")
+        if any(e.deleted for e in entries) or self._overtaken(ctx):
             return _refused(
                 f"{TOOL_NAME} was not applied: this conversation's memory was "
                 "cleared during the turn. Nothing was saved."
             )
         return await self._upgrade(ctx, settings, entries, values)
 
-    def _blocked_after_wait(self, ctx: TurnContext) -> bool:
-        return self.closed or ctx.disable_short_term_memory_update
+    def _overtaken(self, ctx: TurnContext) -> bool:
+        """Was memory this turn saw cleared since the turn began? Its summary, written from
+        what the model saw, must not bring the cleared words back."""
+        later = self._deletions_since(ctx._deletion_seq or 0)
+        if later is None:
+            return True
+        for deletion in later:
+            if isinstance(deletion, DeleteChannel):
+                if deletion.channel_id == ctx.channel_id:
+                    return True
+            elif deletion.server_id is None or deletion.server_id == ctx.server_id:
+                return True
+        return False
 
     async def _upgrade(
         self,
@@ -635,8 +665,7 @@ class ShortTermMemory:
     # -- deletion -------------------------------------------------------------
     def _record(self, deletion: Deletion) -> None:
         self._deletion_seq += 1
-        if self._in_flight:
-            self._deletions.append((self._deletion_seq, deletion))
+        self._deletions.append((self._deletion_seq, deletion))
 
     async def clear_short_term_memory_for_channel(self, channel_id: int) -> int:
         """``/refresh``: forget every scope and persona of the channel; returns keys evicted.
@@ -680,7 +709,6 @@ class ShortTermMemory:
             if user_id in entry.contributors:
                 entry.summary, entry.categories, entry.contributors = None, {}, set()
                 entry.version += 1
-            self._warmed.discard(entry.group)
         op = PurgeUser(user_id, server_id)
         self._record(op)
         where = "everywhere" if server_id is None else f"in server {server_id}"
@@ -711,7 +739,10 @@ class ShortTermMemory:
     async def get_entry(self, key: str) -> MemoryEntry | None:
         """A snapshot of what is held under a scope key, or None (expired entries too)."""
         parse_key(key)
-        entry = await self._live(key)
+        try:
+            entry = await self._live(key)
+        except _Unavailable:
+            entry = self.cache.get(key)  # what is held in memory, without its durable part
         if entry is None or (
             not entry.messages
             and not entry.distilled
@@ -750,6 +781,10 @@ class ShortTermMemory:
             updated_at=datetime.fromtimestamp(entry.updated_at, UTC),
             expires_at=datetime.fromtimestamp(expires, UTC),
         )
+
+
+class _Unavailable(Exception):
+    """The durable row of a key could not be read."""
 
 
 def _refused(message: str) -> ToolResult:

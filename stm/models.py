@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 import pydantic
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PrivateAttr
 
 from .config import RenderMode
 
@@ -48,6 +48,8 @@ class TurnContext(BaseModel):
     user_text: str = ""
     explicit_memory_intent: bool = False
     disable_short_term_memory_update: bool = False
+    # How many deletions the memory had made when this turn first reached it.
+    _deletion_seq: int | None = PrivateAttr(default=None)
 
     @property
     def is_dm(self) -> bool:

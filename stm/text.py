@@ -38,6 +38,8 @@ _BRACKETS = str.maketrans({"[": "(", "]": ")", "\u27e6": "(", "\u27e7": ")"})
 def neutralize(text: str) -> str:
     """Make text safe inside a memory frame: no brackets that could close or forge one,
     no mention that could ping anyone, no invisible controls."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text.isprintable():
         text = "".join(
             ch

@@ -1,0 +1,131 @@
+"""Stage 01, passive capture: keys, window, counters, skips, and no round trips per turn."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from conftest import Opener, ctx, turn
+
+from stm import DialogueMessage, GenerationFinished, ShortTermMemory
+
+
+async def test_server_turn_is_captured_under_both_keys(memory: ShortTermMemory) -> None:
+    """A server turn lands in the user key and the server key."""
+    await memory.capture(turn(ctx(), "hello there", "hi!"))
+    for key in ("shortterm:user:1:10", "shortterm:server:100:10"):
+        entry = await memory.get_entry(key)
+        assert entry is not None
+        assert [m.content for m in entry.messages] == ["hello there", "hi!"]
+
+
+async def test_dm_turn_is_captured_only_under_the_user_key(memory: ShortTermMemory) -> None:
+    """A DM has no server key; the persona suffix appears when a persona is set."""
+    await memory.capture(turn(ctx(server=None, persona=7), "psst"))
+    assert await memory.get_entry("shortterm:user:1:10:7") is not None
+    assert await memory.get_entry("shortterm:user:1:10") is None
+    assert memory.cache.keys_of_channel(10) == ["shortterm:user:1:10:7"]
+
+
+async def test_window_keeps_the_newest_messages(open_memory: Opener) -> None:
+    """Only the newest max_messages_per_channel messages are kept."""
+    memory = await open_memory(max_messages_per_channel=3)
+    for i in range(5):
+        await memory.capture(turn(ctx(), f"q{i}", f"a{i}"))
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["a3", "q4", "a4"]
+
+
+async def test_capture_carries_distilled_content_forward(memory: ShortTermMemory) -> None:
+    """Passive capture never touches summary, categories or the refresh count."""
+    c = ctx()
+    await memory.capture(turn(c, "first"))
+    assert (await memory.run_tool(c, {"summary": "Kept summary"})).success
+    await memory.capture(turn(ctx(), "second"))
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None
+    assert entry.summary == "Kept summary"
+    assert entry.last_refreshed_turn == 1
+    assert entry.turns_since_refresh == 1
+
+
+async def test_counter_counts_on_the_live_scope(memory: ShortTermMemory) -> None:
+    """Server scope counts in a server, user scope in a DM."""
+    for _ in range(3):
+        await memory.capture(turn(ctx(), "x"))
+        await memory.capture(turn(ctx(channel=20, server=None), "y"))
+    server = await memory.get_entry("shortterm:server:100:10")
+    user_in_server = await memory.get_entry("shortterm:user:1:10")
+    dm = await memory.get_entry("shortterm:user:1:20")
+    assert server is not None and user_in_server is not None and dm is not None
+    assert (server.turns_since_refresh, user_in_server.turns_since_refresh) == (3, 0)
+    assert dm.turns_since_refresh == 3
+
+
+async def test_skipped_turns(memory: ShortTermMemory) -> None:
+    """Stopped generations, empty turns, opted-out users and disabled servers are skipped."""
+    await memory.capture(turn(ctx(), "stopped", stopped=True))
+    await memory.capture(GenerationFinished(context=ctx(), messages=[]))
+    await memory.capture(
+        GenerationFinished(context=ctx(), messages=[DialogueMessage(role="user", content="   ")])
+    )
+    await memory.set_user_opt_out(2, True)
+    await memory.capture(turn(ctx(user=2), "do not keep me"))
+    await memory.update_server_settings(300, enabled=False)
+    await memory.capture(turn(ctx(server=300, channel=30), "off"))
+    assert len(memory.cache) == 0
+    await memory.set_user_opt_out(2, False)
+    await memory.capture(turn(ctx(user=2), "keep me now"))
+    assert await memory.get_entry("shortterm:user:2:10") is not None
+
+
+async def test_turn_path_makes_no_round_trips(open_memory: Opener) -> None:
+    """Once a key is known, capture and build_context do not touch the database."""
+    memory = await open_memory(write_behind_seconds=60)
+    c = ctx()
+    await memory.capture(turn(c, "warm"))
+    await memory.build_context(c)
+    before = memory.stats["round_trips"]
+    for i in range(200):
+        await memory.capture(turn(c, f"turn {i}"))
+        await memory.build_context(c)
+    assert memory.stats["round_trips"] == before
+
+
+async def test_identity_rows_are_written_behind_in_one_batch(
+    open_memory: Opener, db_path: object
+) -> None:
+    """Identity rows and counters reach the database in a batch, without crude text."""
+    memory = await open_memory(write_behind_seconds=60)
+    for channel in range(5):
+        await memory.capture(turn(ctx(channel=channel), f"SECRET-CRUDE-{channel}"))
+    await memory.build_context(ctx(channel=4))
+    await memory.flush()
+    # Ten new keys: their reads and identity rows share commits instead of one each.
+    assert memory.stats["commits"] <= 2
+    with sqlite3.connect(str(db_path)) as db:
+        rows = db.execute(
+            "SELECT key, turns_since_refresh, summary FROM short_term_memories ORDER BY key"
+        ).fetchall()
+    assert len(rows) == 10
+    assert {r[0]: r[1] for r in rows}["shortterm:server:100:3"] == 1
+    assert all(r[2] is None for r in rows)
+
+
+async def test_crude_messages_never_reach_the_file(
+    memory: ShortTermMemory, db_path: object
+) -> None:
+    """Crude messages exist only in memory: not in the database file nor its WAL."""
+    await memory.capture(turn(ctx(), "CRUDE-NEEDLE-7781", "REPLY-NEEDLE-7781"))
+    assert (await memory.run_tool(ctx(), {"summary": "distilled only"})).success
+    await memory.flush()
+    for suffix in ("", "-wal"):
+        path = f"{db_path}{suffix}"
+        if os.path.exists(path):
+            assert b"NEEDLE-7781" not in Path(path).read_bytes()
+    with sqlite3.connect(str(db_path)) as db:
+        assert db.execute(
+            "SELECT count(*) FROM short_term_memories WHERE summary = ?", ("distilled only",)
+        ).fetchone() == (2,)

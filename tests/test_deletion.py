@@ -1,0 +1,161 @@
+"""Deletion: /refresh and user purges evict at once, delete durably, never resurrect."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from conftest import Opener, ctx, turn
+
+from stm import ShortTermMemory
+
+
+def keys_in_file(db_path: object) -> set[str]:
+    with sqlite3.connect(str(db_path)) as db:
+        return {r[0] for r in db.execute("SELECT key FROM short_term_memories")}
+
+
+def file_bytes(db_path: object) -> bytes:
+    data = b""
+    for suffix in ("", "-wal", "-journal"):
+        path = Path(f"{db_path}{suffix}")
+        if path.exists():
+            data += path.read_bytes()
+    return data
+
+
+async def remember(memory: ShortTermMemory, text: str, **where: object) -> None:
+    c = ctx(**where)  # type: ignore[arg-type]
+    await memory.capture(turn(c, f"crude {text}"))
+    assert (await memory.run_tool(c, {"summary": text})).success
+
+
+async def test_channel_clear_removes_every_scope_and_persona(
+    memory: ShortTermMemory, db_path: object
+) -> None:
+    """/refresh: user and server scopes, all personas of the channel; other channels stay."""
+    await remember(memory, "ALPHA-10")
+    await remember(memory, "BETA-10", persona=3)
+    await remember(memory, "C", user=2)
+    await remember(memory, "KEEP", channel=11)
+    await memory.flush()
+    await memory.clear_short_term_memory_for_channel(10)
+    # Evicted at once, before the durable delete.
+    for key in (
+        "shortterm:server:100:10",
+        "shortterm:user:1:10",
+        "shortterm:server:100:10:3",
+        "shortterm:user:2:10",
+    ):
+        assert await memory.get_entry(key) is None
+    assert "ALPHA-10" not in str(await memory.build_context(ctx(channel=12)))
+    await memory.flush()
+    assert keys_in_file(db_path) == {"shortterm:user:1:11", "shortterm:server:100:11"}
+
+
+async def test_user_purge_semantics(memory: ShortTermMemory) -> None:
+    """Own entries deleted; their turns removed everywhere; distilled content they
+    contributed to dropped; other users' memory kept."""
+    shared = ctx(user=1)
+    await memory.capture(turn(shared, "ALICE-WORDS", "REPLY-TO-ALICE"))
+    await memory.capture(turn(ctx(user=2), "BOB-WORDS", "REPLY-TO-BOB"))
+    assert (await memory.run_tool(ctx(user=2), {"summary": "Alice and Bob chat"})).success
+    await remember(memory, "BOB-ONLY", user=2, channel=11)
+    await memory.clear_short_term_memory_for_user(1)
+    server = await memory.get_entry("shortterm:server:100:10")
+    assert server is not None
+    assert [m.content for m in server.messages] == ["BOB-WORDS", "REPLY-TO-BOB"]
+    assert server.summary is None  # Alice's words were in the window at the upgrade
+    assert await memory.get_entry("shortterm:user:1:10") is None
+    bob_elsewhere = await memory.get_entry("shortterm:server:100:11")
+    assert bob_elsewhere is not None and bob_elsewhere.summary == "BOB-ONLY"
+    bob_user = await memory.get_entry("shortterm:user:2:10")
+    assert bob_user is not None and bob_user.summary is None
+
+
+async def test_user_purge_within_one_server(memory: ShortTermMemory) -> None:
+    """With server_id only that server's memory of the user goes; DMs and others stay."""
+    await remember(memory, "IN-100")
+    await remember(memory, "IN-200", server=200, channel=20)
+    await remember(memory, "IN-DM", server=None, channel=30)
+    await memory.clear_short_term_memory_for_user(1, server_id=100)
+    assert await memory.get_entry("shortterm:server:100:10") is None or (
+        (await memory.get_entry("shortterm:server:100:10")).summary is None  # type: ignore[union-attr]
+    )
+    assert await memory.get_entry("shortterm:user:1:10") is None
+    e200 = await memory.get_entry("shortterm:server:200:20")
+    dm = await memory.get_entry("shortterm:user:1:30")
+    assert e200 is not None and e200.summary == "IN-200"
+    assert dm is not None and dm.summary == "IN-DM"
+
+
+async def test_purge_reaches_rows_not_in_the_cache(open_memory: Opener, db_path: object) -> None:
+    """After a restart the purge still removes the user's rows and contributed summaries."""
+    first = await open_memory()
+    await remember(first, "ROW-OF-USER-ONE")
+    await remember(first, "ROW-OF-USER-TWO", user=2, channel=11)
+    await first.close()
+    second = await open_memory()
+    await second.clear_short_term_memory_for_user(1)
+    await second.flush()
+    assert keys_in_file(db_path) == {
+        "shortterm:user:2:11",
+        "shortterm:server:100:11",
+        "shortterm:server:100:10",
+    }
+    assert b"ROW-OF-USER-ONE" not in file_bytes(db_path)
+    assert b"ROW-OF-USER-TWO" in file_bytes(db_path)
+
+
+async def test_purged_text_leaves_no_bytes_on_disk(
+    memory: ShortTermMemory, db_path: object
+) -> None:
+    """Secure delete and a checkpoint: after purge + flush the text is nowhere in the files."""
+    for i in range(30):
+        await remember(memory, f"PURGE-NEEDLE-{i:03d} " + "pad " * 50, channel=1000 + i)
+    await memory.flush()
+    assert b"PURGE-NEEDLE-007" in file_bytes(db_path)
+    await memory.clear_short_term_memory_for_user(1)
+    await memory.flush()
+    assert b"PURGE-NEEDLE" not in file_bytes(db_path)
+
+
+async def test_upgrade_racing_a_clear_does_not_come_back(
+    memory: ShortTermMemory, db_path: object
+) -> None:
+    """A clear issued while an upgrade is in flight wins in the cache and in the file."""
+    c = ctx()
+    await memory.capture(turn(c, "x"))
+    upgrade = asyncio.create_task(memory.run_tool(c, {"summary": "RACING"}))
+    await asyncio.sleep(0)
+    await memory.clear_short_term_memory_for_channel(10)
+    await upgrade
+    await memory.flush()
+    assert await memory.get_entry("shortterm:server:100:10") is None
+    assert keys_in_file(db_path) == set()
+
+
+async def test_hydration_racing_a_clear_does_not_resurrect(open_memory: Opener) -> None:
+    """A row read just before a clear is not put back into the cache."""
+    first = await open_memory()
+    await remember(first, "OLD")
+    await first.close()
+    second = await open_memory()
+    reading = asyncio.create_task(second.build_context(ctx()))
+    await asyncio.sleep(0)
+    await second.clear_short_term_memory_for_channel(10)
+    context = await reading
+    assert "OLD" not in str(context)
+    assert await second.get_entry("shortterm:server:100:10") is None
+
+
+async def test_capture_after_clear_is_new_memory(memory: ShortTermMemory) -> None:
+    """What is written after a delete is kept; what was before is not."""
+    await remember(memory, "BEFORE")
+    await memory.clear_short_term_memory_for_channel(10)
+    await memory.capture(turn(ctx(), "AFTER"))
+    await memory.flush()
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None and entry.summary is None
+    assert [m.content for m in entry.messages] == ["AFTER", "ok"]

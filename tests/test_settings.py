@@ -1,0 +1,91 @@
+"""Per-server settings and per-user opt-out: validated, durable, reflected in the tool."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Opener, ctx, turn
+
+from stm import Category, ServerSettings, ShortTermMemory
+
+
+async def test_unconfigured_servers_and_dms_get_the_global_defaults(open_memory: Opener) -> None:
+    """Defaults come from the config; DMs (None) get them too."""
+    memory = await open_memory(refresh_cadence=9, render_mode="supersede", crude_message_count=2)
+    for server in (None, 12345):
+        settings = await memory.get_server_settings(server)
+        assert (settings.refresh_cadence, settings.render_mode) == (9, "supersede")
+        assert settings.crude_message_count == 2 and settings.enabled
+        assert [c.label for c in settings.categories] == ["summary"]
+        assert (settings.nudge_depth, settings.content_depth) == (2, -1)
+
+
+async def test_update_validates_and_changes_nothing_on_error(memory: ShortTermMemory) -> None:
+    """A bad value or an unknown field raises ValueError and leaves settings as they were."""
+    await memory.update_server_settings(100, refresh_cadence=7)
+    for bad in (
+        {"refresh_cadence": 0},
+        {"render_mode": "loud"},
+        {"crude_message_count": -1},
+        {"colour": "red"},
+        {"categories": []},
+        {"enabled": "maybe"},
+    ):
+        with pytest.raises(ValueError):
+            await memory.update_server_settings(100, **bad)
+    settings = await memory.get_server_settings(100)
+    assert settings.refresh_cadence == 7 and settings.render_mode == "crude_summary"
+    with pytest.raises(ValueError):
+        await memory.update_server_settings(None, enabled=False)  # type: ignore[arg-type]
+
+
+async def test_categories_limit_default_and_schema(memory: ShortTermMemory) -> None:
+    """At most max_categories; [] restores the default; the tool schema follows."""
+    with pytest.raises(ValueError, match="at most 5"):
+        await memory.set_categories(100, [Category(f"c{i}", "") for i in range(6)])
+    await memory.set_categories(100, [Category("Plans", "What is planned"), Category("Mood")])
+    params = memory.tool_schema(ctx())["function"]["parameters"]  # type: ignore[index]
+    assert set(params["properties"]) == {"plans", "mood"}
+    other_server = memory.tool_schema(ctx(server=200))["function"]["parameters"]  # type: ignore[index]
+    assert set(other_server["properties"]) == {"summary"}
+    await memory.set_categories(100, [])
+    settings = await memory.get_server_settings(100)
+    assert settings.summary_mode
+    with pytest.raises(ValueError):
+        await memory.set_categories(100, ["not a category"])  # type: ignore[list-item]
+
+
+async def test_tool_description_override(memory: ShortTermMemory) -> None:
+    """A server's tool description replaces the default in the schema."""
+    await memory.update_server_settings(100, tool_description="Write the notes.")
+    assert memory.tool_schema(ctx())["function"]["description"] == "Write the notes."  # type: ignore[index]
+
+
+async def test_settings_and_opt_outs_survive_a_restart(open_memory: Opener) -> None:
+    """Settings, categories and opt-outs are durable."""
+    first = await open_memory()
+    await first.update_server_settings(100, refresh_cadence=11, enabled=False)
+    await first.set_categories(100, [Category("Goal", "g")])
+    await first.set_user_opt_out(5, True)
+    await first.close()
+    second = await open_memory()
+    settings = await second.get_server_settings(100)
+    assert settings.refresh_cadence == 11 and not settings.enabled
+    assert [c.label for c in settings.categories] == ["Goal"]
+    assert second.is_opted_out(5)
+    await second.capture(turn(ctx(user=5, server=200), "forget me"))
+    assert len(second.cache) == 0
+
+
+async def test_opt_out_erases_nothing_and_hides_the_tool(memory: ShortTermMemory) -> None:
+    """Opting out stops capture and the tool for that user; held memory stays until forgotten."""
+    await memory.capture(turn(ctx(), "kept"))
+    await memory.set_user_opt_out(1, True)
+    assert await memory.get_entry("shortterm:user:1:10") is not None
+    assert memory.tool_schema(ctx()) is None
+    assert memory.tool_schema(ctx(user=2)) is not None
+
+
+def test_server_settings_model_refuses_unknown_fields() -> None:
+    """extra='forbid' on the settings model."""
+    with pytest.raises(ValueError):
+        ServerSettings.model_validate({"nope": 1})

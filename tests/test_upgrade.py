@@ -1,0 +1,123 @@
+"""Stage 02, summary upgrade: strict arguments, durable before success, one per turn."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+from conftest import Opener, ctx, turn
+
+from stm import Category, ShortTermMemory
+
+
+def durable_rows(db_path: object) -> dict[str, tuple[object, ...]]:
+    """What another connection sees in the file right now."""
+    with sqlite3.connect(str(db_path)) as db:
+        rows = db.execute(
+            "SELECT key, summary, categories, turns_since_refresh, last_refreshed_turn "
+            "FROM short_term_memories"
+        ).fetchall()
+    return {row[0]: row[1:] for row in rows}
+
+
+async def test_success_is_durable_before_it_is_returned(
+    memory: ShortTermMemory, db_path: object
+) -> None:
+    """Both keys hold the summary in the file the moment run_tool says success."""
+    c = ctx()
+    await memory.capture(turn(c, "we talk about trains"))
+    result = await memory.run_tool(c, '{"summary": "Trains, mostly steam."}')
+    assert result.success and "silent" in result.message
+    rows = durable_rows(db_path)
+    assert rows["shortterm:server:100:10"][0] == "Trains, mostly steam."
+    assert rows["shortterm:user:1:10"][0] == "Trains, mostly steam."
+
+
+async def test_success_resets_cadence_and_disables_the_tool(memory: ShortTermMemory) -> None:
+    """Counter to 0, refreshed count +1, the turn's flag set, a second call refused."""
+    c = ctx()
+    for _ in range(4):
+        await memory.capture(turn(ctx(), "x"))
+    assert (await memory.run_tool(c, {"summary": "one"})).success
+    assert c.disable_short_term_memory_update
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None
+    assert (entry.turns_since_refresh, entry.last_refreshed_turn) == (0, 1)
+    assert memory.tool_schema(c) is None
+    second = await memory.run_tool(c, {"summary": "two"})
+    assert not second.success and "already updated" in second.message
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None and entry.summary == "one"
+
+
+async def test_explicit_memory_intent_hides_and_refuses_the_tool(memory: ShortTermMemory) -> None:
+    """'Remember that...' belongs to long-term memory: no tool, refused if called anyway."""
+    c = ctx(user_text="Please remember that my cat is called Mochi")
+    assert memory.tool_schema(c) is None
+    result = await memory.run_tool(c, {"summary": "cat"})
+    assert not result.success and "long-term" in result.message
+    flagged = ctx(explicit_memory_intent=True)
+    assert memory.tool_schema(flagged) is None
+    assert memory.tool_schema(ctx(user_text="my notebook is blue")) is not None
+
+
+async def test_bad_arguments_change_nothing(memory: ShortTermMemory) -> None:
+    """Refused arguments leave memory untouched and the tool available."""
+    c = ctx()
+    for bad in ('{"summary": 5}', "nope", {"summary": "x", "other": "y"}, {"summary": ""}):
+        result = await memory.run_tool(c, bad)
+        assert not result.success
+    assert await memory.get_entry("shortterm:server:100:10") is None
+    assert not c.disable_short_term_memory_update
+
+
+async def test_category_write_sets_named_fields_and_keeps_others(
+    memory: ShortTermMemory,
+) -> None:
+    """In category mode a write sets the fields it names and keeps the rest."""
+    await memory.set_categories(100, [Category("Topic", "t"), Category("Mood", "m")])
+    assert (await memory.run_tool(ctx(), {"topic": "chess", "mood": "tense"})).success
+    assert (await memory.run_tool(ctx(), {"mood": "relieved"})).success
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None
+    assert entry.categories == {"topic": "chess", "mood": "relieved"}
+    refused = await memory.run_tool(ctx(), {"summary": "not a category here"})
+    assert not refused.success and "unknown field 'summary'" in refused.message
+
+
+async def test_values_are_bounded(open_memory: Opener) -> None:
+    """Values are cut to max_summary_length."""
+    memory = await open_memory(max_summary_length=20)
+    assert (await memory.run_tool(ctx(), {"summary": "y" * 500})).success
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None and entry.summary == "y" * 20
+
+
+async def test_concurrent_upgrades_share_commits(memory: ShortTermMemory) -> None:
+    """Group commit: many concurrent upgrades need far fewer transactions than writes."""
+    for channel in range(50):
+        await memory.build_context(ctx(channel=channel))
+    before = memory.stats["commits"]
+    results = await asyncio.gather(
+        *(memory.run_tool(ctx(channel=ch), {"summary": f"s{ch}"}) for ch in range(50))
+    )
+    assert all(r.success for r in results)
+    assert memory.stats["commits"] - before < 25
+
+
+async def test_tool_form_and_registry(memory: ShortTermMemory) -> None:
+    """memory.tool plugs into a ToolRegistry; unknown tools fail softly."""
+    from stm import ToolRegistry
+
+    registry = ToolRegistry()
+    registry.register(memory.tool)
+    c = ctx()
+    assert [d["function"]["name"] for d in registry.definitions(c)] == ["update_short_term_memory"]
+    assert (
+        await registry.execute("update_short_term_memory", c, '{"summary": "via registry"}')
+    ).success
+    assert registry.definitions(c) == []
+    unknown = await registry.execute("nope", c, {})
+    assert not unknown.success and "Unknown tool" in unknown.message
+    registry.unregister("update_short_term_memory")
+    assert len(registry) == 0

@@ -1,0 +1,153 @@
+"""The write path under faults: no false success, deletes retried until durable."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import pytest
+from conftest import Clock, ctx, turn
+
+from stm import DurabilityError, ShortTermMemory, STMConfig
+from stm.store.base import Op
+from stm.store.sqlite import SQLiteStore
+
+
+class FlakyStore:
+    """A real SQLite store whose transactions fail while ``broken`` is set."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self.inner = inner
+        self.broken = False
+        self.batches: list[list[str]] = []
+
+    async def run(self, ops: Sequence[Op]) -> list[object]:
+        self.batches.append([type(op).__name__ for op in ops])
+        if self.broken:
+            raise OSError("disk unavailable")
+        return await self.inner.run(ops)
+
+    async def load_server_settings(self) -> dict[int, str]:
+        return await self.inner.load_server_settings()
+
+    async def load_opt_outs(self) -> set[int]:
+        return await self.inner.load_opt_outs()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@pytest.fixture
+async def flaky(config: STMConfig, clock: Clock) -> tuple[ShortTermMemory, FlakyStore]:
+    store = FlakyStore(await SQLiteStore.open(config.database))
+    memory = ShortTermMemory(config, store, clock=clock)
+    await memory._start()
+    return memory, store
+
+
+async def test_failed_upgrade_is_not_acknowledged_and_is_reverted(
+    flaky: tuple[ShortTermMemory, FlakyStore],
+) -> None:
+    """A write that cannot commit answers success=False and leaves memory as it was."""
+    memory, store = flaky
+    c = ctx()
+    await memory.capture(turn(c, "x"))
+    assert (await memory.run_tool(c, {"summary": "saved"})).success
+    store.broken = True
+    c2 = ctx()
+    result = await memory.run_tool(c2, {"summary": "lost"})
+    assert not result.success and "could not be saved" in result.message
+    assert not c2.disable_short_term_memory_update
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None and entry.summary == "saved"
+    # Captures keep working in memory meanwhile.
+    await memory.capture(turn(ctx(), "still captured"))
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None and entry.messages[-2].content == "still captured"
+    store.broken = False
+    await memory.close()
+
+
+async def test_failed_delete_is_retried_reported_and_finally_durable(
+    flaky: tuple[ShortTermMemory, FlakyStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    """flush() names a delete that is not durable; it is retried and lands once possible."""
+    memory, store = flaky
+    c = ctx()
+    await memory.capture(turn(c, "x"))
+    assert (await memory.run_tool(c, {"summary": "to delete"})).success
+    store.broken = True
+    with caplog.at_level(logging.ERROR, logger="stm.writer"):
+        await memory.clear_short_term_memory_for_channel(10)
+        with pytest.raises(DurabilityError, match="clearing channel 10"):
+            await memory.flush()
+    assert "could not be made durable" in caplog.text
+    assert await memory.get_entry("shortterm:server:100:10") is None
+    store.broken = False
+    await memory.flush()
+    rows = await store.inner.execute("SELECT count(*) FROM short_term_memories")
+    assert rows == [(0,)]
+    await memory.close()
+
+
+async def test_reads_wait_behind_a_failing_delete(
+    flaky: tuple[ShortTermMemory, FlakyStore],
+) -> None:
+    """While a delete is not durable, no read can bring the deleted row back."""
+    memory, store = flaky
+    c = ctx()
+    await memory.capture(turn(c, "x"))
+    assert (await memory.run_tool(c, {"summary": "GONE"})).success
+    store.broken = True
+    await memory.clear_short_term_memory_for_channel(10)
+    context = await memory.build_context(ctx())
+    assert "GONE" not in str(context)
+    store.broken = False
+    assert "GONE" not in str(await memory.build_context(ctx()))
+    await memory.close()
+
+
+async def test_close_reports_what_could_not_be_made_durable(
+    flaky: tuple[ShortTermMemory, FlakyStore],
+) -> None:
+    """close() tries again, then raises DurabilityError naming the lost delete."""
+    memory, store = flaky
+    await memory.capture(turn(ctx(), "x"))
+    await memory.flush()
+    store.broken = True
+    await memory.clear_short_term_memory_for_user(1)
+    with pytest.raises(DurabilityError, match="purging user 1"):
+        await memory.close()
+    assert memory.closed
+
+
+async def test_upgrade_refused_while_rows_cannot_be_read(
+    flaky: tuple[ShortTermMemory, FlakyStore],
+) -> None:
+    """An unread row is never overwritten blind: the upgrade is refused and captured
+    messages stay; once the store is back the upgrade keeps the other categories."""
+    from stm import Category
+
+    memory, _store = flaky
+    await memory.set_categories(100, [Category("Topic"), Category("Mood")])
+    assert (await memory.run_tool(ctx(), {"topic": "KEPT-TOPIC"})).success
+    await memory.close()
+    reopened = ShortTermMemory(
+        memory.config, FlakyStore(await SQLiteStore.open(memory.config.database))
+    )
+    await reopened._start()
+    flaky_store = reopened.store
+    assert isinstance(flaky_store, FlakyStore)
+    flaky_store.broken = True
+    await reopened.capture(turn(ctx(), "captured while down"))
+    refused = await reopened.run_tool(ctx(), {"mood": "calm"})
+    assert not refused.success and "unavailable" in refused.message
+    entry = await reopened.get_entry("shortterm:server:100:10")
+    assert entry is not None and entry.messages[0].content == "captured while down"
+    flaky_store.broken = False
+    assert (await reopened.run_tool(ctx(), {"mood": "calm"})).success
+    entry = await reopened.get_entry("shortterm:server:100:10")
+    assert entry is not None
+    assert entry.categories == {"topic": "KEPT-TOPIC", "mood": "calm"}
+    assert entry.messages[0].content == "captured while down"
+    await reopened.close()
