@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.demo:
         logging.basicConfig(level=logging.WARNING)
+        # The demo never uses voice; discord.py's warnings about it would only distract.
+        logging.getLogger("discord.client").setLevel(logging.ERROR)
         return asyncio.run(run_demo())
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
