@@ -64,6 +64,21 @@ class Demo:
         # What each channel's history shows the model, as a Discord host would read it.
         self.history: dict[int, list[Message]] = {}
 
+    def forget_history_of(self, person: Person) -> None:
+        """Drop ``person``'s lines, and the replies to them, from every channel's history."""
+        prefix = f"{person.name}: "
+        for place, history in self.history.items():
+            kept: list[Message] = []
+            skip_reply = False
+            for message in history:
+                if message["role"] == "user":
+                    skip_reply = str(message["content"]).startswith(prefix)
+                    if not skip_reply:
+                        kept.append(message)
+                elif not skip_reply:
+                    kept.append(message)
+            self.history[place] = kept
+
     def stage(self, title: str) -> None:
         self.out(f"\n=== {title} ===")
 
@@ -176,6 +191,10 @@ async def _first_life(demo: Demo, database: Path) -> None:
     )
     await demo.show_entry(server_key(1100, general.id))
     await demo.command("memory", subcommand("show"), person=alice, place=general)
+    # The channel history a host reads from Discord is not short-term memory: a host that
+    # honours a purge in its prompts leaves the purged user's messages out of it too.
+    demo.forget_history_of(bob)
+    demo.say("(the demo host also leaves Bob's messages out of the channel history it sends)")
     await demo.turn(alice, general, "Back to planning: what about Sintra?")
     await demo.turn(alice, general, "And is the ferry to Cacilhas worth it?")
     await memory.flush()
