@@ -201,7 +201,8 @@ class MemoryCache:
             keys.discard(key)
             if not keys:
                 del self._by_channel[entry.channel_id]
-        for user in entry.turn_users() | entry.contributors | {entry.user_id or 0}:
+        owners = {entry.user_id} if entry.user_id is not None else set()
+        for user in entry.turn_users() | entry.contributors | owners:
             keys = self._by_user.get(user)
             if keys is not None:
                 keys.discard(key)

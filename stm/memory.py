@@ -449,8 +449,8 @@ class ShortTermMemory:
         )
 
     async def _live(self, key: str) -> Entry | None:
-        """The hydrated entry under ``key``, reading its row on a miss; None when there is
-        none. Raises _Unavailable when its row cannot be read now."""
+        """The hydrated entry under ``key`` (None when there is none), reading its row if
+        needed; raises _Unavailable when the row cannot be read."""
         for _ in range(3):
             pending = self._hydrating.get(key)
             if pending is not None:
@@ -458,14 +458,11 @@ class ShortTermMemory:
             entry = self.cache.get(key)
             if entry is not None and entry.hydrated:
                 return entry
-            # A hydration that failed (store down) is tried again here, so an entry first
-            # captured during an outage becomes usable once the store is back.
-            if key not in self._hydrating:
-                if not await self._hydrate([key]):
-                    raise _Unavailable(key)
-                entry = self.cache.get(key)
-                if entry is None or entry.hydrated:
-                    return entry
+            if pending is None and not await self._hydrate([key]):
+                raise _Unavailable(key)
+            entry = self.cache.get(key)
+            if entry is None or entry.hydrated:
+                return entry
         raise _Unavailable(key)
 
     async def _warm(self, group: GroupKey) -> None:
@@ -733,7 +730,6 @@ class ShortTermMemory:
             if user_id in entry.contributors:
                 entry.summary, entry.categories, entry.contributors = None, {}, set()
                 entry.version += 1
-            self._warmed.discard(entry.group)
         op = PurgeUser(user_id, server_id)
         self._record(op)
         where = "everywhere" if server_id is None else f"in server {server_id}"
@@ -767,8 +763,7 @@ class ShortTermMemory:
         try:
             entry = await self._live(key)
         except _Unavailable:
-            # The store cannot be read: show what is held in memory (captures go on).
-            entry = self.cache.get(key)
+            entry = self.cache.get(key)  # what is held in memory, without its durable part
         if entry is None or (
             not entry.messages
             and not entry.distilled
@@ -810,7 +805,7 @@ class ShortTermMemory:
 
 
 class _Unavailable(Exception):
-    """The durable row of a key could not be read (store down, or overtaken by deletions)."""
+    """The durable row of a key could not be read."""
 
 
 def _refused(message: str) -> ToolResult:

@@ -89,7 +89,6 @@ class Writer:
         self._backoff = 0.0
         self._retry_at = 0.0
         self._dirty_since = 0.0
-        self._closing = False
         self._task = asyncio.get_running_loop().create_task(self._run(), name="stm-writer")
 
     # -- submitting ---------------------------------------------------------
@@ -148,7 +147,6 @@ class Writer:
 
     async def close(self) -> None:
         """Finish everything (a few tries), then stop; raise DurabilityError if work is left."""
-        self._closing = True
         try:
             await self.flush(attempts=3)
         finally:
@@ -201,14 +199,15 @@ class Writer:
 
     async def _cycle(self) -> None:
         items = [self._queue[i] for i in range(min(len(self._queue), MAX_BATCH))]
-        ops: list[Op] = []
-        for item in items:
-            if item.op is not None:
-                ops.append(item.op)
-            else:
-                rows = tuple(row_of(e) for e in item.dirty.values() if not e.deleted)
-                ops.append(Touch(rows))
         try:
+            ops: list[Op] = []
+            for item in items:
+                if item.op is not None:
+                    ops.append(item.op)
+                else:
+                    # Built now, not when marked: the latest counters, and never a deleted entry.
+                    rows = tuple(row_of(e) for e in item.dirty.values() if not e.deleted)
+                    ops.append(Touch(rows))
             self.round_trips += 1
             results = await self.store.run(ops)
         except asyncio.CancelledError:

@@ -119,3 +119,35 @@ async def test_close_reports_what_could_not_be_made_durable(
     with pytest.raises(DurabilityError, match="purging user 1"):
         await memory.close()
     assert memory.closed
+
+
+async def test_upgrade_refused_while_rows_cannot_be_read(
+    flaky: tuple[ShortTermMemory, FlakyStore],
+) -> None:
+    """An unread row is never overwritten blind: the upgrade is refused and captured
+    messages stay; once the store is back the upgrade keeps the other categories."""
+    from stm import Category
+
+    memory, _store = flaky
+    await memory.set_categories(100, [Category("Topic"), Category("Mood")])
+    assert (await memory.run_tool(ctx(), {"topic": "KEPT-TOPIC"})).success
+    await memory.close()
+    reopened = ShortTermMemory(
+        memory.config, FlakyStore(await SQLiteStore.open(memory.config.database))
+    )
+    await reopened._start()
+    flaky_store = reopened.store
+    assert isinstance(flaky_store, FlakyStore)
+    flaky_store.broken = True
+    await reopened.capture(turn(ctx(), "captured while down"))
+    refused = await reopened.run_tool(ctx(), {"mood": "calm"})
+    assert not refused.success and "unavailable" in refused.message
+    entry = await reopened.get_entry("shortterm:server:100:10")
+    assert entry is not None and entry.messages[0].content == "captured while down"
+    flaky_store.broken = False
+    assert (await reopened.run_tool(ctx(), {"mood": "calm"})).success
+    entry = await reopened.get_entry("shortterm:server:100:10")
+    assert entry is not None
+    assert entry.categories == {"topic": "KEPT-TOPIC", "mood": "calm"}
+    assert entry.messages[0].content == "captured while down"
+    await reopened.close()
