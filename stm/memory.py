@@ -397,8 +397,14 @@ class ShortTermMemory:
         later = self._deletions_since(since)
         if later is None:
             return None  # overtaken by more deletions than are remembered: read again later
+        # The clock may have moved during the read, and a janitor pass may have dropped
+        # the entry meanwhile: a row that has expired by now must not come back with it.
+        crude_before, summary_before = self._thresholds()
         result = []
         for row in rows:
+            distilled = bool(row.summary) or bool(row.categories)
+            if row.updated_at < (summary_before if distilled else crude_before):
+                continue
             kept: StoredRow | None = row
             for deletion in later:
                 if kept is not None:

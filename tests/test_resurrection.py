@@ -451,3 +451,32 @@ async def test_upgrade_never_raises_when_reading_one_key_evicts_the_other(
         assert result.success, result.message
         entry = await memory.get_entry("shortterm:server:100:10")
         assert entry is not None and entry.summary == "held"
+
+
+async def test_a_read_in_flight_across_a_janitor_pass_does_not_revive_expired_memory(
+    tmp_path: Path,
+) -> None:
+    """A row read before the clock moved past its TTL is not merged into the fresh entry
+    that a capture made after the janitor dropped the expired one."""
+    clock = Clock(1_700_000_000.0)
+    config = STMConfig(database=str(tmp_path / "stm.sqlite3"), write_behind_seconds=0.01)
+    ctx = TurnContext(user_id=1, channel_id=10, server_id=100)
+
+    def said(text: str) -> GenerationFinished:
+        return GenerationFinished(
+            context=ctx, messages=[DialogueMessage(role="user", content=text, author_id=1)]
+        )
+
+    async with ShortTermMemory.open(config, clock=clock) as memory:
+        await memory.capture(said("first"))
+        assert (await memory.run_tool(ctx.model_copy(), {"summary": "EXPIRED-SUMMARY"})).success
+    async with ShortTermMemory.open(config, clock=clock) as memory:
+        await memory.capture(said("cold capture"))
+        await asyncio.sleep(0)  # the background hydration has asked for the row
+        clock.advance(hours=config.summary_ttl_hours + 1)
+        await memory.run_janitor()
+        await memory.capture(said("after expiry"))
+        await memory.flush()
+        entry = await memory.get_entry("shortterm:server:100:10")
+        assert entry is not None and entry.summary is None
+        assert "EXPIRED-SUMMARY" not in str(await memory.build_context(ctx.model_copy()))
