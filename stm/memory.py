@@ -360,7 +360,8 @@ class ShortTermMemory:
         return now - self.config.crude_ttl_hours * HOUR, now - self.config.summary_ttl_hours * HOUR
 
     def _hydrate_in_background(self, keys: list[str]) -> None:
-        task = self._spawn(self._hydrate(keys), name="stm-hydrate")
+        # The name carries the scope keys: a failure is logged with them.
+        task = self._spawn(self._hydrate(keys), name="stm-hydrate " + ", ".join(keys))
         for key in keys:
             self._hydrating[key] = task
 

@@ -1,0 +1,166 @@
+"""Background work: held by reference, failures logged with their scope key, deletes retried
+until durable, and close() waits for all of it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Clock, Opener, ctx, turn
+
+from stm import ShortTermMemory, STMConfig
+from stm.store.base import LoadRows, Op
+from stm.store.sqlite import SQLiteStore
+
+STM_DIR = str(Path(__file__).parent.parent / "stm")
+
+
+class FaultyStore:
+    """A real store that fails its next ``failures`` transactions, or answers reads with
+    garbage while ``garbage_reads`` is set."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self.inner = inner
+        self.failures = 0
+        self.garbage_reads = False
+
+    async def run(self, ops: Sequence[Op]) -> list[object]:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("disk unavailable")
+        results = await self.inner.run(ops)
+        if self.garbage_reads:
+            return [
+                [None] if isinstance(op, LoadRows) else r
+                for op, r in zip(ops, results, strict=True)
+            ]
+        return results
+
+    async def load_server_settings(self) -> dict[int, str]:
+        return await self.inner.load_server_settings()
+
+    async def load_opt_outs(self) -> set[int]:
+        return await self.inner.load_opt_outs()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def faulty_memory(config: STMConfig, clock: Clock) -> tuple[ShortTermMemory, FaultyStore]:
+    store = FaultyStore(await SQLiteStore.open(config.database))
+    memory = ShortTermMemory(config, store, clock=clock)
+    await memory._start()
+    return memory, store
+
+
+def rows(db_path: Path) -> dict[str, str | None]:
+    with contextlib.closing(sqlite3.connect(str(db_path))) as db:
+        return dict(db.execute("SELECT key, summary FROM short_term_memories").fetchall())
+
+
+async def test_every_background_task_is_held_by_reference(open_memory: Opener) -> None:
+    """Each task the library starts is referenced by the memory while it runs, so the event
+    loop's weak references cannot let it be collected mid-write."""
+    loop = asyncio.get_running_loop()
+    started: list[asyncio.Task[Any]] = []
+
+    def factory(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **kwargs: Any
+    ) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, **kwargs)
+        if coro.cr_code.co_filename.startswith(STM_DIR):
+            started.append(task)
+        return task
+
+    loop.set_task_factory(factory)  # type: ignore[arg-type]
+    try:
+        first = await open_memory()
+        await first.capture(turn(ctx(), "x"))
+        assert (await first.run_tool(ctx(), {"summary": "s"})).success
+        await first.close()
+        memory = await open_memory()
+
+        def unreferenced() -> list[str]:
+            held = set(memory._tasks) | {memory.writer._task}
+            if memory._janitor is not None:
+                held.add(memory._janitor)
+            return [t.get_name() for t in started if not t.done() and t not in held]
+
+        for channel in range(10, 30):
+            await memory.capture(turn(ctx(channel=channel), "cold"))
+            assert unreferenced() == []
+            await asyncio.sleep(0)
+        await memory.clear_short_term_memory_for_user(1)
+        await memory.clear_short_term_memory_for_channel(11)
+        assert unreferenced() == []
+        assert any(t.get_name().startswith("stm-hydrate") for t in started)
+        await memory.close()
+    finally:
+        loop.set_task_factory(None)
+
+
+async def test_a_failing_background_task_is_logged_with_its_scope_key(
+    config: STMConfig, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hydration that fails in the background names the keys it was for."""
+    memory, store = await faulty_memory(config, clock)
+    store.garbage_reads = True
+    with caplog.at_level(logging.ERROR, logger="stm"):
+        await memory.capture(turn(ctx(channel=42), "x"))
+        await memory._gather_background()
+    assert "shortterm:server:100:42" in caplog.text
+    store.garbage_reads = False
+    await memory.close()
+
+
+async def test_a_failed_delete_is_retried_until_durable_without_a_flush(
+    config: STMConfig, clock: Clock, db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nobody waits: the writer keeps retrying the delete until it lands."""
+    memory, store = await faulty_memory(
+        config.model_copy(update={"delete_retry_seconds": 0.01}), clock
+    )
+    await memory.capture(turn(ctx(), "x"))
+    assert (await memory.run_tool(ctx(), {"summary": "DELETE-ME"})).success
+    store.failures = 4
+    with caplog.at_level(logging.WARNING, logger="stm.writer"):
+        await memory.clear_short_term_memory_for_channel(10)
+        for _ in range(2000):  # bounded: the retries are what is tested, not their speed
+            if not store.failures and not memory.writer.pending:
+                break
+            await asyncio.sleep(0.005)
+    assert store.failures == 0 and memory.writer.pending == 0
+    assert "clearing channel 10" in caplog.text
+    assert rows(db_path) == {}
+    await memory.close()
+
+
+async def test_close_waits_for_everything_in_flight(open_memory: Opener, db_path: Path) -> None:
+    """close() right after work was started (not awaited) finishes it all: the upgrade,
+    the write-behind of captures, the clear and the purge."""
+    first = await open_memory(write_behind_seconds=3600)
+    await first.capture(turn(ctx(channel=11), "gone"))
+    assert (await first.run_tool(ctx(channel=11), {"summary": "CLEARED"})).success
+    await first.capture(turn(ctx(user=3, channel=12), "purged"))
+    assert (await first.run_tool(ctx(user=3, channel=12), {"summary": "PURGED"})).success
+    await first.capture(turn(ctx(channel=10), "hot"))
+    await first.flush()
+    upgrade = asyncio.create_task(first.run_tool(ctx(channel=10), {"summary": "IN-FLIGHT"}))
+    await asyncio.sleep(0)  # submitted to the writer, not yet committed
+    for channel in range(20, 40):
+        await first.capture(turn(ctx(channel=channel), "behind"))
+    await first.clear_short_term_memory_for_channel(11)
+    await first.clear_short_term_memory_for_user(3)
+    await asyncio.sleep(0)
+    await first.close()
+    assert (await upgrade).success
+    stored = rows(db_path)
+    assert stored["shortterm:server:100:10"] == "IN-FLIGHT"
+    assert {f"shortterm:server:100:{c}" for c in range(20, 40)} <= set(stored)
+    assert "CLEARED" not in stored.values() and "PURGED" not in stored.values()
