@@ -120,6 +120,8 @@ class MemoryCache:
         self._by_user: dict[int, set[str]] = {}
         self._groups: dict[GroupKey, _Group] = {}
         self.evicted = 0
+        # Entries dropped for expiry (their durable row, if any, is left for the janitor).
+        self.expired_drops = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -146,6 +148,7 @@ class MemoryCache:
             return None
         if self.is_expired(entry, now):
             self.remove(key)
+            self.expired_drops += 1
             return None
         self._entries.move_to_end(key)
         return entry
@@ -254,7 +257,13 @@ class MemoryCache:
             del found[limit:]
         for key in expired:
             self.remove(key)
+        self.expired_drops += len(expired)
         return found
+
+    @property
+    def dropped(self) -> int:
+        """Entries that left the cache without a delete: their rows may still exist."""
+        return self.evicted + self.expired_drops
 
     def expired_keys(self, now: float) -> list[str]:
         """Keys whose entries have expired (the janitor drops them)."""

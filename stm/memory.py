@@ -38,7 +38,7 @@ from .models import (
     ToolResult,
     TurnContext,
 )
-from .render import TOOL_NAME, nudge, other_channels_blocks, same_channel_block
+from .render import TOOL_NAME, RenderCache, nudge, other_channels_blocks, same_channel_block
 from .schema import arguments_model, parse_arguments, tool_definition
 from .store.base import (
     DeleteChannel,
@@ -83,6 +83,7 @@ class ShortTermMemory:
             clock=clock,
         )
         self.tool = MemoryTool(self)
+        self._render_cache = RenderCache()
         self.defaults = ServerSettings(
             render_mode=config.render_mode,
             refresh_cadence=config.refresh_cadence,
@@ -99,6 +100,11 @@ class ShortTermMemory:
         self._deletions: deque[tuple[int, Deletion]] = deque(maxlen=4096)
         self._deletion_seq = 0
         self._janitor: asyncio.Task[None] | None = None
+        # While True, every durable row belongs to an entry in the cache: the table was
+        # empty at open, this process is its only writer, and no entry has left the cache
+        # except by a delete. A key missing from the cache then has no row to read, so
+        # new keys skip the read. The first eviction or expiry drop ends it for good.
+        self._all_rows_cached = bool(getattr(store, "empty_at_open", False))
         self.closed = False
 
     # -- opening and closing ------------------------------------------------
@@ -314,8 +320,10 @@ class ShortTermMemory:
                 continue
             entry = self.cache.get(key, now)
             if entry is None:
-                entry = self._new_entry(key, ctx, now, hydrated=False)
-                cold.append(key)
+                known = self._no_row_elsewhere()
+                entry = self._new_entry(key, ctx, now, hydrated=known)
+                if not known:
+                    cold.append(key)
             entry.messages.extend(messages)
             self._describe(entry, ctx)
             self.cache.touch(entry, now)
@@ -355,6 +363,12 @@ class ShortTermMemory:
             self._warmed.discard(victim.group)
 
     # -- hydration ------------------------------------------------------------
+    def _no_row_elsewhere(self) -> bool:
+        """True when no durable row exists for a key the cache does not hold."""
+        if self._all_rows_cached and self.cache.dropped:
+            self._all_rows_cached = False
+        return self._all_rows_cached
+
     def _thresholds(self) -> tuple[float, float]:
         now = self.clock()
         return now - self.config.crude_ttl_hours * HOUR, now - self.config.summary_ttl_hours * HOUR
@@ -458,6 +472,8 @@ class ShortTermMemory:
             entry = self.cache.get(key)
             if entry is not None and entry.hydrated:
                 return entry
+            if entry is None and pending is None and self._no_row_elsewhere():
+                return None
             if pending is None and not await self._hydrate([key]):
                 raise _Unavailable(key)
             entry = self.cache.get(key)
@@ -470,6 +486,8 @@ class ShortTermMemory:
         if group in self._warmed:
             return
         self._warmed.add(group)
+        if self._no_row_elsewhere():
+            return  # every row of the group is already in the cache
         scope, owner, server_id, persona = group
         op = LoadRecent(
             scope,
@@ -536,10 +554,12 @@ class ShortTermMemory:
             entry = None
         others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
         context = PromptContext(nudge_depth=settings.nudge_depth)
-        block = same_channel_block(entry, settings, ctx.bot_name, now)
+        block = same_channel_block(entry, settings, ctx.bot_name, now, self._render_cache)
         if block is not None:
             context.blocks.append(block)
-        context.blocks.extend(other_channels_blocks(others, settings, ctx.bot_name, now))
+        context.blocks.extend(
+            other_channels_blocks(others, settings, ctx.bot_name, now, self._render_cache)
+        )
         if (
             entry is not None
             and entry.turns_since_refresh >= settings.refresh_cadence
@@ -635,6 +655,9 @@ class ShortTermMemory:
             self.cache.touch(entry, now)
             self.cache.index_users(entry, contributors)
         versions = [e.version for e in entries]
+        # Write in the order the turn made its changes: identity rows from capture first,
+        # then the upgrade (as when every new key was read first, which queued them).
+        self.writer.queue_dirty()
         writes = [
             self.writer.submit(SaveDistilled(row_of(e)), what=f"upgrade of {e.key}")
             for e in entries
@@ -722,6 +745,8 @@ class ShortTermMemory:
         expired = self.cache.expired_keys(now)
         for key in expired:
             self.cache.remove(key)
+        if expired:
+            self._all_rows_cached = False  # their rows wait for the delete queued below
         self.writer.forget_dirty(expired)
         self.writer.submit_delete(DeleteExpired(*self._thresholds()), what="deleting expired rows")
         return len(expired)

@@ -33,6 +33,8 @@ _MENTION = re.compile(r"<(@[!&]?|#)(\d+)>")
 _MENTION_NAMES = {"@": "@user-", "@!": "@user-", "@&": "@role-", "#": "#channel-"}
 _BROADCAST = re.compile(r"@(everyone|here)", re.IGNORECASE)
 _BRACKETS = str.maketrans({"[": "(", "]": ")", "\u27e6": "(", "\u27e7": ")"})
+# Any character that neutralize() would change, besides controls: most text has none.
+_UNSAFE = re.compile(r"[\[\]\u27e6\u27e7<@]")
 
 
 def neutralize(text: str) -> str:

@@ -110,6 +110,10 @@ class Writer:
             self._wake.set()
         self._dirty[entry.key] = entry
 
+    def queue_dirty(self) -> None:
+        """Queue the dirty entries now, so that what is submitted next is written after them."""
+        self._swap_dirty()
+
     def forget_dirty(self, keys: Iterable[str]) -> None:
         """Do not write these keys behind (they were deleted)."""
         for key in keys:
