@@ -12,7 +12,7 @@ import functools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from .cache import Entry
+from .cache import Entry, StoredMessage
 from .models import Category, PromptBlock, ServerSettings
 from .slugs import slugs_for
 from .text import neutralize, quote_lines
@@ -90,6 +90,26 @@ class RenderCache:
             self._held.popitem(last=False)
         return made
 
+    def crude_lines(
+        self,
+        key: str,
+        bot_name: str,
+        messages: tuple[StoredMessage, ...],
+        render_one: Callable[[StoredMessage], str],
+    ) -> list[str]:
+        """One line per message; after a new message, only that message is rendered anew."""
+        source = (bot_name, messages)
+        slot = (key, "crude")
+        held = self._held.get(slot)
+        if held is not None and held[0] == source:
+            self._held.move_to_end(slot)
+            return held[1]
+        reuse: dict[StoredMessage, str] = {}
+        if held is not None and isinstance(held[0], tuple) and held[0][0] == bot_name:
+            reuse = dict(zip(held[0][1], held[1], strict=True))
+        made = [reuse.get(m) or render_one(m) for m in messages]
+        return self.lines(key, "crude", source, lambda: made)
+
     def __len__(self) -> int:
         return len(self._held)
 
@@ -134,17 +154,17 @@ def _crude_lines(
 ) -> list[str]:
     if count <= 0:
         return []
-    messages = list(entry.messages)[-count:]
-    if cache is not None:
-        source = (bot_name, tuple(messages))
-        return cache.lines(entry.key, "crude", source, lambda: _crude_lines(entry, count, bot_name))
-    lines = []
-    for message in messages:
+    messages = tuple(entry.messages)[-count:]
+
+    def line(message: StoredMessage) -> str:
         default = bot_name if message.role == "assistant" else "User"
         speaker = neutralize(message.speaker_name or default).replace("\n", " ")
         content = neutralize(message.content).replace("\n", " ").replace('"', "\u201d")
-        lines.append(f'> {speaker}: "{content}"')
-    return lines
+        return f'> {speaker}: "{content}"'
+
+    if cache is not None:
+        return cache.crude_lines(entry.key, bot_name, messages, line)
+    return [line(message) for message in messages]
 
 
 def same_channel_block(

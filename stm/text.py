@@ -40,6 +40,8 @@ _UNSAFE = re.compile(r"[\[\]\u27e6\u27e7<@]")
 def neutralize(text: str) -> str:
     """Make text safe inside a memory frame: no brackets that could close or forge one,
     no mention that could ping anyone, no invisible controls."""
+    if text.isprintable() and _UNSAFE.search(text) is None:
+        return text  # nothing below would change it
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text.isprintable():
