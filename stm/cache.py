@@ -59,16 +59,17 @@ class Entry:
     deleted: bool = False
     # Bumped on every change of the distilled content.
     version: int = 0
+    # The recall group: entries whose memory may be shown in each other's channels. Set
+    # once, as the fields it derives from never change; it is read on every turn.
+    group: GroupKey = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.group = group_of(self.scope, self.server_id, self.user_id, self.persona_id)
 
     @property
     def distilled(self) -> bool:
         """True when the entry holds a summary or categories."""
         return bool(self.summary) or bool(self.categories)
-
-    @property
-    def group(self) -> GroupKey:
-        """The recall group: entries whose memory may be shown in each other's channels."""
-        return group_of(self.scope, self.server_id, self.user_id, self.persona_id)
 
     def expires_at(self, crude_ttl: float, summary_ttl: float) -> float:
         """When the entry expires if untouched, in epoch seconds; TTLs in seconds."""

@@ -94,7 +94,8 @@ class IntentGate:
         # The pattern tries every phrase at every position (tens of microseconds per
         # message); a match needs one phrase as a plain substring, and substring tests
         # rule out almost every message in a few microseconds.
-        if not any(phrase in normalized for phrase in self._literals):
+        literals = self._ascii_literals if normalized.isascii() else self._literals
+        if not any(phrase in normalized for phrase in literals):
             return False
         return self._pattern.search(normalized) is not None
 
@@ -107,6 +108,11 @@ class IntentGate:
         # Whitespace in normalized text is single spaces, so a pattern match is always one
         # of these strings, exactly.
         self._literals = tuple(sorted(spaced | unspaced))
+        # For ASCII text only ASCII phrases can occur, and a phrase that contains another
+        # one adds nothing to the prefilter.
+        self._ascii_literals = tuple(
+            p for p in self._literals if p.isascii() and not any(q != p and q in p for q in spaced)
+        )
         alternatives = []
         if spaced:
             body = "|".join(

@@ -308,7 +308,7 @@ class ShortTermMemory:
                 m.role, m.content, m.speaker_name, m.author_id, m.timestamp.timestamp(), ctx.user_id
             )
             for m in event.messages
-            if m.content.strip()
+            if m.content and not m.content.isspace()  # strip() would copy every message
         ]
         if not messages:
             return
@@ -539,8 +539,7 @@ class ShortTermMemory:
             return PromptContext(nudge_depth=settings.nudge_depth)
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
         live_key = server_k or user_k
-        if ctx._deletion_seq is None:
-            ctx._deletion_seq = self._deletion_seq
+        self._mark_turn_start(ctx)
         try:
             entry = await self._live(live_key)
         except _Unavailable:
@@ -578,8 +577,7 @@ class ShortTermMemory:
         values = parse_arguments(arguments_model(settings.categories, limit), arguments, limit)
         if isinstance(values, str):
             return _refused(values)
-        if ctx._deletion_seq is None:
-            ctx._deletion_seq = self._deletion_seq
+        self._mark_turn_start(ctx)
         keys = [
             k
             for k in turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
@@ -619,6 +617,14 @@ class ShortTermMemory:
             elif deletion.server_id is None or deletion.server_id == ctx.server_id:
                 return True
         return False
+
+    def _mark_turn_start(self, ctx: TurnContext) -> None:
+        """Remember how many deletions preceded this turn's first call (once per turn)."""
+        # Read through the private-attribute dict: the attribute path goes through
+        # BaseModel.__getattr__ and costs about a microsecond on every turn.
+        private = ctx.__pydantic_private__
+        if private is None or private.get("_deletion_seq") is None:
+            ctx._deletion_seq = self._deletion_seq
 
     async def _upgrade(
         self,
