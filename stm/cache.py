@@ -8,7 +8,7 @@ memory, newest first).
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -42,7 +42,9 @@ class Entry:
     user_id: int | None
     channel_id: int
     persona_id: int | None
-    messages: deque[StoredMessage]
+    # The crude window, oldest first. A list, not a deque: a deque allocates a 64-slot
+    # block, which at 10 messages is ~600 bytes per key (see ``remember``).
+    messages: list[StoredMessage]
     updated_at: float
     channel_name: str | None = None
     server_name: str | None = None
@@ -50,7 +52,8 @@ class Entry:
     channel_private: bool = False
     summary: str | None = None
     categories: dict[str, str] = field(default_factory=dict)
-    contributors: set[int] = field(default_factory=set)
+    # Immutable and shared while empty: an empty set would cost 216 bytes per key.
+    contributors: frozenset[int] = frozenset()
     turns_since_refresh: int = 0
     last_refreshed_turn: int = 0
     # False until the durable row (if any) has been merged in.
@@ -74,6 +77,13 @@ class Entry:
     def expires_at(self, crude_ttl: float, summary_ttl: float) -> float:
         """When the entry expires if untouched, in epoch seconds; TTLs in seconds."""
         return self.updated_at + (summary_ttl if self.distilled else crude_ttl)
+
+    def remember(self, messages: list[StoredMessage], limit: int) -> None:
+        """Append ``messages`` to the window, keeping its newest ``limit``."""
+        self.messages.extend(messages)
+        excess = len(self.messages) - limit
+        if excess > 0:
+            del self.messages[:excess]
 
     def turn_users(self) -> set[int]:
         """Users whose turns are in the crude window."""

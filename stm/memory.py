@@ -324,7 +324,7 @@ class ShortTermMemory:
                 entry = self._new_entry(key, ctx, now, hydrated=known)
                 if not known:
                     cold.append(key)
-            entry.messages.extend(messages)
+            entry.remember(messages, self.config.max_messages_per_channel)
             self._describe(entry, ctx)
             self.cache.touch(entry, now)
             self.cache.index_users(entry, {ctx.user_id})
@@ -343,7 +343,7 @@ class ShortTermMemory:
             user_id=ctx.user_id if scope == "user" else None,
             channel_id=ctx.channel_id,
             persona_id=ctx.persona_id,
-            messages=deque(maxlen=self.config.max_messages_per_channel),
+            messages=[],
             updated_at=now,
             hydrated=hydrated,
         )
@@ -449,7 +449,7 @@ class ShortTermMemory:
             user_id=row.user_id,
             channel_id=row.channel_id,
             persona_id=row.persona_id,
-            messages=deque(maxlen=self.config.max_messages_per_channel),
+            messages=[],
             updated_at=row.updated_at,
             channel_name=row.channel_name,
             server_name=row.server_name,
@@ -457,7 +457,7 @@ class ShortTermMemory:
             channel_private=row.channel_private,
             summary=row.summary,
             categories=dict(row.categories),
-            contributors=set(row.contributors),
+            contributors=row.contributors,
             turns_since_refresh=row.turns_since_refresh,
             last_refreshed_turn=row.last_refreshed_turn,
         )
@@ -642,7 +642,7 @@ class ShortTermMemory:
                 e,
                 e.summary,
                 e.categories,
-                set(e.contributors),
+                e.contributors,
                 e.turns_since_refresh,
                 e.last_refreshed_turn,
             )
@@ -734,9 +734,9 @@ class ShortTermMemory:
                 continue
             kept = [m for m in entry.messages if user_id not in (m.turn_user_id, m.author_id)]
             if len(kept) != len(entry.messages):
-                entry.messages = deque(kept, maxlen=entry.messages.maxlen)
+                entry.messages = kept
             if user_id in entry.contributors:
-                entry.summary, entry.categories, entry.contributors = None, {}, set()
+                entry.summary, entry.categories, entry.contributors = None, {}, frozenset()
                 entry.version += 1
         op = PurgeUser(user_id, server_id)
         self._record(op)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
-
 from stm.cache import Entry, StoredMessage
 from stm.models import ServerSettings
 from stm.render import RenderCache, other_channels_blocks
@@ -23,7 +21,7 @@ def entry(*texts: str) -> Entry:
         user_id=None,
         channel_id=2,
         persona_id=None,
-        messages=deque((message(t) for t in texts), maxlen=10),
+        messages=[message(t) for t in texts],
         updated_at=NOW,
     )
 
@@ -47,7 +45,7 @@ def test_changes_are_rendered() -> None:
     render(e, cache)
     e.messages.append(message("three"))
     assert "three" in render(e, cache)
-    e.messages = deque([m for m in e.messages if m.content != "two"], maxlen=10)
+    e.messages = [m for m in e.messages if m.content != "two"]
     assert "two" not in render(e, cache)
     e.summary = "SUMMARY-NOW"
     assert "SUMMARY-NOW" in render(e, cache)
