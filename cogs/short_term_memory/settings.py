@@ -1,0 +1,182 @@
+"""``/memory-settings``: per-server settings for members with Manage Server."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import discord
+from discord import app_commands
+from discord.ext import commands
+
+from stm import Category, ServerSettings, ShortTermMemory, STMConfig
+
+from ..utils.checks import has_server_permission_or_owner, server_only
+from ..utils.formatting import truncate
+from ..utils.replies import reply
+from .describe import describe_settings
+
+__all__ = ["SettingsCommands"]
+
+
+def _server_id(interaction: discord.Interaction[Any]) -> int:
+    if interaction.guild_id is None:
+        raise app_commands.NoPrivateMessage("This command can only be used in a server.")
+    return interaction.guild_id
+
+
+def _find(categories: tuple[Category, ...], label: str) -> int:
+    wanted = label.strip().casefold()
+    for index, category in enumerate(categories):
+        if category.label.casefold() == wanted:
+            return index
+    known = ", ".join(c.label for c in categories)
+    raise ValueError(f"there is no category {label!r} (categories: {known})")
+
+
+class SettingsCommands(commands.Cog):
+    """The ``/memory-settings`` group; the base of the cog, which provides ``memory``."""
+
+    memory: ShortTermMemory
+    config: STMConfig | None
+
+    settings_group = app_commands.Group(
+        name="memory-settings",
+        description="Configure short-term memory in this server.",
+        guild_only=True,
+        default_permissions=discord.Permissions(manage_guild=True),
+    )
+    categories_group = app_commands.Group(
+        name="categories",
+        description="The fields the bot's notes are kept in.",
+        parent=settings_group,
+    )
+
+    async def _show(self, interaction: discord.Interaction[Any], settings: ServerSettings) -> None:
+        limit = self.memory.config.max_categories
+        await reply(interaction, describe_settings(settings, limit))
+
+    async def _show_current(self, interaction: discord.Interaction[Any]) -> None:
+        await self._show(
+            interaction, await self.memory.get_server_settings(_server_id(interaction))
+        )
+
+    async def _update(self, interaction: discord.Interaction[Any], **changes: Any) -> None:
+        settings = await self.memory.update_server_settings(_server_id(interaction), **changes)
+        await self._show(interaction, settings)
+
+    @settings_group.command(name="show", description="Show this server's memory settings.")
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def settings_show(self, interaction: discord.Interaction[Any]) -> None:
+        await self._show_current(interaction)
+
+    @settings_group.command(name="render-mode", description="How other channels are recalled.")
+    @app_commands.describe(mode="crude_summary adds recent messages; supersede shows notes only")
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def settings_render_mode(
+        self, interaction: discord.Interaction[Any], mode: Literal["crude_summary", "supersede"]
+    ) -> None:
+        await self._update(interaction, render_mode=mode)
+
+    @settings_group.command(name="cadence", description="Turns before the bot updates its notes.")
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def settings_cadence(
+        self, interaction: discord.Interaction[Any], turns: app_commands.Range[int, 1, 10_000]
+    ) -> None:
+        await self._update(interaction, refresh_cadence=turns)
+
+    @settings_group.command(
+        name="crude-count", description="Recent messages shown per other channel."
+    )
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def settings_crude_count(
+        self, interaction: discord.Interaction[Any], count: app_commands.Range[int, 0, 1000]
+    ) -> None:
+        await self._update(interaction, crude_message_count=count)
+
+    @settings_group.command(name="enabled", description="Turn short-term memory on or off here.")
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def settings_enabled(self, interaction: discord.Interaction[Any], enabled: bool) -> None:
+        await self._update(interaction, enabled=enabled)
+
+    # -- categories -----------------------------------------------------------
+    async def _set_categories(
+        self, interaction: discord.Interaction[Any], categories: list[Category]
+    ) -> None:
+        settings = await self.memory.set_categories(_server_id(interaction), categories)
+        await self._show(interaction, settings)
+
+    async def _custom_categories(self, interaction: discord.Interaction[Any]) -> list[Category]:
+        settings = await self.memory.get_server_settings(_server_id(interaction))
+        # The default category stands for "no categories": adding one replaces it.
+        return [] if settings.summary_mode else list(settings.categories)
+
+    async def _label_autocomplete(
+        self, interaction: discord.Interaction[Any], current: str
+    ) -> list[app_commands.Choice[str]]:
+        if interaction.guild_id is None:
+            return []
+        settings = await self.memory.get_server_settings(interaction.guild_id)
+        return [
+            app_commands.Choice(name=truncate(c.label, 100), value=c.label)
+            for c in settings.categories
+            if current.casefold() in c.label.casefold()
+        ][:25]
+
+    @categories_group.command(name="list", description="List this server's categories.")
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def categories_list(self, interaction: discord.Interaction[Any]) -> None:
+        await self._show_current(interaction)
+
+    @categories_group.command(name="add", description="Add a category to the bot's notes.")
+    @app_commands.describe(label="Its name", description="What the bot should keep in it")
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def categories_add(
+        self,
+        interaction: discord.Interaction[Any],
+        label: app_commands.Range[str, 1, 100],
+        description: app_commands.Range[str, 0, 1000] = "",
+    ) -> None:
+        categories = await self._custom_categories(interaction)
+        if any(c.label.casefold() == label.strip().casefold() for c in categories):
+            raise ValueError(f"there is already a category {label!r}")
+        categories.append(Category(label.strip(), description.strip()))
+        await self._set_categories(interaction, categories)
+
+    @categories_group.command(name="edit", description="Rename or redescribe a category.")
+    @app_commands.describe(label="The category to change", new_label="Its new name")
+    @app_commands.autocomplete(label=_label_autocomplete)
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def categories_edit(
+        self,
+        interaction: discord.Interaction[Any],
+        label: str,
+        new_label: app_commands.Range[str, 1, 100] | None = None,
+        description: app_commands.Range[str, 0, 1000] | None = None,
+    ) -> None:
+        settings = await self.memory.get_server_settings(_server_id(interaction))
+        categories = list(settings.categories)
+        index = _find(settings.categories, label)
+        old = categories[index]
+        categories[index] = Category(
+            (new_label or old.label).strip(),
+            old.description if description is None else description.strip(),
+        )
+        await self._set_categories(interaction, categories)
+
+    @categories_group.command(name="remove", description="Remove a category.")
+    @app_commands.autocomplete(label=_label_autocomplete)
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def categories_remove(self, interaction: discord.Interaction[Any], label: str) -> None:
+        settings = await self.memory.get_server_settings(_server_id(interaction))
+        categories = list(settings.categories)
+        del categories[_find(settings.categories, label)]
+        await self._set_categories(interaction, categories)

@@ -1,0 +1,1 @@
+"""Small Discord helpers shared by the cogs: turn contexts, checks, text formatting."""

@@ -1,0 +1,111 @@
+"""Building a ``TurnContext`` from Discord objects, so hosts never hand-assemble ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import discord
+
+from stm import TurnContext
+
+__all__ = ["channel_is_private", "turn_context_from_interaction", "turn_context_from_message"]
+
+
+def channel_is_private(channel: Any) -> bool:
+    """True when @everyone cannot see the channel (private threads included).
+
+    A channel we cannot resolve counts as private: leaking its memory into
+    other channels is worse than not recalling it.
+    """
+    if isinstance(channel, discord.abc.PrivateChannel):
+        return True
+    if isinstance(channel, discord.Thread):
+        if channel.is_private():
+            return True
+        parent = channel.parent
+        if parent is None:
+            return True
+        channel = parent
+    guild = getattr(channel, "guild", None)
+    if guild is None or not hasattr(channel, "permissions_for"):
+        return True
+    try:
+        return not channel.permissions_for(guild.default_role).view_channel
+    except discord.ClientException:
+        return True
+
+
+def _channel_name(channel: Any) -> str | None:
+    name = getattr(channel, "name", None)
+    return name if isinstance(name, str) and name else None
+
+
+def _turn_context(
+    *,
+    user: discord.abc.User,
+    channel: Any,
+    guild: discord.Guild | None,
+    me: discord.abc.User | None,
+    user_text: str,
+    persona_id: int | None,
+    bot_name: str | None,
+) -> TurnContext:
+    if channel is None:
+        raise ValueError("this interaction has no channel; short-term memory needs one")
+    parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
+    in_server = guild is not None
+    return TurnContext(
+        user_id=user.id,
+        channel_id=channel.id,
+        server_id=guild.id if guild is not None else None,
+        persona_id=persona_id,
+        user_name=user.display_name,
+        bot_name=bot_name or (me.display_name if me is not None else "Assistant"),
+        channel_name=_channel_name(channel) if in_server else None,
+        server_name=guild.name if guild is not None else None,
+        parent_channel_id=parent_id,
+        channel_is_private=channel_is_private(channel) if in_server else False,
+        user_text=user_text,
+    )
+
+
+def turn_context_from_message(
+    message: discord.Message,
+    *,
+    persona_id: int | None = None,
+    bot_name: str | None = None,
+    user_text: str | None = None,
+) -> TurnContext:
+    """The ``TurnContext`` of a generation triggered by ``message``.
+
+    ``user_text`` defaults to the message's content; pass the text with the
+    bot's mention stripped when the host strips it.
+    """
+    me = message.guild.me if message.guild is not None else getattr(message.channel, "me", None)
+    return _turn_context(
+        user=message.author,
+        channel=message.channel,
+        guild=message.guild,
+        me=me,
+        user_text=message.content if user_text is None else user_text,
+        persona_id=persona_id,
+        bot_name=bot_name,
+    )
+
+
+def turn_context_from_interaction(
+    interaction: discord.Interaction[Any],
+    *,
+    persona_id: int | None = None,
+    bot_name: str | None = None,
+) -> TurnContext:
+    """The ``TurnContext`` of the place where a slash command was used."""
+    return _turn_context(
+        user=interaction.user,
+        channel=interaction.channel,
+        guild=interaction.guild,
+        me=interaction.guild.me if interaction.guild is not None else interaction.client.user,
+        user_text="",
+        persona_id=persona_id,
+        bot_name=bot_name,
+    )

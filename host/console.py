@@ -1,0 +1,198 @@
+"""``python bot.py --console``: chat in the terminal on the same pipeline as the Discord bot."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from stm import STMConfig
+
+from .demo import EXTENSION, make_bot, settle
+from .models import ChatModel, ScriptedModel
+from .offline import option, subcommand
+from .pipeline import ChatPipeline
+from .prompt import Message
+from .world import Person, Place, World
+
+__all__ = ["Console", "run_console"]
+
+Ask = Callable[[str], Awaitable[str | None]]
+Out = Callable[[str], None]
+HISTORY = 12
+HELP = """\
+Type to talk. Console commands:
+  /as NAME            speak as alice, bob, carol (admin, bot owner) or dan (Manage Server)
+  /in PLACE           harbor/general, harbor/games, harbor/staff (private),
+                      lighthouse/general, or dm
+  /persona ID|none    talk to a persona
+  /context            show the memory context of the next turn here
+  /help, /quit
+Slash commands, as the current user here:
+  /refresh   /memory show|forget|pause|resume   /purge-memory NAME [everywhere]
+  /memory-settings show | render-mode MODE | cadence N | crude-count N | enabled true|false
+  /memory-settings categories list | add LABEL [DESCRIPTION] | edit LABEL NEW [DESCRIPTION]
+                              | remove LABEL"""
+
+SETTING_OPTIONS: dict[str, tuple[str, int]] = {
+    "render-mode": ("mode", 3),
+    "cadence": ("turns", 4),
+    "crude-count": ("count", 4),
+    "enabled": ("enabled", 5),
+}
+
+
+def _value(text: str, kind: int) -> Any:
+    if kind == 4:
+        return int(text)
+    if kind == 5:
+        return text.lower() in ("true", "on", "yes", "1")
+    return text
+
+
+class Console:
+    """The state of a console session: who speaks where, and the transcript per channel."""
+
+    def __init__(self, world: World, pipeline: ChatPipeline, out: Out) -> None:
+        self.world = world
+        self.pipeline = pipeline
+        self.out = out
+        self.person: Person = world.people["alice"]
+        self.place: Place = world.places["harbor/general"]
+        self.persona: int | None = None
+        self.history: dict[int, list[Message]] = {}
+
+    @property
+    def prompt(self) -> str:
+        persona = f" persona {self.persona}" if self.persona else ""
+        return f"{self.person.name}@{self.place.key}{persona}> "
+
+    async def handle(self, line: str) -> bool:
+        """Run one input line; False when the session should end."""
+        line = line.strip()
+        if not line:
+            return True
+        if not line.startswith("/"):
+            await self.talk(line)
+            return True
+        try:
+            words = shlex.split(line[1:])
+        except ValueError as exc:
+            self.out(f"cannot read that: {exc}")
+            return True
+        if not words:
+            return True
+        name, args = words[0], words[1:]
+        if name in ("quit", "exit"):
+            return False
+        try:
+            await self.command(name, args)
+        except (KeyError, IndexError, ValueError) as exc:
+            self.out(f"cannot do that ({exc}); /help lists the commands")
+        return True
+
+    async def talk(self, text: str) -> None:
+        ctx = self.world.context(self.person, self.place, text, persona_id=self.persona)
+        history = self.history.setdefault(self.place.id, [])
+        record = await self.pipeline.run_turn(ctx, text, history=history[-HISTORY:])
+        history += [
+            {"role": "user", "content": f"{self.person.name}: {text}"},
+            {"role": "assistant", "content": record.outcome.reply},
+        ]
+        await settle()
+        for call in record.outcome.tool_calls:
+            state = "ok" if call.result.success else "refused"
+            self.out(f"  (tool {call.name} {call.arguments} -> {state}: {call.result.message})")
+        self.out(f"{ctx.bot_name}: {record.outcome.reply}")
+
+    async def command(self, name: str, args: list[str]) -> None:
+        world = self.world
+        if name == "help":
+            self.out(HELP)
+        elif name == "as":
+            self.person = world.people[args[0].lower()]
+        elif name == "in":
+            self.place = world.dm(self.person) if args[0] == "dm" else world.places[args[0]]
+        elif name == "persona":
+            self.persona = None if args[0] == "none" else int(args[0])
+        elif name == "context":
+            ctx = world.context(self.person, self.place, "", persona_id=self.persona)
+            context = await self.pipeline.memory.build_context(ctx)
+            self.out(str(context) or "(no memory context here)")
+        else:
+            await self.slash(name, args)
+
+    async def slash(self, name: str, args: list[str]) -> None:
+        options: list[dict[str, Any]] = []
+        extra: dict[str, Any] = {}
+        if name == "memory":
+            options = [subcommand(args[0])]
+        elif name == "purge-memory":
+            target = self.world.people[args[0].lower()]
+            options = [option("user", str(target.id), 6)]
+            if "everywhere" in args[1:]:
+                options.append(option("everywhere", True, 5))
+            extra["resolved_users"] = [target.payload]
+        elif name == "memory-settings":
+            options = [self._settings_option(args)]
+        elif name != "refresh":
+            raise ValueError(f"unknown command /{name}")
+        if self.place.key == "dm":
+            self.place = self.world.dm(self.person)
+        replies = await self.world.command(
+            name, *options, person=self.person, place=self.place, **extra
+        )
+        for reply in replies:
+            tag = "only you see this" if reply.ephemeral else "everyone sees this"
+            self.out(f"[{tag}] {reply.content}")
+
+    @staticmethod
+    def _settings_option(args: list[str]) -> dict[str, Any]:
+        sub = args[0]
+        if sub == "categories":
+            action, rest = args[1], args[2:]
+            names = {"add": ["label", "description"], "edit": ["label", "new_label", "description"]}
+            fields = names.get(action, ["label"])
+            given = [option(f, v, 3) for f, v in zip(fields, rest, strict=False)]
+            return subcommand("categories", subcommand(action, *given), group=True)
+        if sub in SETTING_OPTIONS:
+            field, kind = SETTING_OPTIONS[sub]
+            return subcommand(sub, option(field, _value(args[1], kind), kind))
+        return subcommand(sub)
+
+
+async def _ask_stdin(prompt: str) -> str | None:
+    try:
+        return await asyncio.to_thread(input, prompt)
+    except EOFError:
+        return None
+
+
+async def run_console(
+    model: ChatModel | None = None,
+    *,
+    config: STMConfig | None = None,
+    ask: Ask = _ask_stdin,
+    out: Out = print,
+) -> int:
+    """Chat until /quit or end of input; returns the exit status."""
+    config = config or STMConfig()
+    chosen: ChatModel = model or ScriptedModel()
+    out(f"Model: {chosen.description}.")
+    if model is None:
+        out("(Set OPENAI_MODEL, and OPENAI_BASE_URL or OPENAI_API_KEY, to use a real model.)")
+    out(f"Memory: {config.database}. /help lists the commands.")
+    bot = make_bot(config)
+    try:
+        async with bot:
+            await bot.load_extension(EXTENSION)
+            console = Console(World(bot), ChatPipeline(bot, chosen, bot.tools), out)  # type: ignore[attr-defined]
+            while True:
+                line = await ask(console.prompt)
+                if line is None or not await console.handle(line):
+                    break
+    finally:
+        await chosen.close()
+    out("Bye.")
+    return 0

@@ -1,0 +1,137 @@
+"""A small offline Discord world for the demo and the console: two servers, people, a DM."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import discord
+from discord.ext import commands
+
+from cogs.utils.context import turn_context_from_message
+from stm import TurnContext
+
+from .offline import (
+    TIMESTAMP,
+    OfflineDiscord,
+    Reply,
+    channel_payload,
+    dm_channel_payload,
+    guild_payload,
+    user_payload,
+)
+
+__all__ = ["ADMIN", "OWNER_ID", "Person", "Place", "World"]
+
+ADMIN = 1 << 3
+MANAGE_SERVER = 1 << 5
+OWNER_ID = 503
+
+
+@dataclass(frozen=True)
+class Person:
+    """A member of the world: ``permissions`` are theirs in every server."""
+
+    key: str
+    id: int
+    name: str
+    permissions: int = 0
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return user_payload(self.id, self.name)
+
+
+@dataclass(frozen=True)
+class Place:
+    """A channel someone can talk in: ``server/channel``, or ``dm`` for a person's DM."""
+
+    key: str
+    payload: dict[str, Any]
+
+    @property
+    def id(self) -> int:
+        return int(self.payload["id"])
+
+
+class World:
+    """Two servers (Harbor: #general, #games, private #staff; Lighthouse: #general) and DMs."""
+
+    def __init__(self, bot: commands.Bot, *, bot_name: str = "Assistant") -> None:
+        self.bot = bot
+        self._message_ids = itertools.count(800_000)
+        self.offline = OfflineDiscord(bot, bot_name=bot_name)
+        self.people = {
+            p.key: p
+            for p in (
+                Person("alice", 501, "Alice"),
+                Person("bob", 502, "Bob"),
+                Person("carol", OWNER_ID, "Carol", permissions=ADMIN),
+                Person("dan", 504, "Dan", permissions=MANAGE_SERVER),
+            )
+        }
+        harbor = [
+            channel_payload(1101, "general", 1100),
+            channel_payload(1102, "games", 1100),
+            channel_payload(1103, "staff", 1100, private=True),
+        ]
+        lighthouse = [channel_payload(1201, "general", 1200)]
+        self.offline.add_guild(guild_payload(1100, "Harbor", harbor, owner_id=OWNER_ID))
+        self.offline.add_guild(guild_payload(1200, "Lighthouse", lighthouse, owner_id=OWNER_ID))
+        self.places = {
+            **{f"harbor/{c['name']}": Place(f"harbor/{c['name']}", c) for c in harbor},
+            **{f"lighthouse/{c['name']}": Place(f"lighthouse/{c['name']}", c) for c in lighthouse},
+        }
+
+    def dm(self, person: Person) -> Place:
+        """``person``'s DM with the bot."""
+        return Place("dm", dm_channel_payload(9000 + person.id % 1000, person.payload))
+
+    def message(self, person: Person, place: Place, text: str) -> discord.Message:
+        """The ``discord.Message`` the gateway would deliver for ``person`` saying ``text``."""
+        state = self.bot._connection
+        data: dict[str, Any] = {
+            "id": str(next(self._message_ids)),
+            "channel_id": str(place.id),
+            "author": person.payload,
+            "content": text,
+            "timestamp": TIMESTAMP,
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+        }
+        channel: Any
+        if "guild_id" in place.payload:
+            guild = self.bot.get_guild(int(place.payload["guild_id"]))
+            channel = guild.get_channel_or_thread(place.id) if guild else None
+            data["guild_id"] = place.payload["guild_id"]
+            data["member"] = {"roles": [], "joined_at": TIMESTAMP, "deaf": False, "mute": False}
+        else:
+            channel = discord.DMChannel(me=state.user, state=state, data=place.payload)  # type: ignore[arg-type]
+        return discord.Message(state=state, channel=channel, data=data)  # type: ignore[arg-type]
+
+    def context(
+        self, person: Person, place: Place, text: str, *, persona_id: int | None = None
+    ) -> TurnContext:
+        """The ``TurnContext`` the cog's helper builds from that message."""
+        return turn_context_from_message(self.message(person, place, text), persona_id=persona_id)
+
+    async def command(
+        self, name: str, *options: dict[str, Any], person: Person, place: Place, **extra: Any
+    ) -> list[Reply]:
+        """``person`` uses ``/name`` in ``place``; returns the bot's replies."""
+        return await self.offline.command(
+            name,
+            *options,
+            user=person.payload,
+            channel=place.payload,
+            permissions=person.permissions,
+            **extra,
+        )

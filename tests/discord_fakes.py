@@ -1,0 +1,69 @@
+"""Test helpers: a not logged-in bot with the extension loaded, in a small offline world."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from discord.ext import commands
+
+from host.demo import EXTENSION, make_bot, settle
+from host.offline import Reply
+from host.world import World
+from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
+
+__all__ = ["Harness", "harness"]
+
+
+class Harness:
+    """A loaded bot, its cog and the world it lives in."""
+
+    def __init__(self, bot: commands.Bot, world: World) -> None:
+        self.bot = bot
+        self.world = world
+        # Not isinstance: discord.py re-imports an extension's modules on every load.
+        cog = bot.get_cog("ShortTermMemory")
+        assert cog is not None
+        self.cog: Any = cog
+        self.memory: ShortTermMemory = cog.memory  # type: ignore[attr-defined]
+        people, places = world.people, world.places
+        self.alice, self.bob, self.carol, self.dan = (
+            people["alice"],
+            people["bob"],
+            people["carol"],
+            people["dan"],
+        )
+        self.general, self.games = places["harbor/general"], places["harbor/games"]
+        self.elsewhere = places["lighthouse/general"]
+
+    async def say(self, person: Any, place: Any, text: str, reply: str = "ok") -> TurnContext:
+        """Dispatch a finished turn the way a host does, and let the cog capture it."""
+        ctx = self.world.context(person, place, text)
+        event = GenerationFinished(
+            context=ctx,
+            messages=[
+                DialogueMessage(role="user", content=text, author_id=person.id),
+                DialogueMessage(role="assistant", content=reply),
+            ],
+        )
+        self.bot.dispatch("generation_finished", event)
+        await settle()
+        return ctx
+
+    async def run(
+        self, name: str, *options: dict[str, Any], person: Any, place: Any, **extra: Any
+    ) -> list[Reply]:
+        """Use a slash command and return the replies."""
+        return await self.world.command(name, *options, person=person, place=place, **extra)
+
+
+@asynccontextmanager
+async def harness(tmp_path: Path, **settings: Any) -> AsyncIterator[Harness]:
+    """A bot over a fresh SQLite file in ``tmp_path``; closed (memory drained) on exit."""
+    config = STMConfig(database=str(tmp_path / "stm.sqlite3"), **settings)
+    bot = make_bot(config)
+    async with bot:
+        await bot.load_extension(EXTENSION)
+        yield Harness(bot, World(bot))

@@ -1,0 +1,241 @@
+"""Slash commands delivered as gateway payloads to a not logged-in bot with the cog loaded."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from discord_fakes import harness
+
+from host.offline import option, subcommand
+from host.world import ADMIN, Person
+from stm import DurabilityError
+from stm.keys import server_key, user_key
+
+EVE = Person("eve", 505, "Eve", permissions=ADMIN)  # a server admin who does not own the bot
+
+
+def only(replies: list, *, ephemeral: bool = True) -> str:
+    assert len(replies) == 1, replies
+    assert replies[0].ephemeral is ephemeral
+    assert replies[0].allowed_mentions == {"parse": []}
+    return replies[0].content
+
+
+class TestRefresh:
+    async def test_clears_the_channel_for_everyone_and_says_so_publicly(self, tmp_path: Path):
+        """/refresh forgets every scope of this channel, keeps other channels."""
+        async with harness(tmp_path) as h:
+            await h.say(h.alice, h.general, "lisbon trip")
+            await h.say(h.alice, h.games, "chess tonight")
+            text = only(await h.run("refresh", person=h.bob, place=h.general), ephemeral=False)
+            assert "cleared the short-term memory of this channel" in text
+            assert await h.memory.get_entry(server_key(1100, h.general.id)) is None
+            assert await h.memory.get_entry(user_key(h.alice.id, h.general.id)) is None
+            assert await h.memory.get_entry(server_key(1100, h.games.id)) is not None
+
+    async def test_has_a_per_user_cooldown(self, tmp_path: Path):
+        """A second /refresh by the same user is refused; another user may still refresh."""
+        async with harness(tmp_path) as h:
+            await h.run("refresh", person=h.bob, place=h.general)
+            await h.say(h.alice, h.general, "still here")
+            text = only(await h.run("refresh", person=h.bob, place=h.general))
+            assert "Slow down" in text
+            assert await h.memory.get_entry(server_key(1100, h.general.id)) is not None
+            text = only(await h.run("refresh", person=h.alice, place=h.general), ephemeral=False)
+            assert "cleared" in text
+
+    async def test_works_in_a_dm(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            dm = h.world.dm(h.alice)
+            await h.say(h.alice, dm, "secret plans")
+            only(await h.run("refresh", person=h.alice, place=dm), ephemeral=False)
+            assert await h.memory.get_entry(user_key(h.alice.id, dm.id)) is None
+
+
+class TestMemoryShow:
+    async def test_shows_your_memory_here_ephemerally(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            await h.say(h.alice, h.general, "I love pastel de nata")
+            await h.say(h.bob, h.general, "bob's private thoughts")
+            text = only(await h.run("memory", subcommand("show"), person=h.alice, place=h.general))
+            assert "pastel de nata" in text
+            assert "bob's private thoughts" not in text
+            assert "Expires <t:" in text
+
+    async def test_shows_the_shared_notes_of_the_channel(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            ctx = await h.say(h.alice, h.general, "planning")
+            result = await h.memory.run_tool(ctx, {"summary": "Alice plans a **trip**"})
+            assert result.success
+            text = only(await h.run("memory", subcommand("show"), person=h.bob, place=h.general))
+            assert "Shared notes of this channel" in text
+            assert "Alice plans a \\*\\*trip\\*\\*" in text  # markdown cannot break the reply
+
+    async def test_says_when_nothing_is_held(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            text = only(await h.run("memory", subcommand("show"), person=h.bob, place=h.games))
+            assert "holds no short-term memory about you" in text
+
+    async def test_long_content_is_split_into_messages_discord_accepts(self, tmp_path: Path):
+        async with harness(tmp_path, max_messages_per_channel=10) as h:
+            for n in range(5):
+                await h.say(h.alice, h.general, f"{n} " + "word " * 300, reply="reply " * 300)
+            replies = await h.run("memory", subcommand("show"), person=h.alice, place=h.general)
+            assert len(replies) > 1
+            assert all(len(r.content) <= 2000 and r.ephemeral for r in replies)
+            assert replies[0].kind == "response" and replies[1].kind == "followup"
+            joined = "".join(r.content for r in replies)
+            assert all(f"{n} word" in joined for n in range(5))
+
+
+class TestForget:
+    async def test_forget_purges_everything_of_yours_durably(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            dm = h.world.dm(h.alice)
+            await h.say(h.alice, h.general, "alpha secret")
+            await h.say(h.alice, dm, "beta secret")
+            await h.say(h.bob, h.general, "bob stays")
+            replies = await h.run("memory", subcommand("forget"), person=h.alice, place=h.games)
+            assert "erased" in only(replies)
+            assert replies[0].kind == "followup"  # after the deferral: answered once durable
+            assert await h.memory.get_entry(user_key(h.alice.id, dm.id)) is None
+            shared = await h.memory.get_entry(server_key(1100, h.general.id))
+            assert shared is not None
+            assert [m.content for m in shared.messages if m.role == "user"] == ["bob stays"]
+
+    async def test_says_plainly_when_the_purge_is_not_durable(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ):
+        async with harness(tmp_path) as h:
+
+            async def failing_flush() -> None:
+                raise DurabilityError(["purging user 501 everywhere: disk I/O error"])
+
+            h.memory.flush = failing_flush  # type: ignore[method-assign]
+            text = only(await h.run("memory", subcommand("forget"), person=h.alice, place=h.games))
+            assert "could not confirm the deletion" in text
+            assert "disk I/O error" in caplog.text
+
+
+class TestPauseResume:
+    async def test_pause_stops_capture_and_resume_restarts_it(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            text = only(await h.run("memory", subcommand("pause"), person=h.alice, place=h.general))
+            assert "Paused" in text
+            await h.say(h.alice, h.general, "not remembered")
+            assert await h.memory.get_entry(user_key(h.alice.id, h.general.id)) is None
+            shown = only(await h.run("memory", subcommand("show"), person=h.alice, place=h.games))
+            assert "You paused" in shown
+            text = only(
+                await h.run("memory", subcommand("resume"), person=h.alice, place=h.general)
+            )
+            assert "Resumed" in text
+            await h.say(h.alice, h.general, "remembered again")
+            entry = await h.memory.get_entry(user_key(h.alice.id, h.general.id))
+            assert entry is not None and entry.messages[0].content == "remembered again"
+
+
+class TestPurgeMemory:
+    @staticmethod
+    def purge(h, target: Person, *, everywhere: bool | None = None) -> tuple:
+        options = [option("user", str(target.id), 6)]
+        if everywhere is not None:
+            options.append(option("everywhere", everywhere, 5))
+        return tuple(options), {"resolved_users": [target.payload]}
+
+    async def _setup(self, h) -> None:
+        await h.say(h.bob, h.general, "bob in harbor")
+        await h.say(h.bob, h.elsewhere, "bob in lighthouse")
+        await h.say(h.bob, h.world.dm(h.bob), "bob in dm")
+
+    async def test_a_member_is_refused(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            await self._setup(h)
+            options, extra = self.purge(h, h.bob)
+            text = only(
+                await h.run("purge-memory", *options, person=h.alice, place=h.general, **extra)
+            )
+            assert "Administrator" in text
+            assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is not None
+
+    async def test_manage_server_is_not_enough(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            await self._setup(h)
+            options, extra = self.purge(h, h.bob)
+            text = only(
+                await h.run("purge-memory", *options, person=h.dan, place=h.general, **extra)
+            )
+            assert "Administrator" in text
+
+    async def test_an_admin_purges_in_this_server_only(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            await self._setup(h)
+            options, extra = self.purge(h, h.bob)
+            replies = await h.run("purge-memory", *options, person=EVE, place=h.general, **extra)
+            assert "erased in this server" in only(replies)
+            assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is None
+            assert await h.memory.get_entry(user_key(h.bob.id, h.elsewhere.id)) is not None
+            dm = h.world.dm(h.bob)
+            assert await h.memory.get_entry(user_key(h.bob.id, dm.id)) is not None
+
+    async def test_everywhere_is_for_the_owner_only(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            await self._setup(h)
+            options, extra = self.purge(h, h.bob, everywhere=True)
+            text = only(await h.run("purge-memory", *options, person=EVE, place=h.general, **extra))
+            assert "Only the bot's owner" in text
+            assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is not None
+
+    async def test_the_owner_without_permissions_may_purge_everywhere(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            await self._setup(h)
+            owner = replace(h.carol, permissions=0)
+            options, extra = self.purge(h, h.bob, everywhere=True)
+            replies = await h.run("purge-memory", *options, person=owner, place=h.general, **extra)
+            assert "in every server and DM" in only(replies)
+            for place in (h.general, h.elsewhere, h.world.dm(h.bob)):
+                assert await h.memory.get_entry(user_key(h.bob.id, place.id)) is None
+
+    async def test_refused_in_a_dm(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            options, extra = self.purge(h, h.bob)
+            dm = h.world.dm(h.carol)
+            text = only(await h.run("purge-memory", *options, person=h.carol, place=dm, **extra))
+            assert "only be used in a server" in text
+
+
+class TestErrors:
+    async def test_unexpected_errors_are_logged_and_apologised_for(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ):
+        async with harness(tmp_path) as h:
+
+            async def broken(key: str) -> None:
+                raise RuntimeError("cache on fire")
+
+            h.memory.get_entry = broken  # type: ignore[assignment,method-assign]
+            with caplog.at_level(logging.ERROR):
+                text = only(
+                    await h.run("memory", subcommand("show"), person=h.alice, place=h.general)
+                )
+            assert text.startswith("Sorry, something went wrong")
+            assert "cache on fire" not in text
+            record = next(r for r in caplog.records if r.name == "cogs.short_term_memory")
+            assert record.exc_info is not None and "/memory show" in record.getMessage()
+
+    async def test_a_failing_capture_is_logged_with_its_key_and_not_raised(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ):
+        async with harness(tmp_path) as h:
+
+            async def broken(event: object) -> None:
+                raise RuntimeError("disk full")
+
+            h.memory.capture = broken  # type: ignore[assignment,method-assign]
+            with caplog.at_level(logging.ERROR):
+                await h.say(h.alice, h.general, "hello")
+            assert "shortterm:server:1100:1101" in caplog.text
+            assert "disk full" in caplog.text

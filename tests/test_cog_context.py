@@ -1,0 +1,70 @@
+"""TurnContext helpers: DM vs server, thread parents, private channels, names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from discord_fakes import harness
+
+from cogs.utils.context import turn_context_from_interaction
+from cogs.utils.formatting import chunk_text, truncate
+from host.offline import channel_payload, guild_payload
+from host.world import Place
+
+
+async def test_server_channel_and_dm(tmp_path: Path):
+    async with harness(tmp_path) as h:
+        ctx = h.world.context(h.alice, h.general, "hi there")
+        assert (ctx.user_id, ctx.channel_id, ctx.server_id) == (501, 1101, 1100)
+        assert (ctx.user_name, ctx.channel_name, ctx.server_name) == ("Alice", "general", "Harbor")
+        assert ctx.bot_name == "Assistant" and ctx.user_text == "hi there"
+        assert not ctx.channel_is_private and ctx.parent_channel_id is None
+        dm = h.world.context(h.alice, h.world.dm(h.alice), "psst")
+        assert dm.server_id is None and dm.channel_name is None and not dm.channel_is_private
+
+
+async def test_private_channels_and_threads(tmp_path: Path):
+    async with harness(tmp_path) as h:
+        channels = [
+            channel_payload(3101, "open", 3100),
+            channel_payload(3102, "hidden", 3100, private=True),
+            channel_payload(3103, "open-thread", 3100, kind=11, parent_id=3101),
+            channel_payload(3104, "hidden-thread", 3100, kind=11, parent_id=3102),
+            channel_payload(3105, "private-thread", 3100, kind=12, parent_id=3101),
+        ]
+        h.world.offline.add_guild(guild_payload(3100, "Threads", channels))
+        seen = {}
+        for payload in channels:
+            ctx = h.world.context(h.alice, Place(payload["name"], payload), "x")
+            seen[payload["name"]] = (ctx.channel_is_private, ctx.parent_channel_id)
+        assert seen == {
+            "open": (False, None),
+            "hidden": (True, None),
+            "open-thread": (False, 3101),
+            "hidden-thread": (True, 3102),
+            "private-thread": (True, 3101),
+        }
+
+
+async def test_from_an_interaction(tmp_path: Path):
+    async with harness(tmp_path) as h:
+        staff = h.world.places["harbor/staff"]
+        payload = h.world.offline.interaction_payload(
+            "refresh", user=h.bob.payload, channel=staff.payload
+        )
+        import discord
+
+        interaction = discord.Interaction(data=payload, state=h.bot._connection)  # type: ignore[arg-type]
+        ctx = turn_context_from_interaction(interaction)
+        assert (ctx.user_id, ctx.channel_id, ctx.server_id) == (502, 1103, 1100)
+        assert ctx.channel_is_private and ctx.user_name == "Bob"
+
+
+def test_chunk_text_respects_the_limit_and_keeps_words():
+    text = ("word " * 1000).strip()
+    chunks = chunk_text(text, 2000)
+    assert all(len(c) <= 2000 for c in chunks) and len(chunks) == 3
+    assert " ".join(chunks).split() == text.split()
+    assert chunk_text("x" * 4500, 2000) == ["x" * 2000, "x" * 2000, "x" * 500]
+    assert chunk_text("short") == ["short"]
+    assert truncate("abcdef", 4) == "abc…" and truncate("abc", 4) == "abc"

@@ -1,0 +1,194 @@
+"""``/memory-settings``: Manage Server (or the owner) only, validated, and effective."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from discord_fakes import harness
+
+from host.offline import option, subcommand
+from stm.keys import server_key
+
+
+def only(replies: list) -> str:
+    assert len(replies) == 1 and replies[0].ephemeral, replies
+    return replies[0].content
+
+
+def setting(name: str, field: str, value: object, kind: int) -> dict:
+    return subcommand(name, option(field, value, kind))
+
+
+def categories(action: str, *options: dict) -> dict:
+    return subcommand("categories", subcommand(action, *options), group=True)
+
+
+class TestWhoMayChangeSettings:
+    async def test_a_member_is_refused(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            text = only(
+                await h.run(
+                    "memory-settings",
+                    setting("cadence", "turns", 2, 4),
+                    person=h.alice,
+                    place=h.general,
+                )
+            )
+            assert "Manage Server" in text
+            assert (await h.memory.get_server_settings(1100)).refresh_cadence == 5
+
+    async def test_manage_server_admin_and_owner_may(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            owner = replace(h.carol, permissions=0)
+            for value, person in ((2, h.dan), (3, h.carol), (4, owner)):
+                text = only(
+                    await h.run(
+                        "memory-settings",
+                        setting("cadence", "turns", value, 4),
+                        person=person,
+                        place=h.general,
+                    )
+                )
+                assert f"every {value} turns" in text
+            assert (await h.memory.get_server_settings(1100)).refresh_cadence == 4
+            assert (await h.memory.get_server_settings(1200)).refresh_cadence == 5
+
+    async def test_refused_in_a_dm(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            dm = h.world.dm(h.carol)
+            text = only(
+                await h.run("memory-settings", subcommand("show"), person=h.carol, place=dm)
+            )
+            assert "only be used in a server" in text
+
+
+class TestSettings:
+    async def test_render_mode_crude_count_and_show(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            await h.run(
+                "memory-settings",
+                setting("render-mode", "mode", "supersede", 3),
+                person=h.dan,
+                place=h.general,
+            )
+            await h.run(
+                "memory-settings",
+                setting("crude-count", "count", 2, 4),
+                person=h.dan,
+                place=h.general,
+            )
+            settings = await h.memory.get_server_settings(1100)
+            assert settings.render_mode == "supersede" and settings.crude_message_count == 2
+            text = only(
+                await h.run("memory-settings", subcommand("show"), person=h.dan, place=h.general)
+            )
+            assert "`supersede`" in text and "per other channel: 2" in text
+
+    async def test_a_bad_value_is_answered_clearly_and_changes_nothing(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            text = only(
+                await h.run(
+                    "memory-settings",
+                    setting("render-mode", "mode", "everything", 3),
+                    person=h.dan,
+                    place=h.general,
+                )
+            )
+            assert text.startswith("That was not accepted")
+            text = only(
+                await h.run(
+                    "memory-settings",
+                    setting("cadence", "turns", 0, 4),
+                    person=h.dan,
+                    place=h.general,
+                )
+            )
+            assert text.startswith("That was not accepted")
+            settings = await h.memory.get_server_settings(1100)
+            assert settings.render_mode == "crude_summary" and settings.refresh_cadence == 5
+
+    async def test_off_means_nothing_is_captured(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            text = only(
+                await h.run(
+                    "memory-settings",
+                    setting("enabled", "enabled", False, 5),
+                    person=h.dan,
+                    place=h.general,
+                )
+            )
+            assert "**off**" in text
+            await h.say(h.alice, h.general, "not kept")
+            assert await h.memory.get_entry(server_key(1100, h.general.id)) is None
+            await h.say(h.alice, h.elsewhere, "kept in the other server")
+            assert await h.memory.get_entry(server_key(1200, h.elsewhere.id)) is not None
+
+
+class TestCategories:
+    async def test_add_edit_remove_and_list(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+
+            async def run(action: str, *options: dict) -> str:
+                return only(
+                    await h.run(
+                        "memory-settings",
+                        categories(action, *options),
+                        person=h.dan,
+                        place=h.general,
+                    )
+                )
+
+            text = await run("add", option("label", "Mood", 3), option("description", "Feel", 3))
+            assert "Categories (1/5)" in text and "**Mood**: Feel" in text
+            await run("add", option("label", "Plans", 3))
+            text = await run(
+                "edit", option("label", "mood", 3), option("new_label", "Atmosphere", 3)
+            )
+            assert "**Atmosphere**: Feel" in text
+            text = await run("remove", option("label", "Plans", 3))
+            assert "Plans" not in text
+            assert "Atmosphere" in await run("list")
+            labels = [c.label for c in (await h.memory.get_server_settings(1100)).categories]
+            assert labels == ["Atmosphere"]
+            # The tool now writes categories.
+            ctx = h.world.context(h.alice, h.general, "hi")
+            schema = h.memory.tool_schema(ctx)
+            assert schema is not None
+            assert "atmosphere" in schema["function"]["parameters"]["properties"]
+            # Removing the last one restores the default summary category.
+            await run("remove", option("label", "Atmosphere", 3))
+            assert (await h.memory.get_server_settings(1100)).summary_mode
+
+    async def test_at_most_the_configured_number(self, tmp_path: Path):
+        async with harness(tmp_path, max_categories=2) as h:
+            for label in ("One", "Two", "Three"):
+                text = only(
+                    await h.run(
+                        "memory-settings",
+                        categories("add", option("label", label, 3)),
+                        person=h.dan,
+                        place=h.general,
+                    )
+                )
+            assert text.startswith("That was not accepted") and "at most 2" in text
+            assert len((await h.memory.get_server_settings(1100)).categories) == 2
+
+    async def test_unknown_or_duplicate_labels_are_refused(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            await h.run(
+                "memory-settings",
+                categories("add", option("label", "Mood", 3)),
+                person=h.dan,
+                place=h.general,
+            )
+            for action, label in (("add", "mood"), ("remove", "Nope"), ("edit", "Nope")):
+                text = only(
+                    await h.run(
+                        "memory-settings",
+                        categories(action, option("label", label, 3)),
+                        person=h.dan,
+                        place=h.general,
+                    )
+                )
+                assert text.startswith("That was not accepted"), text
