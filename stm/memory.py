@@ -399,12 +399,21 @@ class ShortTermMemory:
                 if self._hydrating.get(key) is asyncio.current_task():
                     del self._hydrating[key]
 
-    async def _read(self, op: LoadRows | LoadRecent, keys: list[str]) -> list[StoredRow] | None:
-        """Run a read through the writer (so it is ordered after every earlier delete) and
-        apply to its rows the deletions made while it was in flight."""
+    def _read(
+        self, op: LoadRows | LoadRecent, keys: list[str]
+    ) -> Coroutine[Any, Any, list[StoredRow] | None]:
+        """Queue a read through the writer now (so it is ordered after every earlier delete
+        and shares a round trip with what is queued with it); await the result for its rows,
+        with the deletions made while it was in flight applied."""
         since = self._deletion_seq
+        future = self.writer.submit(op, what=f"read of {len(keys)} keys")
+        return self._read_result(future, since, keys)
+
+    async def _read_result(
+        self, future: asyncio.Future[Any], since: int, keys: list[str]
+    ) -> list[StoredRow] | None:
         try:
-            rows: list[StoredRow] = await self.writer.submit(op, what=f"read of {len(keys)} keys")
+            rows: list[StoredRow] = await future
         except Exception as exc:
             log.warning("short-term memory could not be read (%s): %s", ", ".join(keys[:3]), exc)
             return None
@@ -481,13 +490,14 @@ class ShortTermMemory:
                 return entry
         raise _Unavailable(key)
 
-    async def _warm(self, group: GroupKey) -> None:
-        """Load the newest rows of a recall group once per process (after a restart)."""
+    def _warm(self, group: GroupKey) -> Coroutine[Any, Any, None] | None:
+        """Load the newest rows of a recall group once per process (after a restart): the
+        read is queued now; await the result to merge the rows. None when nothing to read."""
         if group in self._warmed:
-            return
+            return None
         self._warmed.add(group)
         if self._no_row_elsewhere():
-            return  # every row of the group is already in the cache
+            return None  # every row of the group is already in the cache
         scope, owner, server_id, persona = group
         op = LoadRecent(
             scope,
@@ -497,7 +507,12 @@ class ShortTermMemory:
             self.config.max_other_channels + 1,
             *self._thresholds(),
         )
-        rows = await self._read(op, [f"{scope}:{owner}"])
+        return self._warmed_with(group, self._read(op, [f"{scope}:{owner}"]))
+
+    async def _warmed_with(
+        self, group: GroupKey, reading: Coroutine[Any, Any, list[StoredRow] | None]
+    ) -> None:
+        rows = await reading
         if rows is None:
             self._warmed.discard(group)
             return
@@ -540,14 +555,20 @@ class ShortTermMemory:
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
         live_key = server_k or user_k
         self._mark_turn_start(ctx)
-        try:
-            entry = await self._live(live_key)
-        except _Unavailable:
-            entry = None  # the store is down: answer from what the cache holds
         group = group_of(
             "user" if server_k is None else "server", ctx.server_id, ctx.user_id, ctx.persona_id
         )
-        await self._warm(group)
+        # A cold group's read is queued first, so that it shares the live key's round trip
+        # (the writer commits what is queued together) instead of following it.
+        warming = self._warm(group)
+        try:
+            try:
+                entry = await self._live(live_key)
+            except _Unavailable:
+                entry = None  # the store is down: answer from what the cache holds
+        finally:
+            if warming is not None:
+                await warming
         now = self.clock()
         if entry is not None and self.cache.is_expired(entry, now):
             entry = None

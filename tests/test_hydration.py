@@ -60,3 +60,17 @@ async def test_an_expired_row_is_not_revived(open_memory: Opener, clock: Clock) 
     memory = await open_memory()
     entry = await memory.get_entry(user_key(1, 1))
     assert entry is not None and entry.summary is None
+
+
+async def test_cold_key_and_group_share_one_round_trip(open_memory: Opener) -> None:
+    """After a restart, the first context of a channel reads its row and its recall group in
+    one round trip, and shows both."""
+    memory = await open_memory()
+    for channel, summary in ((10, "HERE-SUMMARY"), (11, "THERE-SUMMARY")):
+        await memory.capture(turn(ctx(channel=channel), "hi"))
+        assert (await memory.run_tool(ctx(channel=channel), {"summary": summary})).success
+    await memory.close()
+    memory = await open_memory()
+    shown = str(await memory.build_context(ctx(channel=10)))
+    assert "HERE-SUMMARY" in shown and "THERE-SUMMARY" in shown
+    assert memory.stats["round_trips"] == 1
