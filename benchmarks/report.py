@@ -7,6 +7,7 @@ from typing import Any
 
 LABELS = {
     "stm": "discord-stm",
+    "stm-restarted": "discord-stm, restarted (rows on disk)",
     "langgraph": "LangGraph + AsyncSqliteSaver",
     "langchain": "LangChain SQLChatMessageHistory (async)",
     "deque": "floor: dict of deques",

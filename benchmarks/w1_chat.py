@@ -70,7 +70,13 @@ def _summary(total: float, latencies: list[float], n: int) -> dict[str, Any]:
 
 
 # -- this project ----------------------------------------------------------------
-async def run_stm(channels: int, per_channel: int) -> dict[str, Any]:
+async def run_stm_restarted(channels: int, per_channel: int) -> dict[str, Any]:
+    """The same turns on a database another process already filled (a bot restart):
+    every channel's keys have rows, so each first turn reads them."""
+    return await run_stm(channels, per_channel, restarted=True)
+
+
+async def run_stm(channels: int, per_channel: int, restarted: bool = False) -> dict[str, Any]:
     from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
     from stm.keys import server_key
 
@@ -104,6 +110,14 @@ async def run_stm(channels: int, per_channel: int) -> dict[str, Any]:
 
     with scratch_dir() as folder:
         config = STMConfig(database=str(folder / "stm.sqlite3"))
+        if restarted:
+            async with ShortTermMemory.open(config) as before:
+                for ctx, _ in inputs[:channels]:
+                    await before.capture(
+                        GenerationFinished(
+                            context=ctx, messages=[DialogueMessage(role="user", content="hi")]
+                        )
+                    )
         memory = await ShortTermMemory.open(config)
         try:
             chars = 0
@@ -291,6 +305,7 @@ def _check(
 
 SYSTEMS: dict[str, Callable[[int, int], Awaitable[dict[str, Any]]]] = {
     "stm": run_stm,
+    "stm-restarted": run_stm_restarted,
     "langgraph": run_langgraph,
     "langchain": run_langchain,
     "deque": run_deque,

@@ -146,7 +146,9 @@ class MemoryCache:
     def is_expired(self, entry: Entry, now: float | None = None) -> bool:
         """True when ``entry`` has been inactive for its TTL."""
         now = self.clock() if now is None else now
-        return now >= entry.expires_at(self.crude_ttl, self.summary_ttl)
+        # Entry.expires_at, inlined: this runs for several entries on every turn.
+        ttl = self.summary_ttl if entry.summary or entry.categories else self.crude_ttl
+        return now >= entry.updated_at + ttl
 
     def peek(self, key: str) -> Entry | None:
         """The entry under ``key``, expired or not, without touching LRU order."""
