@@ -9,6 +9,7 @@ the schema or the size changes.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import shutil
 import sqlite3
@@ -148,4 +149,7 @@ def copy(source: Path, folder: Path) -> Path:
     """A private copy to open and change (purges must not alter the cached file)."""
     target = folder / "stm.sqlite3"
     shutil.copyfile(source, target)
+    # Write the copy out now: otherwise the first commit's fsync pays for the whole file.
+    with open(target, "rb+") as f:
+        os.fsync(f.fileno())
     return target
