@@ -1,6 +1,6 @@
 """Run every workload, each system in its own fresh process, and write the report.
 
-    python -m benchmarks.run                 # the full run (about 15 minutes on 2 cores)
+    python -m benchmarks.run                 # the full run (about 6 minutes on 2 cores)
     python -m benchmarks.run --quick         # small sizes, a smoke test of the suite
     python -m benchmarks.run --only W1,W3 --reps 3
 
