@@ -148,6 +148,7 @@ class ShortTermMemory:
             self.store,
             write_behind=self.config.write_behind_seconds,
             retry_delay=self.config.delete_retry_seconds,
+            scrub_delay=self.config.scrub_delay_seconds,
         )
         self._janitor = asyncio.get_running_loop().create_task(
             self._janitor_loop(), name="stm-janitor"

@@ -28,6 +28,7 @@ from .base import (
     SaveDistilled,
     SaveOptOut,
     SaveServerSettings,
+    Scrub,
     StoredRow,
     Touch,
 )
@@ -251,17 +252,21 @@ def migrate(db: sqlite3.Connection, path: str = "") -> None:
 def run_batch(db: sqlite3.Connection, ops: Sequence[Op], checkpoint: bool = True) -> list[object]:
     """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op."""
     results: list[object] = []
-    deleted = False
+    deleted = scrub = False
     db.execute("BEGIN IMMEDIATE")
     try:
         for op in ops:
             results.append(apply(db, op))
             deleted = deleted or isinstance(op, DeleteChannel | PurgeUser | DeleteExpired)
+            scrub = scrub or isinstance(op, Scrub)
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
+    if scrub and _on_disk(db):
+        db.execute("VACUUM")
+        deleted = True
     if deleted and checkpoint:
         # Old page images in the WAL still hold deleted text: fold them into the
         # (securely deleted) file and empty the WAL.
@@ -269,9 +274,15 @@ def run_batch(db: sqlite3.Connection, ops: Sequence[Op], checkpoint: bool = True
     return results
 
 
+def _on_disk(db: sqlite3.Connection) -> bool:
+    return any(row[2] for row in db.execute("PRAGMA database_list") if row[1] == "main")
+
+
 def apply(db: sqlite3.Connection, op: Op) -> object:
     """Run one operation inside the caller's transaction."""
     match op:
+        case Scrub():
+            return None  # done after the commit: VACUUM cannot run inside a transaction
         case Touch(rows):
             known = [_identity_params(r) for r in rows if r.counters_known]
             unknown = [_identity_params(r) for r in rows if not r.counters_known]
