@@ -8,7 +8,7 @@ memory, newest first).
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -42,7 +42,9 @@ class Entry:
     user_id: int | None
     channel_id: int
     persona_id: int | None
-    messages: deque[StoredMessage]
+    # The crude window, oldest first. A list, not a deque: a deque allocates a 64-slot
+    # block, which at 10 messages is ~600 bytes per key (see ``remember``).
+    messages: list[StoredMessage]
     updated_at: float
     channel_name: str | None = None
     server_name: str | None = None
@@ -50,7 +52,8 @@ class Entry:
     channel_private: bool = False
     summary: str | None = None
     categories: dict[str, str] = field(default_factory=dict)
-    contributors: set[int] = field(default_factory=set)
+    # Immutable and shared while empty: an empty set would cost 216 bytes per key.
+    contributors: frozenset[int] = frozenset()
     turns_since_refresh: int = 0
     last_refreshed_turn: int = 0
     # False until the durable row (if any) has been merged in.
@@ -59,20 +62,28 @@ class Entry:
     deleted: bool = False
     # Bumped on every change of the distilled content.
     version: int = 0
+    # The recall group: entries whose memory may be shown in each other's channels. Set
+    # once, as the fields it derives from never change; it is read on every turn.
+    group: GroupKey = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.group = group_of(self.scope, self.server_id, self.user_id, self.persona_id)
 
     @property
     def distilled(self) -> bool:
         """True when the entry holds a summary or categories."""
         return bool(self.summary) or bool(self.categories)
 
-    @property
-    def group(self) -> GroupKey:
-        """The recall group: entries whose memory may be shown in each other's channels."""
-        return group_of(self.scope, self.server_id, self.user_id, self.persona_id)
-
     def expires_at(self, crude_ttl: float, summary_ttl: float) -> float:
         """When the entry expires if untouched, in epoch seconds; TTLs in seconds."""
         return self.updated_at + (summary_ttl if self.distilled else crude_ttl)
+
+    def remember(self, messages: list[StoredMessage], limit: int) -> None:
+        """Append ``messages`` to the window, keeping its newest ``limit``."""
+        self.messages.extend(messages)
+        excess = len(self.messages) - limit
+        if excess > 0:
+            del self.messages[:excess]
 
     def turn_users(self) -> set[int]:
         """Users whose turns are in the crude window."""
@@ -120,6 +131,8 @@ class MemoryCache:
         self._by_user: dict[int, set[str]] = {}
         self._groups: dict[GroupKey, _Group] = {}
         self.evicted = 0
+        # Entries dropped for expiry (their durable row, if any, is left for the janitor).
+        self.expired_drops = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -133,7 +146,9 @@ class MemoryCache:
     def is_expired(self, entry: Entry, now: float | None = None) -> bool:
         """True when ``entry`` has been inactive for its TTL."""
         now = self.clock() if now is None else now
-        return now >= entry.expires_at(self.crude_ttl, self.summary_ttl)
+        # Entry.expires_at, inlined: this runs for several entries on every turn.
+        ttl = self.summary_ttl if entry.summary or entry.categories else self.crude_ttl
+        return now >= entry.updated_at + ttl
 
     def peek(self, key: str) -> Entry | None:
         """The entry under ``key``, expired or not, without touching LRU order."""
@@ -146,6 +161,7 @@ class MemoryCache:
             return None
         if self.is_expired(entry, now):
             self.remove(key)
+            self.expired_drops += 1
             return None
         self._entries.move_to_end(key)
         return entry
@@ -254,7 +270,13 @@ class MemoryCache:
             del found[limit:]
         for key in expired:
             self.remove(key)
+        self.expired_drops += len(expired)
         return found
+
+    @property
+    def dropped(self) -> int:
+        """Entries that left the cache without a delete: their rows may still exist."""
+        return self.evicted + self.expired_drops
 
     def expired_keys(self, now: float) -> list[str]:
         """Keys whose entries have expired (the janitor drops them)."""

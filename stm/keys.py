@@ -27,12 +27,17 @@ class ScopeKey:
 
 def user_key(user_id: int, channel_id: int, persona_id: int | None = None) -> str:
     """The user-scoped key of a channel."""
-    return str(ScopeKey("user", user_id, channel_id, persona_id))
+    # Formatted here rather than through ScopeKey: this runs twice per turn.
+    if persona_id is None:
+        return f"{PREFIX}:user:{user_id}:{channel_id}"
+    return f"{PREFIX}:user:{user_id}:{channel_id}:{persona_id}"
 
 
 def server_key(server_id: int, channel_id: int, persona_id: int | None = None) -> str:
     """The server-scoped key of a channel."""
-    return str(ScopeKey("server", server_id, channel_id, persona_id))
+    if persona_id is None:
+        return f"{PREFIX}:server:{server_id}:{channel_id}"
+    return f"{PREFIX}:server:{server_id}:{channel_id}:{persona_id}"
 
 
 def turn_keys(

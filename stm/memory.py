@@ -38,7 +38,7 @@ from .models import (
     ToolResult,
     TurnContext,
 )
-from .render import TOOL_NAME, nudge, other_channels_blocks, same_channel_block
+from .render import TOOL_NAME, RenderCache, nudge, other_channels_blocks, same_channel_block
 from .schema import arguments_model, parse_arguments, tool_definition
 from .store.base import (
     DeleteChannel,
@@ -83,6 +83,7 @@ class ShortTermMemory:
             clock=clock,
         )
         self.tool = MemoryTool(self)
+        self._render_cache = RenderCache()
         self.defaults = ServerSettings(
             render_mode=config.render_mode,
             refresh_cadence=config.refresh_cadence,
@@ -99,6 +100,11 @@ class ShortTermMemory:
         self._deletions: deque[tuple[int, Deletion]] = deque(maxlen=4096)
         self._deletion_seq = 0
         self._janitor: asyncio.Task[None] | None = None
+        # While True, every durable row belongs to an entry in the cache: the table was
+        # empty at open, this process is its only writer, and no entry has left the cache
+        # except by a delete. A key missing from the cache then has no row to read, so
+        # new keys skip the read. The first eviction or expiry drop ends it for good.
+        self._all_rows_cached = bool(getattr(store, "empty_at_open", False))
         self.closed = False
 
     # -- opening and closing ------------------------------------------------
@@ -142,6 +148,7 @@ class ShortTermMemory:
             self.store,
             write_behind=self.config.write_behind_seconds,
             retry_delay=self.config.delete_retry_seconds,
+            scrub_delay=self.config.scrub_delay_seconds,
         )
         self._janitor = asyncio.get_running_loop().create_task(
             self._janitor_loop(), name="stm-janitor"
@@ -302,7 +309,7 @@ class ShortTermMemory:
                 m.role, m.content, m.speaker_name, m.author_id, m.timestamp.timestamp(), ctx.user_id
             )
             for m in event.messages
-            if m.content.strip()
+            if m.content and not m.content.isspace()  # strip() would copy every message
         ]
         if not messages:
             return
@@ -314,9 +321,11 @@ class ShortTermMemory:
                 continue
             entry = self.cache.get(key, now)
             if entry is None:
-                entry = self._new_entry(key, ctx, now, hydrated=False)
-                cold.append(key)
-            entry.messages.extend(messages)
+                known = self._no_row_elsewhere()
+                entry = self._new_entry(key, ctx, now, hydrated=known)
+                if not known:
+                    cold.append(key)
+            entry.remember(messages, self.config.max_messages_per_channel)
             self._describe(entry, ctx)
             self.cache.touch(entry, now)
             self.cache.index_users(entry, {ctx.user_id})
@@ -335,7 +344,7 @@ class ShortTermMemory:
             user_id=ctx.user_id if scope == "user" else None,
             channel_id=ctx.channel_id,
             persona_id=ctx.persona_id,
-            messages=deque(maxlen=self.config.max_messages_per_channel),
+            messages=[],
             updated_at=now,
             hydrated=hydrated,
         )
@@ -355,6 +364,12 @@ class ShortTermMemory:
             self._warmed.discard(victim.group)
 
     # -- hydration ------------------------------------------------------------
+    def _no_row_elsewhere(self) -> bool:
+        """True when no durable row exists for a key the cache does not hold."""
+        if self._all_rows_cached and self.cache.dropped:
+            self._all_rows_cached = False
+        return self._all_rows_cached
+
     def _thresholds(self) -> tuple[float, float]:
         now = self.clock()
         return now - self.config.crude_ttl_hours * HOUR, now - self.config.summary_ttl_hours * HOUR
@@ -386,12 +401,21 @@ class ShortTermMemory:
                 if self._hydrating.get(key) is asyncio.current_task():
                     del self._hydrating[key]
 
-    async def _read(self, op: LoadRows | LoadRecent, keys: list[str]) -> list[StoredRow] | None:
-        """Run a read through the writer (so it is ordered after every earlier delete) and
-        apply to its rows the deletions made while it was in flight."""
+    def _read(
+        self, op: LoadRows | LoadRecent, keys: list[str]
+    ) -> Coroutine[Any, Any, list[StoredRow] | None]:
+        """Queue a read through the writer now (so it is ordered after every earlier delete
+        and shares a round trip with what is queued with it); await the result for its rows,
+        with the deletions made while it was in flight applied."""
         since = self._deletion_seq
+        future = self.writer.submit(op, what=f"read of {len(keys)} keys")
+        return self._read_result(future, since, keys)
+
+    async def _read_result(
+        self, future: asyncio.Future[Any], since: int, keys: list[str]
+    ) -> list[StoredRow] | None:
         try:
-            rows: list[StoredRow] = await self.writer.submit(op, what=f"read of {len(keys)} keys")
+            rows: list[StoredRow] = await future
         except Exception as exc:
             log.warning("short-term memory could not be read (%s): %s", ", ".join(keys[:3]), exc)
             return None
@@ -442,7 +466,7 @@ class ShortTermMemory:
             user_id=row.user_id,
             channel_id=row.channel_id,
             persona_id=row.persona_id,
-            messages=deque(maxlen=self.config.max_messages_per_channel),
+            messages=[],
             updated_at=row.updated_at,
             channel_name=row.channel_name,
             server_name=row.server_name,
@@ -450,7 +474,7 @@ class ShortTermMemory:
             channel_private=row.channel_private,
             summary=row.summary,
             categories=dict(row.categories),
-            contributors=set(row.contributors),
+            contributors=row.contributors,
             turns_since_refresh=row.turns_since_refresh,
             last_refreshed_turn=row.last_refreshed_turn,
         )
@@ -465,6 +489,8 @@ class ShortTermMemory:
             entry = self.cache.get(key)
             if entry is not None and entry.hydrated:
                 return entry
+            if entry is None and pending is None and self._no_row_elsewhere():
+                return None
             if pending is None and not await self._hydrate([key]):
                 raise _Unavailable(key)
             entry = self.cache.get(key)
@@ -472,11 +498,14 @@ class ShortTermMemory:
                 return entry
         raise _Unavailable(key)
 
-    async def _warm(self, group: GroupKey) -> None:
-        """Load the newest rows of a recall group once per process (after a restart)."""
+    def _warm(self, group: GroupKey) -> Coroutine[Any, Any, None] | None:
+        """Load the newest rows of a recall group once per process (after a restart): the
+        read is queued now; await the result to merge the rows. None when nothing to read."""
         if group in self._warmed:
-            return
+            return None
         self._warmed.add(group)
+        if self._no_row_elsewhere():
+            return None  # every row of the group is already in the cache
         scope, owner, server_id, persona = group
         op = LoadRecent(
             scope,
@@ -486,7 +515,12 @@ class ShortTermMemory:
             self.config.max_other_channels + 1,
             *self._thresholds(),
         )
-        rows = await self._read(op, [f"{scope}:{owner}"])
+        return self._warmed_with(group, self._read(op, [f"{scope}:{owner}"]))
+
+    async def _warmed_with(
+        self, group: GroupKey, reading: Coroutine[Any, Any, list[StoredRow] | None]
+    ) -> None:
+        rows = await reading
         if rows is None:
             self._warmed.discard(group)
             return
@@ -528,19 +562,24 @@ class ShortTermMemory:
             return PromptContext(nudge_depth=settings.nudge_depth)
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
         live_key = server_k or user_k
-        if ctx._deletion_seq is None:
-            ctx._deletion_seq = self._deletion_seq
+        self._mark_turn_start(ctx)
         group = group_of(
             "user" if server_k is None else "server", ctx.server_id, ctx.user_id, ctx.persona_id
         )
         entry: Entry | None = None
         for _ in range(3):
+            # A cold group's read is queued first, so that it shares the live key's round
+            # trip (the writer commits what is queued together) instead of following it.
+            warming = self._warm(group)
             try:
-                entry = await self._live(live_key)
-            except _Unavailable:
-                entry = None  # the turn goes on without this channel's distilled memory
-            await self._warm(group)
-            # While _warm read, the entry may have been cleared, purged or evicted (and
+                try:
+                    entry = await self._live(live_key)
+                except _Unavailable:
+                    entry = None  # the store is down: answer from what the cache holds
+            finally:
+                if warming is not None:
+                    await warming
+            # While the reads ran, the entry may have been cleared, purged or evicted (and
             # then missed by a purge): render only what the cache still holds.
             if entry is None or self.cache.peek(live_key) is entry:
                 break
@@ -550,10 +589,12 @@ class ShortTermMemory:
             entry = None
         others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
         context = PromptContext(nudge_depth=settings.nudge_depth)
-        block = same_channel_block(entry, settings, ctx.bot_name, now)
+        block = same_channel_block(entry, settings, ctx.bot_name, now, self._render_cache)
         if block is not None:
             context.blocks.append(block)
-        context.blocks.extend(other_channels_blocks(others, settings, ctx.bot_name, now))
+        context.blocks.extend(
+            other_channels_blocks(others, settings, ctx.bot_name, now, self._render_cache)
+        )
         if (
             entry is not None
             and entry.turns_since_refresh >= settings.refresh_cadence
@@ -572,8 +613,7 @@ class ShortTermMemory:
         values = parse_arguments(arguments_model(settings.categories, limit), arguments, limit)
         if isinstance(values, str):
             return _refused(values)
-        if ctx._deletion_seq is None:
-            ctx._deletion_seq = self._deletion_seq
+        self._mark_turn_start(ctx)
         keys = [
             k
             for k in turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
@@ -628,6 +668,14 @@ class ShortTermMemory:
                 return True
         return False
 
+    def _mark_turn_start(self, ctx: TurnContext) -> None:
+        """Remember how many deletions preceded this turn's first call (once per turn)."""
+        # Read through the private-attribute dict: the attribute path goes through
+        # BaseModel.__getattr__ and costs about a microsecond on every turn.
+        private = ctx.__pydantic_private__
+        if private is None or private.get("_deletion_seq") is None:
+            ctx._deletion_seq = self._deletion_seq
+
     async def _upgrade(
         self,
         ctx: TurnContext,
@@ -644,7 +692,7 @@ class ShortTermMemory:
                 e,
                 e.summary,
                 e.categories,
-                set(e.contributors),
+                e.contributors,
                 e.turns_since_refresh,
                 e.last_refreshed_turn,
             )
@@ -663,6 +711,9 @@ class ShortTermMemory:
             self.cache.touch(entry, now)
             self.cache.index_users(entry, contributors)
         versions = [e.version for e in entries]
+        # Write in the order the turn made its changes: identity rows from capture first,
+        # then the upgrade (as when every new key was read first, which queued them).
+        self.writer.queue_dirty()
         writes = [
             self.writer.submit(SaveDistilled(row_of(e)), what=f"upgrade of {e.key}")
             for e in entries
@@ -733,9 +784,9 @@ class ShortTermMemory:
                 continue
             kept = [m for m in entry.messages if user_id not in (m.turn_user_id, m.author_id)]
             if len(kept) != len(entry.messages):
-                entry.messages = deque(kept, maxlen=entry.messages.maxlen)
+                entry.messages = kept
             if user_id in entry.contributors:
-                entry.summary, entry.categories, entry.contributors = None, {}, set()
+                entry.summary, entry.categories, entry.contributors = None, {}, frozenset()
                 entry.version += 1
         op = PurgeUser(user_id, server_id)
         self._record(op)
@@ -750,6 +801,8 @@ class ShortTermMemory:
         expired = self.cache.expired_keys(now)
         for key in expired:
             self.cache.remove(key)
+        if expired:
+            self._all_rows_cached = False  # their rows wait for the delete queued below
         self.writer.forget_dirty(expired)
         self.writer.submit_delete(DeleteExpired(*self._thresholds()), what="deleting expired rows")
         return len(expired)

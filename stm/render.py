@@ -8,16 +8,19 @@ frame, open a ``[System: ...]`` line or ping anyone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 
-from .cache import Entry
-from .models import PromptBlock, ServerSettings
+from .cache import Entry, StoredMessage
+from .models import Category, PromptBlock, ServerSettings
 from .slugs import slugs_for
 from .text import neutralize, quote_lines
 
 __all__ = [
     "RECENT_SECONDS",
     "TOOL_NAME",
+    "RenderCache",
     "category_labels",
     "content_depth",
     "nudge",
@@ -47,8 +50,68 @@ def relative_time(seconds: float) -> str:
 
 def category_labels(settings: ServerSettings) -> dict[str, str]:
     """Slug -> label of the server's categories, in their order."""
-    labels = [c.label for c in settings.categories]
-    return dict(zip(slugs_for(labels), labels, strict=True))
+    return dict(_labels(settings.categories))
+
+
+@functools.lru_cache(maxsize=512)
+def _labels(categories: tuple[Category, ...]) -> tuple[tuple[str, str], ...]:
+    # Slugging is the costly part, and a server's categories rarely change.
+    labels = [c.label for c in categories]
+    return tuple(zip(slugs_for(labels), labels, strict=True))
+
+
+class RenderCache:
+    """Quoted lines of recently rendered entries, reused while their source is unchanged.
+
+    Other-channel memory renders the same few entries turn after turn. Lines
+    are reused only when the values they were rendered from compare equal to
+    the entry's current ones (rendering is a pure function of those values),
+    so a changed, purged or replaced entry can never show stale text. Least
+    recently used entries are dropped past ``max_entries``.
+    """
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        self.max_entries = max_entries
+        self._held: OrderedDict[tuple[str, str], tuple[object, list[str]]] = OrderedDict()
+
+    def lines(
+        self, key: str, kind: str, source: object, render: Callable[[], list[str]]
+    ) -> list[str]:
+        """The lines rendered from ``source``: cached, or made by ``render()`` now."""
+        slot = (key, kind)
+        held = self._held.get(slot)
+        if held is not None and held[0] == source:
+            self._held.move_to_end(slot)
+            return held[1]
+        made = render()
+        self._held[slot] = (source, made)
+        self._held.move_to_end(slot)
+        if len(self._held) > self.max_entries:
+            self._held.popitem(last=False)
+        return made
+
+    def crude_lines(
+        self,
+        key: str,
+        bot_name: str,
+        messages: tuple[StoredMessage, ...],
+        render_one: Callable[[StoredMessage], str],
+    ) -> list[str]:
+        """One line per message; after a new message, only that message is rendered anew."""
+        source = (bot_name, messages)
+        slot = (key, "crude")
+        held = self._held.get(slot)
+        if held is not None and held[0] == source:
+            self._held.move_to_end(slot)
+            return held[1]
+        reuse: dict[StoredMessage, str] = {}
+        if held is not None and isinstance(held[0], tuple) and held[0][0] == bot_name:
+            reuse = dict(zip(held[0][1], held[1], strict=True))
+        made = [reuse.get(m) or render_one(m) for m in messages]
+        return self.lines(key, "crude", source, lambda: made)
+
+    def __len__(self) -> int:
+        return len(self._held)
 
 
 def content_depth(settings: ServerSettings, entries: Sequence[Entry], now: float) -> int:
@@ -66,7 +129,12 @@ def _place(entry: Entry) -> str:
     return f"#channel-{entry.channel_id}"
 
 
-def _distilled_lines(entry: Entry, labels: dict[str, str]) -> list[str]:
+def _distilled_lines(
+    entry: Entry, labels: dict[str, str], cache: RenderCache | None = None
+) -> list[str]:
+    if cache is not None:
+        source = (entry.summary, tuple(entry.categories.items()), tuple(labels.items()))
+        return cache.lines(entry.key, "distilled", source, lambda: _distilled_lines(entry, labels))
     lines: list[str] = []
     if entry.categories:
         ordered = [slug for slug in labels if slug in entry.categories]
@@ -81,26 +149,35 @@ def _distilled_lines(entry: Entry, labels: dict[str, str]) -> list[str]:
     return lines
 
 
-def _crude_lines(entry: Entry, count: int, bot_name: str) -> list[str]:
+def _crude_lines(
+    entry: Entry, count: int, bot_name: str, cache: RenderCache | None = None
+) -> list[str]:
     if count <= 0:
         return []
-    messages = list(entry.messages)[-count:]
-    lines = []
-    for message in messages:
+    messages = tuple(entry.messages)[-count:]
+
+    def line(message: StoredMessage) -> str:
         default = bot_name if message.role == "assistant" else "User"
         speaker = neutralize(message.speaker_name or default).replace("\n", " ")
         content = neutralize(message.content).replace("\n", " ").replace('"', "\u201d")
-        lines.append(f'> {speaker}: "{content}"')
-    return lines
+        return f'> {speaker}: "{content}"'
+
+    if cache is not None:
+        return cache.crude_lines(entry.key, bot_name, messages, line)
+    return [line(message) for message in messages]
 
 
 def same_channel_block(
-    entry: Entry | None, settings: ServerSettings, bot_name: str, now: float
+    entry: Entry | None,
+    settings: ServerSettings,
+    bot_name: str,
+    now: float,
+    cache: RenderCache | None = None,
 ) -> PromptBlock | None:
     """This channel's distilled memory (never its crude messages), or None."""
     if entry is None or not entry.distilled:
         return None
-    lines = _distilled_lines(entry, category_labels(settings))
+    lines = _distilled_lines(entry, category_labels(settings), cache)
     header = (
         f"[Short-term memory of {neutralize(bot_name)} for this ongoing conversation in "
         f"{_place(entry)}, last updated {relative_time(now - entry.updated_at)}. "
@@ -111,7 +188,11 @@ def same_channel_block(
 
 
 def other_channels_blocks(
-    entries: Sequence[Entry], settings: ServerSettings, bot_name: str, now: float
+    entries: Sequence[Entry],
+    settings: ServerSettings,
+    bot_name: str,
+    now: float,
+    cache: RenderCache | None = None,
 ) -> list[PromptBlock]:
     """Memory of other channels: distilled (else crude) per channel, plus in ``crude_summary``
     mode the recent crude messages of channels that also have distilled memory."""
@@ -125,14 +206,14 @@ def other_channels_blocks(
     for entry in entries:
         when = relative_time(now - entry.updated_at)
         if entry.distilled:
-            body = _distilled_lines(entry, labels)
+            body = _distilled_lines(entry, labels, cache)
             if settings.render_mode == "crude_summary":
-                recent = _crude_lines(entry, count, bot_name)
+                recent = _crude_lines(entry, count, bot_name, cache)
                 if recent:
                     crude.append(f"In {_place(entry)} ({when}):")
                     crude.extend(recent)
         else:
-            body = _crude_lines(entry, count, bot_name)
+            body = _crude_lines(entry, count, bot_name, cache)
         if body:
             memory.append(f"{bot} remembers a recent conversation in {_place(entry)} ({when}):")
             memory.extend(body)

@@ -37,11 +37,15 @@ _BROADCAST = re.compile(r"@(everyone|here)", re.IGNORECASE)
 _BRACKETS = str.maketrans(
     dict.fromkeys("[\u27e6\uff3b\ufe47", "(") | dict.fromkeys("]\u27e7\uff3d\ufe48", ")")
 )
+# Any character that neutralize() would change, besides controls: most text has none.
+_UNSAFE = re.compile(r"[\[\]\u27e6\u27e7\uff3b\uff3d\ufe47\ufe48<@]")
 
 
 def neutralize(text: str) -> str:
     """Make text safe inside a memory frame: no brackets that could close or forge one,
     no mention that could ping anyone, no invisible controls."""
+    if text.isprintable() and _UNSAFE.search(text) is None:
+        return text  # nothing below would change it
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text.isprintable():

@@ -25,7 +25,16 @@ from typing import Any
 
 from .cache import Entry
 from .errors import DurabilityError
-from .store.base import DeleteChannel, DeleteExpired, Op, PurgeUser, Store, StoredRow, Touch
+from .store.base import (
+    DeleteChannel,
+    DeleteExpired,
+    Op,
+    PurgeUser,
+    Scrub,
+    Store,
+    StoredRow,
+    Touch,
+)
 
 __all__ = ["Writer", "row_of"]
 
@@ -74,10 +83,15 @@ class _Item:
 class Writer:
     """The single writer of a store."""
 
-    def __init__(self, store: Store, *, write_behind: float, retry_delay: float) -> None:
+    def __init__(
+        self, store: Store, *, write_behind: float, retry_delay: float, scrub_delay: float = 30.0
+    ) -> None:
         self.store = store
         self.write_behind = write_behind
         self.retry_delay = retry_delay
+        self.scrub_delay = scrub_delay
+        # When the file is next rewritten to erase what purges and clears deleted (0: none due).
+        self._scrub_at = 0.0
         self.commits = 0
         self.round_trips = 0
         self._queue: deque[_Item] = deque()
@@ -99,9 +113,14 @@ class Writer:
         return future
 
     def submit_delete(self, op: DeleteChannel | PurgeUser | DeleteExpired, what: str) -> None:
-        """Queue a delete; it is retried until durable. Dirty entries go first."""
+        """Queue a delete; it is retried until durable. Dirty entries go first.
+
+        Purges and clears also schedule a scrub of the file (coalesced; ``flush``
+        runs a due one at once)."""
         self._swap_dirty()
         self._push(_Item(self._next(), op, what=what))
+        if isinstance(op, DeleteChannel | PurgeUser) and not self._scrub_at:
+            self._scrub_at = asyncio.get_running_loop().time() + self.scrub_delay
 
     def mark_dirty(self, entry: Entry) -> None:
         """Write ``entry``'s identity and counters behind."""
@@ -109,6 +128,10 @@ class Writer:
             self._dirty_since = asyncio.get_running_loop().time()
             self._wake.set()
         self._dirty[entry.key] = entry
+
+    def queue_dirty(self) -> None:
+        """Queue the dirty entries now, so that what is submitted next is written after them."""
+        self._swap_dirty()
 
     def forget_dirty(self, keys: Iterable[str]) -> None:
         """Do not write these keys behind (they were deleted)."""
@@ -131,6 +154,7 @@ class Writer:
         """Return once everything queued so far is committed; raise DurabilityError if it
         cannot be after ``attempts`` immediate tries."""
         self._swap_dirty()
+        self._queue_scrub()
         target = self._seq
         tries = 0
         while self._finished_through() < target:
@@ -170,6 +194,11 @@ class Writer:
         self._queue.append(item)
         self._wake.set()
 
+    def _queue_scrub(self) -> None:
+        if self._scrub_at:
+            self._scrub_at = 0.0
+            self._push(_Item(self._next(), Scrub(), what="erasing deleted text from the file"))
+
     def _swap_dirty(self) -> None:
         if self._dirty:
             dirty, self._dirty = self._dirty, {}
@@ -183,16 +212,18 @@ class Writer:
                 wake_at: float | None = self._retry_at
             elif self._queue:
                 wake_at = now
-            elif self._dirty:
-                wake_at = self._dirty_since + self.write_behind
             else:
-                wake_at = None
+                write_behind_at = self._dirty_since + self.write_behind if self._dirty else 0.0
+                due = [t for t in (self._scrub_at, write_behind_at) if t]
+                wake_at = min(due) if due else None
             if wake_at is None or wake_at > now:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout_at(wake_at):
                         await self._wake.wait()
                 continue
+            if self._scrub_at and self._scrub_at <= now:
+                self._queue_scrub()
             # Write-behind rides along with any commit that happens anyway.
             self._swap_dirty()
             await self._cycle()

@@ -159,3 +159,20 @@ async def test_capture_after_clear_is_new_memory(memory: ShortTermMemory) -> Non
     entry = await memory.get_entry("shortterm:server:100:10")
     assert entry is not None and entry.summary is None
     assert [m.content for m in entry.messages] == ["AFTER", "ok"]
+
+
+async def test_no_stale_copies_in_live_pages_after_a_purge(
+    memory: ShortTermMemory, db_path: object
+) -> None:
+    """Purging rows makes SQLite move the cells left on a page, which can leave copies of
+    deleted text in the page's unused space (secure delete does not reach it); the scrub
+    after a purge rewrites the file so that none survives."""
+    for i in range(30):
+        await remember(memory, f"STALE-NEEDLE-{i:03d} " + "pad " * 120, channel=1000 + i)
+    await remember(memory, "OTHER-USER-KEEPS-THIS", user=2, channel=999)
+    await memory.flush()
+    await memory.clear_short_term_memory_for_user(1)
+    await memory.flush()
+    data = file_bytes(db_path)
+    assert b"OTHER-USER-KEEPS-THIS" in data
+    assert data.count(b"STALE-NEEDLE") == 0

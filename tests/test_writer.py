@@ -151,3 +151,26 @@ async def test_upgrade_refused_while_rows_cannot_be_read(
     assert entry.categories == {"topic": "KEPT-TOPIC", "mood": "calm"}
     assert entry.messages[0].content == "captured while down"
     await reopened.close()
+
+
+async def test_purges_and_clears_schedule_a_scrub_without_a_flush(
+    config: STMConfig, clock: Clock
+) -> None:
+    """The file is rewritten soon after a purge or clear even if nobody calls flush(),
+    once per burst of deletes; the janitor's deletes need none."""
+    import asyncio
+
+    store = FlakyStore(await SQLiteStore.open(config.database))
+    memory = ShortTermMemory(config.model_copy(update={"scrub_delay_seconds": 0.05}), store)
+    await memory._start()
+    await memory.capture(turn(ctx(), "x"))
+    await memory.run_janitor()
+    await memory.clear_short_term_memory_for_channel(10)
+    await memory.clear_short_term_memory_for_user(2)
+    for _ in range(200):
+        if any("Scrub" in batch for batch in store.batches):
+            break
+        await asyncio.sleep(0.01)
+    scrubs = sum(batch.count("Scrub") for batch in store.batches)
+    assert scrubs == 1
+    await memory.close()

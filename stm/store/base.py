@@ -18,6 +18,7 @@ __all__ = [
     "SaveDistilled",
     "SaveOptOut",
     "SaveServerSettings",
+    "Scrub",
     "Store",
     "StoredRow",
     "Touch",
@@ -111,6 +112,16 @@ class LoadRecent:
 
 
 @dataclass(frozen=True, slots=True)
+class Scrub:
+    """After the batch commits, rewrite the file so that no copy of deleted text survives.
+
+    Secure delete zeroes what a delete frees, but SQLite can leave stale copies of
+    earlier cell contents in the unused space of pages that stay in use (after pages
+    are rebalanced); only rewriting the file (VACUUM) removes those.
+    """
+
+
+@dataclass(frozen=True, slots=True)
 class SaveServerSettings:
     """Store a server's settings as JSON."""
 
@@ -137,6 +148,7 @@ Op = (
     | LoadRecent
     | SaveServerSettings
     | SaveOptOut
+    | Scrub
 )
 
 

@@ -1,8 +1,10 @@
-"""The SQLite store: aiosqlite, WAL, forward-only migrations, secure delete.
+"""The SQLite store: WAL, forward-only migrations, secure delete.
 
-This is the only module that speaks SQL to SQLite. One connection serves
-the whole process; the facade's writer hands it one batch at a time, so no
-two tasks ever share a transaction.
+This is the only module that speaks SQL to SQLite. One connection, on one
+thread of its own, serves the whole process; the facade's writer hands it one
+batch at a time, so no two tasks ever share a transaction. The functions
+below the class run on that thread (and take a plain ``sqlite3`` connection,
+so tests can inspect the very statements they issue).
 """
 
 from __future__ import annotations
@@ -10,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
-
-import aiosqlite
+from typing import Any, TypeVar
 
 from ..errors import SchemaVersionError, StoreError
 from .base import (
@@ -27,11 +28,14 @@ from .base import (
     SaveDistilled,
     SaveOptOut,
     SaveServerSettings,
+    Scrub,
     StoredRow,
     Touch,
 )
 
-__all__ = ["MIGRATIONS", "SQLiteStore"]
+__all__ = ["MIGRATIONS", "SQLiteStore", "apply", "migrate", "run_batch"]
+
+_T = TypeVar("_T")
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -116,12 +120,20 @@ _LIVE = f"NOT ({_EXPIRED})"
 
 
 class SQLiteStore:
-    """A store in one SQLite file (or ``:memory:``)."""
+    """A store in one SQLite file (or ``:memory:``).
 
-    def __init__(self, connection: aiosqlite.Connection, path: str) -> None:
+    The connection lives on one dedicated thread, and a whole batch runs there
+    in one hop: a transaction of many statements costs the event loop one
+    wake-up, not one per statement.
+    """
+
+    def __init__(self, executor: ThreadPoolExecutor, connection: sqlite3.Connection, path: str):
+        self._executor = executor
         self._db = connection
         self.path = path
         self.closed = False
+        # True when the table held no row at open: nothing durable predates this process.
+        self.empty_at_open = False
 
     @classmethod
     async def open(cls, path: str, *, busy_timeout_ms: int = 5000) -> SQLiteStore:
@@ -131,240 +143,37 @@ class SQLiteStore:
                 await asyncio.to_thread(_make_folder, path)
             except OSError as exc:
                 raise StoreError(f"cannot create the folder of {path!r}: {exc}") from exc
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stm-sqlite")
+        loop = asyncio.get_running_loop()
         try:
-            db = await aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
+            db = await loop.run_in_executor(executor, _connect, path, busy_timeout_ms)
         except sqlite3.Error as exc:
+            executor.shutdown(wait=False)
             raise StoreError(f"cannot open short-term memory database {path!r}: {exc}") from exc
-        store = cls(db, path)
-        try:
-            await store._prepare(busy_timeout_ms)
         except BaseException:
-            await db.close()
+            executor.shutdown(wait=False)
+            raise
+        store = cls(executor, db, path)
+        try:
+            store.empty_at_open = await store._call(_prepare, db, path, busy_timeout_ms)
+        except BaseException:
+            await store.close()
             raise
         return store
 
-    async def _prepare(self, busy_timeout_ms: int) -> None:
-        db = self._db
-        try:
-            await db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            mode = await self._scalar("PRAGMA journal_mode = WAL")
-            if self.path != ":memory:" and str(mode).lower() != "wal":
-                raise StoreError(f"{self.path!r}: could not switch to WAL (journal_mode={mode})")
-            await db.execute("PRAGMA synchronous = FULL")
-            await db.execute("PRAGMA foreign_keys = ON")
-            await db.execute("PRAGMA secure_delete = ON")
-            await self._migrate()
-            await self._check_writable()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(
-                f"short-term memory database {self.path!r} cannot be used: {exc}"
-            ) from exc
-
-    async def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        async with self._db.execute(sql, params) as cursor:
-            row = await cursor.fetchone()
-        return None if row is None else row[0]
-
-    async def _migrate(self) -> None:
-        version = int(await self._scalar("PRAGMA user_version"))
-        if version > len(MIGRATIONS):
-            raise SchemaVersionError(
-                f"{self.path!r} has schema version {version}, newer than this version of the "
-                f"library understands ({len(MIGRATIONS)}); upgrade the library or use another file"
-            )
-        for number in range(version, len(MIGRATIONS)):
-            await self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in MIGRATIONS[number].split(";"):
-                    if statement.strip():
-                        await self._db.execute(statement)
-                await self._db.execute(f"PRAGMA user_version = {number + 1}")
-                await self._db.execute("COMMIT")
-            except BaseException:
-                await self._db.execute("ROLLBACK")
-                raise
-
-    async def _check_writable(self) -> None:
-        """Fail now rather than at the first write when the file can only be read (a
-        read-only file opens without complaint)."""
-        version = int(await self._scalar("PRAGMA user_version"))
-        try:
-            await self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
-                return  # another process writes now: a passing lock, handled at run time
-            raise
-        try:
-            await self._db.execute(f"PRAGMA user_version = {version}")
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY:
-                raise
-            raise StoreError(
-                f"short-term memory database {self.path!r} is read-only: {exc}"
-            ) from exc
-        finally:
-            await self._db.execute("ROLLBACK")
+    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Run ``fn(*args)`` on the connection's thread."""
+        if self.closed:
+            raise StoreError(f"short-term memory database {self.path!r} is closed")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def schema_version(self) -> int:
         """The ``PRAGMA user_version`` of the file."""
-        return int(await self._scalar("PRAGMA user_version"))
+        return int(await self._call(_scalar, self._db, "PRAGMA user_version"))
 
     async def run(self, ops: Sequence[Op]) -> list[object]:
         """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op."""
-        db = self._db
-        results: list[object] = []
-        deleted = False
-        await db.execute("BEGIN IMMEDIATE")
-        try:
-            for op in ops:
-                results.append(await self._apply(op))
-                deleted = deleted or isinstance(op, DeleteChannel | PurgeUser | DeleteExpired)
-            await db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                await db.execute("ROLLBACK")
-            raise
-        if deleted and self.path != ":memory:":
-            # Old page images in the WAL still hold deleted text: fold them into the
-            # (securely deleted) file and empty the WAL.
-            await db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        return results
-
-    async def _apply(self, op: Op) -> object:
-        db = self._db
-        match op:
-            case Touch(rows):
-                known = [_identity_params(r) for r in rows if r.counters_known]
-                unknown = [_identity_params(r) for r in rows if not r.counters_known]
-                if known:
-                    await db.executemany(_TOUCH, known)
-                if unknown:
-                    await db.executemany(_IDENTITY, unknown)
-                return len(rows)
-            case SaveDistilled(row):
-                memory_id = await self._scalar(_SAVE, _row_params(row))
-                await db.execute(
-                    "DELETE FROM short_term_memory_contributors WHERE memory_id = ?", (memory_id,)
-                )
-                await db.executemany(
-                    "INSERT INTO short_term_memory_contributors (user_id, memory_id) VALUES (?, ?)",
-                    [(user, memory_id) for user in sorted(row.contributors)],
-                )
-                return memory_id
-            case DeleteChannel(channel_id):
-                cursor = await db.execute(
-                    "DELETE FROM short_term_memories WHERE channel_id = ?", (channel_id,)
-                )
-                return cursor.rowcount
-            case PurgeUser(user_id, server_id):
-                return await self._purge_user(user_id, server_id)
-            case DeleteExpired(crude_before, summary_before):
-                cursor = await db.execute(
-                    f"DELETE FROM short_term_memories WHERE {_EXPIRED}",
-                    {"crude": crude_before, "summary": summary_before},
-                )
-                return cursor.rowcount
-            case LoadRows(keys, crude_before, summary_before):
-                return await self._load_rows(keys, crude_before, summary_before)
-            case LoadRecent():
-                return await self._load_recent(op)
-            case SaveServerSettings(server_id, settings_json):
-                await db.execute(
-                    "INSERT INTO stm_server_settings (server_id, settings) VALUES (?, ?) "
-                    "ON CONFLICT (server_id) DO UPDATE SET settings = excluded.settings",
-                    (server_id, settings_json),
-                )
-                return None
-            case SaveOptOut(user_id, opted_out, at):
-                if opted_out:
-                    await db.execute(
-                        "INSERT OR IGNORE INTO stm_user_opt_outs (user_id, since) VALUES (?, ?)",
-                        (user_id, at),
-                    )
-                else:
-                    await db.execute("DELETE FROM stm_user_opt_outs WHERE user_id = ?", (user_id,))
-                return None
-        raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
-
-    async def _purge_user(self, user_id: int, server_id: int | None) -> int:
-        db = self._db
-        in_server = "" if server_id is None else " AND server_id = :server"
-        params = {"user": user_id, "server": server_id}
-        cursor = await db.execute(
-            f"DELETE FROM short_term_memories WHERE scope = 'user' AND user_id = :user{in_server}",
-            params,
-        )
-        removed = cursor.rowcount
-        touched = (
-            "SELECT c.memory_id FROM short_term_memory_contributors c "
-            "JOIN short_term_memories m ON m.id = c.memory_id "
-            f"WHERE c.user_id = :user{in_server.replace('server_id', 'm.server_id')}"
-        )
-        async with db.execute(touched, params) as cursor:
-            ids = [row[0] for row in await cursor.fetchall()]
-        if ids:
-            marks = ",".join("?" * len(ids))
-            await db.execute(
-                "UPDATE short_term_memories SET summary = NULL, categories = '{}' "
-                f"WHERE id IN ({marks})",
-                ids,
-            )
-            await db.execute(
-                f"DELETE FROM short_term_memory_contributors WHERE memory_id IN ({marks})", ids
-            )
-        return removed + len(ids)
-
-    async def _load_rows(
-        self, keys: Sequence[str], crude_before: float, summary_before: float
-    ) -> list[StoredRow]:
-        if not keys:
-            return []
-        params = {"crude": crude_before, "summary": summary_before}
-        named = {f"k{i}": key for i, key in enumerate(keys)}
-        where = "key IN (" + ",".join(f":k{i}" for i in range(len(keys))) + ")"
-        await self._db.execute(
-            f"DELETE FROM short_term_memories WHERE {where} AND {_EXPIRED}", {**params, **named}
-        )
-        return await self._select(
-            f"SELECT id, {_COLUMNS} FROM short_term_memories WHERE {where}", named
-        )
-
-    async def _load_recent(self, op: LoadRecent) -> list[StoredRow]:
-        params: dict[str, Any] = {
-            "crude": op.crude_before,
-            "summary": op.summary_before,
-            "owner": op.owner_id,
-            "server": op.server_id,
-            "persona": op.persona_id,
-            "limit": op.limit,
-        }
-        if op.scope == "server":
-            where = "scope = 'server' AND server_id = :owner AND user_id IS NULL"
-        else:
-            where = "scope = 'user' AND server_id IS :server AND user_id = :owner"
-        where += " AND persona_id IS :persona AND channel_private = 0"
-        return await self._select(
-            f"SELECT id, {_COLUMNS} FROM short_term_memories WHERE {where} AND {_LIVE} "
-            "ORDER BY updated_at DESC LIMIT :limit",
-            params,
-        )
-
-    async def _select(self, sql: str, params: dict[str, Any]) -> list[StoredRow]:
-        async with self._db.execute(sql, params) as cursor:
-            rows = list(await cursor.fetchall())
-        if not rows:
-            return []
-        ids = [row[0] for row in rows]
-        marks = ",".join("?" * len(ids))
-        contributors: dict[int, set[int]] = {}
-        async with self._db.execute(
-            "SELECT memory_id, user_id FROM short_term_memory_contributors "
-            f"WHERE memory_id IN ({marks})",
-            ids,
-        ) as cursor:
-            for memory_id, user in await cursor.fetchall():
-                contributors.setdefault(memory_id, set()).add(user)
-        return [_row_from(row, frozenset(contributors.get(row[0], ()))) for row in rows]
+        return await self._call(run_batch, self._db, ops, self.path != ":memory:")
 
     async def load_server_settings(self) -> dict[int, str]:
         """Every stored server's settings JSON."""
@@ -375,11 +184,10 @@ class SQLiteStore:
         """Every user who opted out."""
         return {int(row[0]) for row in await self._load("SELECT user_id FROM stm_user_opt_outs")}
 
-    async def _load(self, sql: str) -> list[Any]:
+    async def _load(self, sql: str) -> list[tuple[Any, ...]]:
         # Start-up reads: a damaged file must surface as a StoreError naming it.
         try:
-            async with self._db.execute(sql) as cursor:
-                return list(await cursor.fetchall())
+            return await self.execute(sql)
         except sqlite3.DatabaseError as exc:
             raise StoreError(
                 f"short-term memory database {self.path!r} cannot be read: {exc}"
@@ -387,14 +195,253 @@ class SQLiteStore:
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement outside the batch path (inspection, tests); return its rows."""
-        async with self._db.execute(sql, params) as cursor:
-            return [tuple(row) for row in await cursor.fetchall()]
+        return await self._call(_fetch, self._db, sql, params)
 
     async def close(self) -> None:
         """Close the connection."""
         if not self.closed:
-            self.closed = True
-            await self._db.close()
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._executor, self._db.close)
+            finally:
+                self.closed = True
+                self._executor.shutdown(wait=False)
+
+
+# -- on the connection's thread ------------------------------------------------------
+def _connect(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
+
+
+def _scalar(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+    row = db.execute(sql, params).fetchone()
+    return None if row is None else row[0]
+
+
+def _fetch(db: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in db.execute(sql, params).fetchall()]
+
+
+def _prepare(db: sqlite3.Connection, path: str, busy_timeout_ms: int) -> bool:
+    """Set the connection up and migrate; True when the memories table is empty."""
+    try:
+        db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        mode = _scalar(db, "PRAGMA journal_mode = WAL")
+        if path != ":memory:" and str(mode).lower() != "wal":
+            raise StoreError(f"{path!r}: could not switch to WAL (journal_mode={mode})")
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("PRAGMA foreign_keys = ON")
+        db.execute("PRAGMA secure_delete = ON")
+        migrate(db, path)
+        _check_writable(db, path)
+        return _scalar(db, "SELECT 1 FROM short_term_memories LIMIT 1") is None
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"short-term memory database {path!r} cannot be used: {exc}") from exc
+
+
+def _check_writable(db: sqlite3.Connection, path: str) -> None:
+    """Fail now rather than at the first write when the file can only be read (a read-only
+    file opens without complaint)."""
+    version = int(_scalar(db, "PRAGMA user_version"))
+    try:
+        db.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+            return  # another process writes now: a passing lock, handled at run time
+        raise
+    try:
+        db.execute(f"PRAGMA user_version = {version}")
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY:
+            raise
+        raise StoreError(f"short-term memory database {path!r} is read-only: {exc}") from exc
+    finally:
+        db.execute("ROLLBACK")
+
+
+def migrate(db: sqlite3.Connection, path: str = "") -> None:
+    """Bring the schema to the newest version, one transaction per migration."""
+    version = int(_scalar(db, "PRAGMA user_version"))
+    if version > len(MIGRATIONS):
+        raise SchemaVersionError(
+            f"{path!r} has schema version {version}, newer than this version of the "
+            f"library understands ({len(MIGRATIONS)}); upgrade the library or use another file"
+        )
+    for number in range(version, len(MIGRATIONS)):
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in MIGRATIONS[number].split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {number + 1}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+
+def run_batch(db: sqlite3.Connection, ops: Sequence[Op], checkpoint: bool = True) -> list[object]:
+    """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op."""
+    results: list[object] = []
+    deleted = scrub = False
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for op in ops:
+            results.append(apply(db, op))
+            deleted = deleted or isinstance(op, DeleteChannel | PurgeUser | DeleteExpired)
+            scrub = scrub or isinstance(op, Scrub)
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    if scrub and _on_disk(db):
+        db.execute("VACUUM")
+        deleted = True
+    if deleted and checkpoint:
+        # Old page images in the WAL still hold deleted text: fold them into the
+        # (securely deleted) file and empty the WAL.
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return results
+
+
+def _on_disk(db: sqlite3.Connection) -> bool:
+    return any(row[2] for row in db.execute("PRAGMA database_list") if row[1] == "main")
+
+
+def apply(db: sqlite3.Connection, op: Op) -> object:
+    """Run one operation inside the caller's transaction."""
+    match op:
+        case Scrub():
+            return None  # done after the commit: VACUUM cannot run inside a transaction
+        case Touch(rows):
+            known = [_identity_params(r) for r in rows if r.counters_known]
+            unknown = [_identity_params(r) for r in rows if not r.counters_known]
+            if known:
+                db.executemany(_TOUCH, known)
+            if unknown:
+                db.executemany(_IDENTITY, unknown)
+            return len(rows)
+        case SaveDistilled(row):
+            memory_id = _scalar(db, _SAVE, _row_params(row))
+            db.execute(
+                "DELETE FROM short_term_memory_contributors WHERE memory_id = ?", (memory_id,)
+            )
+            db.executemany(
+                "INSERT INTO short_term_memory_contributors (user_id, memory_id) VALUES (?, ?)",
+                [(user, memory_id) for user in sorted(row.contributors)],
+            )
+            return memory_id
+        case DeleteChannel(channel_id):
+            cursor = db.execute(
+                "DELETE FROM short_term_memories WHERE channel_id = ?", (channel_id,)
+            )
+            return cursor.rowcount
+        case PurgeUser(user_id, server_id):
+            return _purge_user(db, user_id, server_id)
+        case DeleteExpired(crude_before, summary_before):
+            cursor = db.execute(
+                f"DELETE FROM short_term_memories WHERE {_EXPIRED}",
+                {"crude": crude_before, "summary": summary_before},
+            )
+            return cursor.rowcount
+        case LoadRows(keys, crude_before, summary_before):
+            return _load_rows(db, keys, crude_before, summary_before)
+        case LoadRecent():
+            return _load_recent(db, op)
+        case SaveServerSettings(server_id, settings_json):
+            db.execute(
+                "INSERT INTO stm_server_settings (server_id, settings) VALUES (?, ?) "
+                "ON CONFLICT (server_id) DO UPDATE SET settings = excluded.settings",
+                (server_id, settings_json),
+            )
+            return None
+        case SaveOptOut(user_id, opted_out, at):
+            if opted_out:
+                db.execute(
+                    "INSERT OR IGNORE INTO stm_user_opt_outs (user_id, since) VALUES (?, ?)",
+                    (user_id, at),
+                )
+            else:
+                db.execute("DELETE FROM stm_user_opt_outs WHERE user_id = ?", (user_id,))
+            return None
+    raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+
+
+def _purge_user(db: sqlite3.Connection, user_id: int, server_id: int | None) -> int:
+    in_server = "" if server_id is None else " AND server_id = :server"
+    params = {"user": user_id, "server": server_id}
+    # "+scope" keeps the planner off stm_by_group, whose leading scope column would match
+    # half the table; the user's own index finds the few rows.
+    cursor = db.execute(
+        f"DELETE FROM short_term_memories WHERE +scope = 'user' AND user_id = :user{in_server}",
+        params,
+    )
+    removed = cursor.rowcount
+    touched = (
+        "SELECT c.memory_id FROM short_term_memory_contributors c "
+        "JOIN short_term_memories m ON m.id = c.memory_id "
+        f"WHERE c.user_id = :user{in_server.replace('server_id', 'm.server_id')}"
+    )
+    ids = [row[0] for row in db.execute(touched, params).fetchall()]
+    if ids:
+        marks = ",".join("?" * len(ids))
+        db.execute(
+            "UPDATE short_term_memories SET summary = NULL, categories = '{}' "
+            f"WHERE id IN ({marks})",
+            ids,
+        )
+        db.execute(f"DELETE FROM short_term_memory_contributors WHERE memory_id IN ({marks})", ids)
+    return removed + len(ids)
+
+
+def _load_rows(
+    db: sqlite3.Connection, keys: Sequence[str], crude_before: float, summary_before: float
+) -> list[StoredRow]:
+    if not keys:
+        return []
+    params = {"crude": crude_before, "summary": summary_before}
+    named = {f"k{i}": key for i, key in enumerate(keys)}
+    where = "key IN (" + ",".join(f":k{i}" for i in range(len(keys))) + ")"
+    db.execute(f"DELETE FROM short_term_memories WHERE {where} AND {_EXPIRED}", {**params, **named})
+    return _select(db, f"SELECT id, {_COLUMNS} FROM short_term_memories WHERE {where}", named)
+
+
+def _load_recent(db: sqlite3.Connection, op: LoadRecent) -> list[StoredRow]:
+    params: dict[str, Any] = {
+        "crude": op.crude_before,
+        "summary": op.summary_before,
+        "owner": op.owner_id,
+        "server": op.server_id,
+        "persona": op.persona_id,
+        "limit": op.limit,
+    }
+    if op.scope == "server":
+        where = "scope = 'server' AND server_id = :owner AND user_id IS NULL"
+    else:
+        where = "scope = 'user' AND server_id IS :server AND user_id = :owner"
+    where += " AND persona_id IS :persona AND channel_private = 0"
+    return _select(
+        db,
+        f"SELECT id, {_COLUMNS} FROM short_term_memories WHERE {where} AND {_LIVE} "
+        "ORDER BY updated_at DESC LIMIT :limit",
+        params,
+    )
+
+
+def _select(db: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[StoredRow]:
+    rows = db.execute(sql, params).fetchall()
+    if not rows:
+        return []
+    ids = [row[0] for row in rows]
+    marks = ",".join("?" * len(ids))
+    contributors: dict[int, set[int]] = {}
+    for memory_id, user in db.execute(
+        "SELECT memory_id, user_id FROM short_term_memory_contributors "
+        f"WHERE memory_id IN ({marks})",
+        ids,
+    ):
+        contributors.setdefault(memory_id, set()).add(user)
+    return [_row_from(row, frozenset(contributors.get(row[0], ()))) for row in rows]
 
 
 def _make_folder(path: str) -> None:

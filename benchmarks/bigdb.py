@@ -1,0 +1,155 @@
+"""A short-term memory database with a million durable rows, built once and cached.
+
+Built with sqlite3 directly against the library's own migrations (indexes
+created after the bulk insert, as a restore would), so W3 and W4 measure the
+real schema. The file is cached under ``benchmarks/results/`` and rebuilt when
+the schema or the size changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .common import RESULTS, text
+
+SERVERS = 1000
+CHANNELS_PER_SERVER = 500  # 500,000 server-scoped rows
+USERS = 100_000
+CHANNELS_PER_USER = 5  # 500,000 user-scoped rows
+SUMMARY_EVERY = 5  # one row in five holds a ~200-character summary and its contributor
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where rows are, so workloads can pick existing users, channels and keys."""
+
+    now: float
+    servers: int
+    users: int
+
+    @staticmethod
+    def channel(server: int, n: int) -> int:
+        return server * 10_000 + n
+
+    @property
+    def rows(self) -> int:
+        return self.servers * CHANNELS_PER_SERVER + self.users * CHANNELS_PER_USER
+
+    def user_server(self, user: int) -> int:
+        return 1 + user % self.servers
+
+    def user_channel(self, user: int, n: int) -> int:
+        # A user speaks in the first channels of their server, where many others speak too.
+        return self.channel(self.user_server(user), (user // self.servers + n) % 50)
+
+
+def _migration() -> tuple[list[str], list[str], int]:
+    from stm.store.sqlite import MIGRATIONS
+
+    tables, indexes = [], []
+    for migration in MIGRATIONS:
+        for statement in migration.split(";"):
+            if statement.strip():
+                (indexes if "CREATE INDEX" in statement else tables).append(statement)
+    return tables, indexes, len(MIGRATIONS)
+
+
+def path(rows_wanted: int = 1_000_000) -> Path:
+    """The cached file's name: it changes whenever the schema does."""
+    tables, indexes, _ = _migration()
+    digest = hashlib.sha1(("".join(tables + indexes) + str(rows_wanted)).encode()).hexdigest()
+    return RESULTS / f"bigdb-{rows_wanted}-{digest[:10]}.sqlite3"
+
+
+def build(target: Path, scale: float = 1.0) -> None:
+    """Write the database (``scale`` < 1 for quick runs)."""
+    tables, indexes, version = _migration()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    db = sqlite3.connect(partial, isolation_level=None)
+    rng = random.Random(5)
+    now = time.time()
+    servers = max(1, int(SERVERS * scale))
+    users = max(1, int(USERS * scale))
+    layout = Layout(now, servers, users)
+    summaries = [text(f"sum{i}", 200) for i in range(1000)]
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("BEGIN")
+        for statement in tables:
+            db.execute(statement)
+        db.execute(f"PRAGMA user_version = {version}")
+        insert = (
+            "INSERT INTO short_term_memories (id, key, scope, server_id, user_id, channel_id, "
+            "channel_name, summary, turns_since_refresh, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)"
+        )
+        rows: list[tuple[object, ...]] = []
+        contributors: list[tuple[int, int]] = []
+        row_id = 0
+        for server in range(1, servers + 1):
+            for n in range(CHANNELS_PER_SERVER):
+                row_id += 1
+                channel = Layout.channel(server, n)
+                summary = None
+                if row_id % SUMMARY_EVERY == 0:
+                    summary = summaries[row_id % 1000]
+                    contributors.append((1 + rng.randrange(users), row_id))
+                rows.append((
+                    row_id, f"shortterm:server:{server}:{channel}", "server", server, None,
+                    channel, f"chan-{n}", summary, rng.randrange(5),
+                    now - rng.uniform(0, 3600),
+                ))  # fmt: skip
+        for user in range(1, users + 1):
+            server = layout.user_server(user)
+            for n in range(CHANNELS_PER_USER):
+                row_id += 1
+                channel = layout.user_channel(user, n)
+                summary = None
+                if row_id % SUMMARY_EVERY == 0:
+                    summary = summaries[row_id % 1000]
+                    contributors.append((user, row_id))
+                rows.append((
+                    row_id, f"shortterm:user:{user}:{channel}", "user", server, user, channel,
+                    None, summary, rng.randrange(5), now - rng.uniform(0, 3600),
+                ))  # fmt: skip
+        db.executemany(insert, rows)
+        db.executemany(
+            "INSERT OR IGNORE INTO short_term_memory_contributors (user_id, memory_id) "
+            "VALUES (?, ?)",
+            contributors,
+        )
+        for statement in indexes:
+            db.execute(statement)
+        db.execute("COMMIT")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        db.close()
+    partial.rename(target)
+    (target.parent / (target.name + ".meta")).write_text(f"{now}\n{servers}\n{users}\n")
+
+
+def ensure(quick: bool = False) -> tuple[Path, Layout]:
+    """The cached file (built if missing) and its layout."""
+    target = path(10_000 if quick else 1_000_000)
+    if not target.exists():
+        build(target, scale=0.01 if quick else 1.0)
+    now, servers, users = (target.parent / (target.name + ".meta")).read_text().split()
+    return target, Layout(float(now), int(servers), int(users))
+
+
+def copy(source: Path, folder: Path) -> Path:
+    """A private copy to open and change (purges must not alter the cached file)."""
+    target = folder / "stm.sqlite3"
+    shutil.copyfile(source, target)
+    # Write the copy out now: otherwise the first commit's fsync pays for the whole file.
+    with open(target, "rb+") as f:
+        os.fsync(f.fileno())
+    return target

@@ -1,0 +1,113 @@
+"""Run every workload, each system in its own fresh process, and write the report.
+
+    python -m benchmarks.run                 # the full run (about 6 minutes on 2 cores)
+    python -m benchmarks.run --quick         # small sizes, a smoke test of the suite
+    python -m benchmarks.run --only W1,W3 --reps 3
+
+Writes ``results.json``, ``results.md`` and ``results.png`` to
+``benchmarks/results/`` (or ``--out``). Figures are medians over the
+repetitions with their min-max spread; ratios compare medians of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import RESULTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Each workload and the systems measured in it, in the order of the report.
+PLAN: list[tuple[str, list[str]]] = [
+    ("W1", ["stm", "stm-restarted", "langgraph", "langchain", "deque", "sqlite3"]),
+    ("W2", ["stm", "sqlite3"]),
+    ("W3", ["stm"]),
+    ("W4", ["stm"]),
+    ("W5", ["stm", "stm-tracemalloc", "stm-cap", "deque"]),
+]
+# Peers are slow (milliseconds per turn), and memory readings barely vary: fewer
+# repetitions keep the run short.
+SLOW = {("W1", "langgraph"), ("W1", "langchain"), *(("W5", s) for s in dict(PLAN)["W5"])}
+
+
+def run_one(workload: str, system: str, quick: bool) -> dict[str, Any]:
+    """One repetition in a fresh interpreter."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+    command = [sys.executable, "-m", "benchmarks.worker", workload, system]
+    if quick:
+        command.append("--quick")
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{workload} {system} failed:\n{done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def aggregate(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median, min and max of every numeric metric over the repetitions."""
+    out: dict[str, Any] = {"reps": len(reps)}
+    for name, first in reps[0].items():
+        values = [r[name] for r in reps]
+        if isinstance(first, bool) or not isinstance(first, int | float):
+            out[name] = first
+            continue
+        out[name] = {
+            "median": statistics.median(values),
+            "min": min(values),
+            "max": max(values),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
+    parser.add_argument("--reps", type=int, default=5, help="repetitions of fast systems")
+    parser.add_argument("--slow-reps", type=int, default=3, help="repetitions of slow peers")
+    parser.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W3")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    only = {w.strip().upper() for w in args.only.split(",") if w.strip()}
+
+    results: dict[str, dict[str, Any]] = {}
+    started = time.time()
+    for workload, systems in PLAN:
+        if only and workload not in only:
+            continue
+        results[workload] = {}
+        for system in systems:
+            count = args.slow_reps if (workload, system) in SLOW else args.reps
+            reps = []
+            for i in range(count):
+                print(f"{workload} {system} rep {i + 1}/{count}", file=sys.stderr, flush=True)
+                reps.append(run_one(workload, system, args.quick))
+            results[workload][system] = aggregate(reps)
+    report = {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "seconds": round(time.time() - started, 1),
+        "quick": args.quick,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "results": results,
+    }
+    from .report import write_report
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    markdown = write_report(report, args.out)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""W5 memory: what 100,000 active keys with full windows cost in RSS, and that the cap bounds it.
+
+Every key is a DM channel (one key per turn, so no message is shared between
+keys) filled with a full window of 120- and 240-character messages. "Beyond
+the message text" subtracts the UTF-8 bytes of the message contents held.
+The capped run creates the same keys with ``cache_max_keys`` at a fifth of
+them: least recently used entries are evicted and memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tracemalloc
+from collections import deque
+from typing import Any
+
+from .common import rss_bytes, scratch_dir, settle, text
+
+WINDOW = 10
+TURNS = WINDOW // 2
+
+
+def _contents(key: int) -> list[tuple[str, str]]:
+    return [(text(f"u{key}.{t}", 120), text(f"r{key}.{t}", 240)) for t in range(TURNS)]
+
+
+async def run_stm(keys: int, cap: int | None, trace: bool) -> dict[str, Any]:
+    from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
+
+    with scratch_dir() as folder:
+        settings: dict[str, Any] = {"database": str(folder / "stm.sqlite3")}
+        if cap is not None:
+            settings["cache_max_keys"] = cap
+        memory = await ShortTermMemory.open(STMConfig(**settings))
+        try:
+            # Warm every code path once, so imports and caches are in the baseline.
+            warm = TurnContext(user_id=1, channel_id=1)
+            await memory.capture(
+                GenerationFinished(
+                    context=warm, messages=[DialogueMessage(role="user", content="warm")]
+                )
+            )
+            await memory.build_context(warm)
+            await memory.clear_short_term_memory_for_channel(1)
+            await memory.flush()
+            settle()
+            if trace:
+                tracemalloc.start()
+            base = rss_bytes()
+            batch = 1000
+            for first in range(0, keys, batch):
+                for k in range(first, min(keys, first + batch)):
+                    user = 1_000_000 + k
+                    ctx = TurnContext(user_id=user, channel_id=2_000_000 + k, user_name=f"u{k}")
+                    for user_text, reply in _contents(k):
+                        await memory.capture(
+                            GenerationFinished(
+                                context=ctx,
+                                messages=[
+                                    DialogueMessage(
+                                        role="user", content=user_text, author_id=user,
+                                        speaker_name=ctx.user_name,
+                                    ),
+                                    DialogueMessage(role="assistant", content=reply, author_id=1),
+                                ],
+                            )
+                        )  # fmt: skip
+                await memory.flush()
+            settle()
+            grown = rss_bytes() - base
+            traced = tracemalloc.get_traced_memory()[0] if trace else 0
+            if trace:
+                tracemalloc.stop()
+            held = memory.stats["cached_keys"]
+            text_bytes = sum(
+                len(m.content.encode()) for entry in memory.cache for m in entry.messages
+            )
+            full = sum(len(entry.messages) == WINDOW for entry in memory.cache)
+        finally:
+            await memory.close()
+    grown_or_traced = traced if trace else grown
+    return {
+        "keys_created": keys,
+        "keys_held": held,
+        "full_windows": full,
+        "bytes_grown": grown_or_traced,
+        "text_bytes": text_bytes,
+        "mb_per_100k_keys": grown_or_traced / max(held, 1) * 100_000 / 2**20,
+        "bytes_per_key_beyond_text": (grown_or_traced - text_bytes) / max(held, 1),
+        "measure": "tracemalloc" if trace else "rss",
+    }
+
+
+async def run_deque(keys: int) -> dict[str, Any]:
+    # The floor: each key's window as a bounded deque of (role, content, author) tuples.
+    settle()
+    base = rss_bytes()
+    store: dict[str, deque[tuple[str, str, int]]] = {}
+    for k in range(keys):
+        window = store[f"shortterm:user:{1_000_000 + k}:{2_000_000 + k}"] = deque(maxlen=WINDOW)
+        for user_text, reply in _contents(k):
+            window.append(("user", user_text, 1_000_000 + k))
+            window.append(("assistant", reply, 1))
+    settle()
+    grown = rss_bytes() - base
+    text_bytes = sum(len(c.encode()) for w in store.values() for _, c, _ in w)
+    return {
+        "keys_created": keys,
+        "keys_held": len(store),
+        "full_windows": sum(len(w) == WINDOW for w in store.values()),
+        "bytes_grown": grown,
+        "text_bytes": text_bytes,
+        "mb_per_100k_keys": grown / keys * 100_000 / 2**20,
+        "bytes_per_key_beyond_text": (grown - text_bytes) / keys,
+        "measure": "rss",
+    }
+
+
+SYSTEMS = {"stm": None, "stm-tracemalloc": None, "stm-cap": None, "deque": None}
+
+
+def run(system: str, quick: bool) -> dict[str, Any]:
+    keys = 10_000 if quick else 100_000
+    if system == "deque":
+        return asyncio.run(run_deque(keys))
+    cap = keys // 5 if system == "stm-cap" else None
+    result = asyncio.run(run_stm(keys, cap, trace=system == "stm-tracemalloc"))
+    result["cache_max_keys"] = cap
+    return result

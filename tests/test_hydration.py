@@ -1,0 +1,76 @@
+"""Hydration: a key missing from the cache is read from the store only when a row can exist.
+
+A new database written only by this process holds rows of cached entries
+alone, so new keys need no read; once an entry leaves the cache without a
+delete (evicted, or dropped as expired), rows can exist that the cache does
+not hold, and every missing key is read again.
+"""
+
+from __future__ import annotations
+
+from conftest import Clock, Opener, ctx, turn
+
+from stm.keys import user_key
+
+
+async def test_new_keys_on_a_new_database_are_not_read(open_memory: Opener) -> None:
+    """On an empty database, first turns in new channels make no database round trip."""
+    memory = await open_memory(write_behind_seconds=60)
+    for channel in range(20):
+        c = ctx(channel=channel)
+        await memory.capture(turn(c, f"hello {channel}"))
+        await memory.build_context(c)
+    assert memory.stats["round_trips"] == 0
+
+
+async def test_keys_are_read_after_a_restart(open_memory: Opener) -> None:
+    """A database with rows at open is read for every new key."""
+    memory = await open_memory()
+    await memory.capture(turn(ctx(), "hi"))
+    assert (await memory.run_tool(ctx(), {"summary": "REMEMBERED"})).success
+    await memory.close()
+    memory = await open_memory()
+    assert "REMEMBERED" in str(await memory.build_context(ctx()))
+    assert memory.stats["round_trips"] > 0
+
+
+async def test_an_evicted_entry_is_read_back(open_memory: Opener) -> None:
+    """After an eviction the evicted key's row is read again, summary and all."""
+    memory = await open_memory(cache_max_keys=2)
+    dm = ctx(channel=1, server=None)
+    await memory.capture(turn(dm, "hi"))
+    assert (await memory.run_tool(ctx(channel=1, server=None), {"summary": "EVICTED"})).success
+    for channel in (2, 3):  # two more DM keys push the first one out
+        await memory.capture(turn(ctx(channel=channel, server=None), "hi"))
+    assert memory.stats["evicted_keys"] >= 1
+    assert "EVICTED" in str(await memory.build_context(ctx(channel=1, server=None)))
+
+
+async def test_an_expired_row_is_not_revived(open_memory: Opener, clock: Clock) -> None:
+    """A key dropped for expiry and captured again is read (so its stale row is deleted),
+    not rewritten over its old summary."""
+    memory = await open_memory()
+    dm = ctx(channel=1, server=None)
+    await memory.capture(turn(dm, "hi"))
+    assert (await memory.run_tool(ctx(channel=1, server=None), {"summary": "STALE"})).success
+    await memory.flush()
+    clock.advance(hours=25)
+    await memory.capture(turn(dm, "back again"))
+    await memory.close()
+    memory = await open_memory()
+    entry = await memory.get_entry(user_key(1, 1))
+    assert entry is not None and entry.summary is None
+
+
+async def test_cold_key_and_group_share_one_round_trip(open_memory: Opener) -> None:
+    """After a restart, the first context of a channel reads its row and its recall group in
+    one round trip, and shows both."""
+    memory = await open_memory()
+    for channel, summary in ((10, "HERE-SUMMARY"), (11, "THERE-SUMMARY")):
+        await memory.capture(turn(ctx(channel=channel), "hi"))
+        assert (await memory.run_tool(ctx(channel=channel), {"summary": summary})).success
+    await memory.close()
+    memory = await open_memory()
+    shown = str(await memory.build_context(ctx(channel=10)))
+    assert "HERE-SUMMARY" in shown and "THERE-SUMMARY" in shown
+    assert memory.stats["round_trips"] == 1

@@ -1,0 +1,137 @@
+"""Query plans: purges, clears, the janitor and hydration reach rows through indexes.
+
+Each operation runs through the store's own code on a traced connection; every
+statement it issued is then explained, and none may scan a memory table. With
+a million rows a scan turns a millisecond purge into a second.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stm.keys import server_key, user_key
+from stm.store.base import (
+    DeleteChannel,
+    DeleteExpired,
+    LoadRecent,
+    LoadRows,
+    Op,
+    PurgeUser,
+    SaveDistilled,
+    StoredRow,
+    Touch,
+)
+from stm.store.sqlite import migrate, run_batch
+
+TABLES = ("short_term_memories", "short_term_memory_contributors")
+NOW = time.time()
+
+
+def row(key: str, server: int | None, user: int | None, channel: int) -> StoredRow:
+    return StoredRow(
+        key=key,
+        scope="user" if key.startswith("shortterm:user") else "server",
+        server_id=server,
+        user_id=user,
+        channel_id=channel,
+        persona_id=None,
+        parent_channel_id=None,
+        channel_name=None,
+        server_name=None,
+        channel_private=False,
+        summary="remembered",
+        categories={},
+        contributors=frozenset({7, 8}),
+        turns_since_refresh=1,
+        last_refreshed_turn=1,
+        updated_at=NOW,
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    connection = sqlite3.connect(tmp_path / "plans.sqlite3", isolation_level=None)
+    connection.execute("PRAGMA foreign_keys = ON")
+    migrate(connection)
+    rows = [row(server_key(1, c), 1, None, c) for c in range(20)]
+    rows += [row(user_key(7, c), 1, 7, c) for c in range(20)]
+    run_batch(connection, [SaveDistilled(r) for r in rows] + [Touch(tuple(rows))])
+    yield connection
+    connection.close()
+
+
+def statements_of(db: sqlite3.Connection, op: Op) -> list[str]:
+    """The statements the store issues for ``op`` that read or write a memory table."""
+    issued: list[str] = []
+    db.set_trace_callback(issued.append)
+    try:
+        run_batch(db, [op])
+    finally:
+        db.set_trace_callback(None)
+    return [
+        sql
+        for sql in issued
+        if any(table in sql for table in TABLES) and not sql.lstrip().upper().startswith("PRAGMA")
+    ]
+
+
+# Columns too coarse to search by alone: "scope = 'user'" is half the table.
+COARSE = {"scope"}
+
+
+def scans(db: sqlite3.Connection, sql: str) -> list[str]:
+    """The steps of ``sql``'s plan that read a whole table, or search an index by a
+    coarse column alone (a scan of half the table by another name)."""
+    plan = db.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()
+    found = []
+    for *_, detail in plan:
+        if detail.startswith("SCAN "):
+            found.append(detail)
+        elif detail.startswith("SEARCH ") and "(" in detail:
+            terms = detail[detail.index("(") + 1 : detail.rindex(")")].split(" AND ")
+            if {re.split(r"[=<>]", term)[0].strip() for term in terms} <= COARSE:
+                found.append(detail)
+    return found
+
+
+OPERATIONS: dict[str, Op] = {
+    "purge a user everywhere": PurgeUser(7, None),
+    "purge a user in one server": PurgeUser(7, 1),
+    "clear a channel": DeleteChannel(3),
+    "janitor: delete expired rows": DeleteExpired(NOW - 12 * 3600, NOW - 24 * 3600),
+    "hydrate keys": LoadRows((server_key(1, 2), user_key(7, 2)), NOW - 1e5, NOW - 1e5),
+    "warm a server's recall group": LoadRecent("server", 1, None, None, 4, NOW - 1e5, NOW - 1e5),
+    "warm a user's recall group": LoadRecent("user", 7, 1, None, 4, NOW - 1e5, NOW - 1e5),
+}
+
+
+@pytest.mark.parametrize("name", list(OPERATIONS))
+def test_operation_uses_indexes(db: sqlite3.Connection, name: str) -> None:
+    """Every statement of the operation searches an index; none scans a memory table."""
+    issued = statements_of(db, OPERATIONS[name])
+    assert issued, "the operation issued no statement on a memory table"
+    for sql in issued:
+        assert scans(db, sql) == [], sql
+
+
+def test_cascade_to_contributors_uses_an_index(db: sqlite3.Connection) -> None:
+    """Deleting a memory cascades to its contributors through their memory_id index."""
+    assert scans(db, "DELETE FROM short_term_memory_contributors WHERE memory_id = 1") == []
+
+
+def test_a_search_by_scope_alone_is_caught(db: sqlite3.Connection) -> None:
+    """The check fails on a search that only narrows by scope (half the table)."""
+    assert scans(db, "DELETE FROM short_term_memories WHERE scope = 'user' AND user_id = 7")
+
+
+def test_a_missing_index_is_caught(db: sqlite3.Connection) -> None:
+    """The check fails when an index is gone: the channel clear then scans the table."""
+    db.execute("DROP INDEX stm_by_channel")
+    issued = statements_of(db, DeleteChannel(3))
+    assert any(scans(db, sql) for sql in issued)
