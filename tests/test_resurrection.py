@@ -480,3 +480,23 @@ async def test_a_read_in_flight_across_a_janitor_pass_does_not_revive_expired_me
         entry = await memory.get_entry("shortterm:server:100:10")
         assert entry is not None and entry.summary is None
         assert "EXPIRED-SUMMARY" not in str(await memory.build_context(ctx.model_copy()))
+
+
+async def test_a_clear_during_the_recall_read_is_not_rendered(tmp_path: Path) -> None:
+    """build_context holds this channel's entry while it reads the other channels' rows; a
+    clear landing during that read must not be rendered when the read returns."""
+    config = STMConfig(database=str(tmp_path / "stm.sqlite3"), write_behind_seconds=0.01)
+    ctx = TurnContext(user_id=1, channel_id=10, server_id=100)
+    turn_event = GenerationFinished(
+        context=ctx, messages=[DialogueMessage(role="user", content="x", author_id=1)]
+    )
+    async with ShortTermMemory.open(config) as memory:
+        await memory.capture(turn_event)
+        assert (await memory.run_tool(ctx.model_copy(), {"summary": "CLEARED-MID-READ"})).success
+    async with ShortTermMemory.open(config) as memory:
+        await memory.capture(turn_event)  # the entry is hot again, its recall group is not
+        await memory.flush()
+        building = asyncio.create_task(memory.build_context(ctx.model_copy()))
+        await asyncio.sleep(0)  # it now waits for the recall group's rows
+        await memory.clear_short_term_memory_for_channel(10)
+        assert "CLEARED-MID-READ" not in str(await building)
