@@ -428,7 +428,7 @@ class ShortTermMemory:
         result = []
         for row in rows:
             distilled = bool(row.summary) or bool(row.categories)
-            if row.updated_at < (summary_before if distilled else crude_before):
+            if row.updated_at <= (summary_before if distilled else crude_before):
                 continue
             kept: StoredRow | None = row
             for deletion in later:

@@ -500,3 +500,23 @@ async def test_a_clear_during_the_recall_read_is_not_rendered(tmp_path: Path) ->
         await asyncio.sleep(0)  # it now waits for the recall group's rows
         await memory.clear_short_term_memory_for_channel(10)
         assert "CLEARED-MID-READ" not in str(await building)
+
+
+async def test_a_row_exactly_at_its_ttl_goes_in_the_same_janitor_pass(tmp_path: Path) -> None:
+    """The cache counts an entry expired at its TTL; the janitor must delete its row then too."""
+    clock = Clock(1_700_000_000.0)
+    config = STMConfig(database=str(tmp_path / "stm.sqlite3"))
+    ctx = TurnContext(user_id=1, channel_id=10, server_id=100)
+    async with ShortTermMemory.open(config, clock=clock) as memory:
+        await memory.capture(
+            GenerationFinished(
+                context=ctx, messages=[DialogueMessage(role="user", content="x", author_id=1)]
+            )
+        )
+        assert (await memory.run_tool(ctx.model_copy(), {"summary": "AT-TTL"})).success
+        clock.advance(hours=config.summary_ttl_hours)
+        await memory.run_janitor()
+        await memory.flush()
+        assert await memory.get_entry("shortterm:server:100:10") is None
+    with contextlib.closing(sqlite3.connect(str(tmp_path / "stm.sqlite3"))) as db:
+        assert db.execute("SELECT count(*) FROM short_term_memories").fetchone() == (0,)

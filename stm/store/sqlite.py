@@ -112,9 +112,11 @@ _SAVE = (
     "updated_at = max(updated_at, excluded.updated_at) RETURNING id"
 )
 # Rows past their TTL: the crude TTL applies to rows without distilled content.
+# Expired at the TTL itself, as the cache counts it (now >= updated_at + TTL): a row
+# exactly at its TTL must go in the same janitor pass as its cache entry.
 _EXPIRED = (
-    "updated_at < max(:crude, :summary) AND (updated_at < :summary "
-    "OR (updated_at < :crude AND summary IS NULL AND categories = '{}'))"
+    "updated_at <= max(:crude, :summary) AND (updated_at <= :summary "
+    "OR (updated_at <= :crude AND summary IS NULL AND categories = '{}'))"
 )
 _LIVE = f"NOT ({_EXPIRED})"
 
