@@ -13,24 +13,19 @@ import contextlib
 import logging
 import time
 import warnings
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
-from dataclasses import replace
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
-from pydantic import ValidationError
-
 from .cache import HOUR, Entry, GroupKey, MemoryCache, StoredMessage, group_of
 from .config import STMConfig
+from .convert import entry_from, row_of, snapshot
+from .deletions import DeletionLog, apply_to_row, overtakes
 from .errors import ConfigError
 from .intent import IntentGate
 from .keys import parse_key, turn_keys
 from .models import (
-    DEFAULT_CATEGORY,
     Category,
-    DialogueMessage,
     GenerationFinished,
     MemoryEntry,
     PromptContext,
@@ -40,6 +35,7 @@ from .models import (
 )
 from .render import TOOL_NAME, RenderCache, nudge, other_channels_blocks, same_channel_block
 from .schema import arguments_model, parse_arguments, tool_definition
+from .settings import SettingsBook
 from .store.base import (
     DeleteChannel,
     DeleteExpired,
@@ -53,7 +49,7 @@ from .store.base import (
     StoredRow,
 )
 from .store.sqlite import SQLiteStore
-from .writer import Writer, row_of
+from .writer import Writer
 
 __all__ = ["MemoryTool", "ShortTermMemory"]
 
@@ -84,21 +80,14 @@ class ShortTermMemory:
         )
         self.tool = MemoryTool(self)
         self._render_cache = RenderCache()
-        self.defaults = ServerSettings(
-            render_mode=config.render_mode,
-            refresh_cadence=config.refresh_cadence,
-            crude_message_count=config.crude_message_count,
-        )
-        self._settings: dict[int, ServerSettings] = {}
-        self._opted_out: set[int] = set()
+        self.settings = SettingsBook(config)
         self._writer: Writer | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._hydrating: dict[str, asyncio.Task[None]] = {}
         self._warmed: set[GroupKey] = set()
         # Recent deletions, so that work begun before one of them (a read in flight, a
         # turn's upgrade) can tell whether it was overtaken.
-        self._deletions: deque[tuple[int, Deletion]] = deque(maxlen=4096)
-        self._deletion_seq = 0
+        self._deletions = DeletionLog()
         self._janitor: asyncio.Task[None] | None = None
         # While True, every durable row belongs to an entry in the cache: the table was
         # empty at open, this process is its only writer, and no entry has left the cache
@@ -138,12 +127,9 @@ class ShortTermMemory:
         return memory
 
     async def _start(self) -> None:
-        for server_id, raw in (await self.store.load_server_settings()).items():
-            try:
-                self._settings[server_id] = ServerSettings.model_validate_json(raw)
-            except ValidationError as exc:
-                log.warning("ignoring unreadable settings of server %s: %s", server_id, exc)
-        self._opted_out = await self.store.load_opt_outs()
+        self.settings.load(
+            await self.store.load_server_settings(), await self.store.load_opt_outs()
+        )
         self._writer = Writer(
             self.store,
             write_behind=self.config.write_behind_seconds,
@@ -237,69 +223,42 @@ class ShortTermMemory:
     # -- settings -----------------------------------------------------------
     def settings_for(self, server_id: int | None) -> ServerSettings:
         """The settings in force for a server (the defaults for DMs and new servers)."""
-        if server_id is None:
-            return self.defaults
-        return self._settings.get(server_id, self.defaults)
+        return self.settings.for_server(server_id)
 
     async def get_server_settings(self, server_id: int | None) -> ServerSettings:
         """That server's settings; the global defaults for a new server or for DMs (None)."""
-        return self.settings_for(server_id)
+        return self.settings.for_server(server_id)
 
     async def update_server_settings(self, server_id: int, **changes: Any) -> ServerSettings:
         """Change settings other than categories; a bad value or unknown field raises ValueError."""
-        if "categories" in changes:
-            raise ValueError("change categories with set_categories()")
-        current = self._server_settings_target(server_id)
-        unknown = set(changes) - set(ServerSettings.model_fields)
-        if unknown:
-            raise ValueError(f"unknown server setting(s): {', '.join(sorted(unknown))}")
-        updated = ServerSettings.model_validate({**current.model_dump(), **changes})
-        return await self._save_settings(server_id, updated)
+        return await self._save_settings(server_id, self.settings.changed(server_id, **changes))
 
     async def set_categories(
         self, server_id: int, categories: Iterable[Category]
     ) -> ServerSettings:
         """Replace the server's categories; an empty list restores the single ``summary`` one."""
-        current = self._server_settings_target(server_id)
-        chosen = tuple(categories)
-        for category in chosen:
-            if not isinstance(category, Category):
-                raise ValueError(f"not a Category: {category!r}")
-        if len(chosen) > self.config.max_categories:
-            raise ValueError(
-                f"at most {self.config.max_categories} categories per server "
-                f"(got {len(chosen)}; see STM_MAX_CATEGORIES)"
-            )
-        updated = current.model_copy(update={"categories": chosen or (DEFAULT_CATEGORY,)})
+        updated = self.settings.with_categories(server_id, categories)
         return await self._save_settings(server_id, updated)
-
-    def _server_settings_target(self, server_id: int | None) -> ServerSettings:
-        if server_id is None or isinstance(server_id, bool) or not isinstance(server_id, int):
-            raise ValueError("server settings need a server id (DMs use the global defaults)")
-        return self.settings_for(server_id)
 
     async def _save_settings(self, server_id: int, settings: ServerSettings) -> ServerSettings:
         await self.writer.submit(SaveServerSettings(server_id, settings.model_dump_json()))
-        self._settings[server_id] = settings
+        self.settings.set(server_id, settings)
         return settings
 
     async def set_user_opt_out(self, user_id: int, opted_out: bool) -> None:
         """A user's durable "do not remember me"; it erases nothing already held."""
         await self.writer.submit(SaveOptOut(user_id, bool(opted_out), self.clock()))
-        if opted_out:
-            self._opted_out.add(user_id)
-        else:
-            self._opted_out.discard(user_id)
+        self.settings.set_opt_out(user_id, bool(opted_out))
 
     def is_opted_out(self, user_id: int) -> bool:
         """True while the user asked not to be remembered."""
-        return user_id in self._opted_out
+        return self.settings.is_opted_out(user_id)
 
     # -- stage 01: passive capture -------------------------------------------
     async def capture(self, event: GenerationFinished) -> None:
         """Remember the turn's messages under its keys; no database round trip on this path."""
         ctx = event.context
-        if event.stopped or self.closed or ctx.user_id in self._opted_out:
+        if event.stopped or self.closed or self.settings.is_opted_out(ctx.user_id):
             return
         if not self.settings_for(ctx.server_id).enabled:
             return
@@ -394,7 +353,7 @@ class ShortTermMemory:
                 if entry is not None and not entry.hydrated:
                     self._merge(entry, row)
                 elif entry is None and row is not None:
-                    self._put(self._entry_from(row), touched=False)
+                    self._put(entry_from(row), touched=False)
             return True
         finally:
             for key in keys:
@@ -407,7 +366,7 @@ class ShortTermMemory:
         """Queue a read through the writer now (so it is ordered after every earlier delete
         and shares a round trip with what is queued with it); await the result for its rows,
         with the deletions made while it was in flight applied."""
-        since = self._deletion_seq
+        since = self._deletions.seq
         future = self.writer.submit(op, what=f"read of {len(keys)} keys")
         return self._read_result(future, since, keys)
 
@@ -419,7 +378,7 @@ class ShortTermMemory:
         except Exception as exc:
             log.warning("short-term memory could not be read (%s): %s", ", ".join(keys[:3]), exc)
             return None
-        later = self._deletions_since(since)
+        later = self._deletions.since(since)
         if later is None:
             return None  # overtaken by more deletions than are remembered: read again later
         # The clock may have moved during the read, and a janitor pass may have dropped
@@ -433,18 +392,10 @@ class ShortTermMemory:
             kept: StoredRow | None = row
             for deletion in later:
                 if kept is not None:
-                    kept = _apply_deletion(kept, deletion)
+                    kept = apply_to_row(kept, deletion)
             if kept is not None:
                 result.append(kept)
         return result
-
-    def _deletions_since(self, seq: int) -> list[Deletion] | None:
-        """Deletions made after ``seq``; None if some of them are no longer remembered."""
-        if seq == self._deletion_seq:
-            return []
-        if not self._deletions or self._deletions[0][0] > seq + 1:
-            return None
-        return [deletion for n, deletion in self._deletions if n > seq]
 
     def _merge(self, entry: Entry, row: StoredRow | None) -> None:
         entry.hydrated = True
@@ -457,27 +408,6 @@ class ShortTermMemory:
             entry.last_refreshed_turn = max(entry.last_refreshed_turn, row.last_refreshed_turn)
         if not entry.deleted:
             self.writer.mark_dirty(entry)
-
-    def _entry_from(self, row: StoredRow) -> Entry:
-        return Entry(
-            key=row.key,
-            scope=row.scope,
-            server_id=row.server_id,
-            user_id=row.user_id,
-            channel_id=row.channel_id,
-            persona_id=row.persona_id,
-            messages=[],
-            updated_at=row.updated_at,
-            channel_name=row.channel_name,
-            server_name=row.server_name,
-            parent_channel_id=row.parent_channel_id,
-            channel_private=row.channel_private,
-            summary=row.summary,
-            categories=dict(row.categories),
-            contributors=row.contributors,
-            turns_since_refresh=row.turns_since_refresh,
-            last_refreshed_turn=row.last_refreshed_turn,
-        )
 
     async def _live(self, key: str) -> Entry | None:
         """The hydrated entry under ``key`` (None when there is none), reading its row if
@@ -526,7 +456,7 @@ class ShortTermMemory:
             return
         for row in rows:
             if self.cache.peek(row.key) is None:
-                self._put(self._entry_from(row), touched=False)
+                self._put(entry_from(row), touched=False)
 
     # -- the turn path: context and tool --------------------------------------
     def _tool_blocked(self, ctx: TurnContext, settings: ServerSettings) -> str | None:
@@ -541,7 +471,7 @@ class ShortTermMemory:
                 "the user explicitly asked to remember something; that belongs to long-term "
                 "memory, not this tool"
             )
-        if ctx.user_id in self._opted_out:
+        if self.settings.is_opted_out(ctx.user_id):
             return "the user asked not to be remembered"
         return None
 
@@ -657,16 +587,8 @@ class ShortTermMemory:
     def _overtaken(self, ctx: TurnContext) -> bool:
         """Was memory this turn saw cleared since the turn began? Its summary, written from
         what the model saw, must not bring the cleared words back."""
-        later = self._deletions_since(ctx._deletion_seq or 0)
-        if later is None:
-            return True
-        for deletion in later:
-            if isinstance(deletion, DeleteChannel):
-                if deletion.channel_id == ctx.channel_id:
-                    return True
-            elif deletion.server_id is None or deletion.server_id == ctx.server_id:
-                return True
-        return False
+        later = self._deletions.since(ctx._deletion_seq or 0)
+        return later is None or overtakes(later, ctx.channel_id, ctx.server_id)
 
     def _mark_turn_start(self, ctx: TurnContext) -> None:
         """Remember how many deletions preceded this turn's first call (once per turn)."""
@@ -674,7 +596,7 @@ class ShortTermMemory:
         # BaseModel.__getattr__ and costs about a microsecond on every turn.
         private = ctx.__pydantic_private__
         if private is None or private.get("_deletion_seq") is None:
-            ctx._deletion_seq = self._deletion_seq
+            ctx._deletion_seq = self._deletions.seq
 
     async def _upgrade(
         self,
@@ -742,10 +664,6 @@ class ShortTermMemory:
         )
 
     # -- deletion -------------------------------------------------------------
-    def _record(self, deletion: Deletion) -> None:
-        self._deletion_seq += 1
-        self._deletions.append((self._deletion_seq, deletion))
-
     async def clear_short_term_memory_for_channel(self, channel_id: int) -> int:
         """``/refresh``: forget every scope and persona of the channel; returns keys evicted.
 
@@ -759,7 +677,7 @@ class ShortTermMemory:
                 self._warmed.discard(entry.group)
         self.writer.forget_dirty(keys)
         op = DeleteChannel(channel_id)
-        self._record(op)
+        self._deletions.record(op)
         self.writer.submit_delete(op, what=f"clearing channel {channel_id}")
         return len(keys)
 
@@ -789,7 +707,7 @@ class ShortTermMemory:
                 entry.summary, entry.categories, entry.contributors = None, {}, frozenset()
                 entry.version += 1
         op = PurgeUser(user_id, server_id)
-        self._record(op)
+        self._deletions.record(op)
         where = "everywhere" if server_id is None else f"in server {server_id}"
         self.writer.submit_delete(op, what=f"purging user {user_id} {where}")
         return touched
@@ -831,37 +749,7 @@ class ShortTermMemory:
             and not entry.last_refreshed_turn
         ):
             return None
-        return self._snapshot(entry)
-
-    def _snapshot(self, entry: Entry) -> MemoryEntry:
-        expires = entry.expires_at(self.cache.crude_ttl, self.cache.summary_ttl)
-        return MemoryEntry(
-            key=entry.key,
-            messages=[
-                DialogueMessage(
-                    role="assistant" if m.role == "assistant" else "user",
-                    content=m.content,
-                    author_id=m.author_id,
-                    speaker_name=m.speaker_name,
-                    timestamp=datetime.fromtimestamp(m.timestamp, UTC),
-                )
-                for m in entry.messages
-            ],
-            summary=entry.summary,
-            categories=dict(entry.categories),
-            turns_since_refresh=entry.turns_since_refresh,
-            last_refreshed_turn=entry.last_refreshed_turn,
-            server_id=entry.server_id,
-            user_id=entry.user_id,
-            channel_id=entry.channel_id,
-            persona_id=entry.persona_id,
-            channel_name=entry.channel_name,
-            server_name=entry.server_name,
-            parent_channel_id=entry.parent_channel_id,
-            channel_is_private=entry.channel_private,
-            updated_at=datetime.fromtimestamp(entry.updated_at, UTC),
-            expires_at=datetime.fromtimestamp(expires, UTC),
-        )
+        return snapshot(entry, entry.expires_at(self.cache.crude_ttl, self.cache.summary_ttl))
 
 
 class _Unavailable(Exception):
@@ -870,19 +758,6 @@ class _Unavailable(Exception):
 
 def _refused(message: str) -> ToolResult:
     return ToolResult(success=False, message=message)
-
-
-def _apply_deletion(row: StoredRow, deletion: Deletion) -> StoredRow | None:
-    """What is left of a row read before ``deletion`` ran."""
-    if isinstance(deletion, DeleteChannel):
-        return None if row.channel_id == deletion.channel_id else row
-    if deletion.server_id is not None and row.server_id != deletion.server_id:
-        return row
-    if row.scope == "user" and row.user_id == deletion.user_id:
-        return None
-    if deletion.user_id in row.contributors:
-        return replace(row, summary=None, categories={}, contributors=frozenset())
-    return row
 
 
 class MemoryTool:

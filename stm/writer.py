@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cache import Entry
+from .convert import row_of
 from .errors import DurabilityError
 from .store.base import (
     DeleteChannel,
@@ -32,38 +33,14 @@ from .store.base import (
     PurgeUser,
     Scrub,
     Store,
-    StoredRow,
     Touch,
 )
 
-__all__ = ["Writer", "row_of"]
+__all__ = ["Writer"]
 
 log = logging.getLogger("stm.writer")
 MAX_BATCH = 2000
 MAX_BACKOFF = 30.0
-
-
-def row_of(entry: Entry) -> StoredRow:
-    """The durable part of an entry."""
-    return StoredRow(
-        key=entry.key,
-        scope=entry.scope,
-        server_id=entry.server_id,
-        user_id=entry.user_id,
-        channel_id=entry.channel_id,
-        persona_id=entry.persona_id,
-        parent_channel_id=entry.parent_channel_id,
-        channel_name=entry.channel_name,
-        server_name=entry.server_name,
-        channel_private=entry.channel_private,
-        summary=entry.summary,
-        categories=dict(entry.categories),
-        contributors=frozenset(entry.contributors),
-        turns_since_refresh=entry.turns_since_refresh,
-        last_refreshed_turn=entry.last_refreshed_turn,
-        updated_at=entry.updated_at,
-        counters_known=entry.hydrated,
-    )
 
 
 @dataclass(eq=False)

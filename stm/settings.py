@@ -1,0 +1,93 @@
+"""Per-server settings and per-user opt-outs, held in memory for the turn path.
+
+Validation lives here; saving them is the facade's job (through the writer),
+so a change takes effect only once it is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from .config import STMConfig
+from .models import DEFAULT_CATEGORY, Category, ServerSettings
+
+__all__ = ["SettingsBook"]
+
+log = logging.getLogger("stm")
+
+
+class SettingsBook:
+    """Every configured server's settings, the defaults for the others, and opt-outs."""
+
+    def __init__(self, config: STMConfig) -> None:
+        self.max_categories = config.max_categories
+        self.defaults = ServerSettings(
+            render_mode=config.render_mode,
+            refresh_cadence=config.refresh_cadence,
+            crude_message_count=config.crude_message_count,
+        )
+        self._servers: dict[int, ServerSettings] = {}
+        self._opted_out: set[int] = set()
+
+    def load(self, stored: dict[int, str], opted_out: set[int]) -> None:
+        """Take what the store holds; unreadable settings fall back to the defaults."""
+        for server_id, raw in stored.items():
+            try:
+                self._servers[server_id] = ServerSettings.model_validate_json(raw)
+            except ValidationError as exc:
+                log.warning("ignoring unreadable settings of server %s: %s", server_id, exc)
+        self._opted_out = set(opted_out)
+
+    def for_server(self, server_id: int | None) -> ServerSettings:
+        """The settings in force for a server (the defaults for DMs and new servers)."""
+        if server_id is None:
+            return self.defaults
+        return self._servers.get(server_id, self.defaults)
+
+    def changed(self, server_id: int, **changes: Any) -> ServerSettings:
+        """The server's settings with ``changes``; ValueError for a bad value or field."""
+        if "categories" in changes:
+            raise ValueError("change categories with set_categories()")
+        current = self._configurable(server_id)
+        unknown = set(changes) - set(ServerSettings.model_fields)
+        if unknown:
+            raise ValueError(f"unknown server setting(s): {', '.join(sorted(unknown))}")
+        return ServerSettings.model_validate({**current.model_dump(), **changes})
+
+    def with_categories(self, server_id: int, categories: Iterable[Category]) -> ServerSettings:
+        """The server's settings with these categories (none: the default ``summary``)."""
+        current = self._configurable(server_id)
+        chosen = tuple(categories)
+        for category in chosen:
+            if not isinstance(category, Category):
+                raise ValueError(f"not a Category: {category!r}")
+        if len(chosen) > self.max_categories:
+            raise ValueError(
+                f"at most {self.max_categories} categories per server "
+                f"(got {len(chosen)}; see STM_MAX_CATEGORIES)"
+            )
+        return current.model_copy(update={"categories": chosen or (DEFAULT_CATEGORY,)})
+
+    def _configurable(self, server_id: int | None) -> ServerSettings:
+        if server_id is None or isinstance(server_id, bool) or not isinstance(server_id, int):
+            raise ValueError("server settings need a server id (DMs use the global defaults)")
+        return self.for_server(server_id)
+
+    def set(self, server_id: int, settings: ServerSettings) -> None:
+        """Put saved settings in force."""
+        self._servers[server_id] = settings
+
+    def is_opted_out(self, user_id: int) -> bool:
+        """True while the user asked not to be remembered."""
+        return user_id in self._opted_out
+
+    def set_opt_out(self, user_id: int, opted_out: bool) -> None:
+        """Put a saved opt-out (or its end) in force."""
+        if opted_out:
+            self._opted_out.add(user_id)
+        else:
+            self._opted_out.discard(user_id)
