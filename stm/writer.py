@@ -206,7 +206,7 @@ class Writer:
             await self._cycle()
 
     async def _cycle(self) -> None:
-        items = [self._queue[i] for i in range(min(len(self._queue), MAX_BATCH))]
+        items = self._next_batch()
         try:
             ops: list[Op] = []
             for item in items:
@@ -235,6 +235,18 @@ class Writer:
                     item.future.set_result(result)
         progress, self._progress = self._progress, asyncio.Event()
         progress.set()
+
+    def _next_batch(self) -> list[_Item]:
+        """The items of the next transaction, in order. A scrub goes alone: it can fail
+        after its commit, and must not fail writes that were committed with it."""
+        items: list[_Item] = []
+        for item in self._queue:
+            if isinstance(item.op, Scrub) and items:
+                break
+            items.append(item)
+            if isinstance(item.op, Scrub) or len(items) == MAX_BATCH:
+                break
+        return items
 
     def _fail(self, items: list[_Item], exc: Exception) -> None:
         first = self._failure is None

@@ -10,9 +10,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 from conftest import Opener, ctx, turn
 
-from stm import ShortTermMemory
+from stm import DurabilityError, ShortTermMemory
 
 USERS = (1, 2)
 CHANNELS = (10, 11, 12)
@@ -121,3 +122,26 @@ async def test_channel_clear_leaves_no_bytes(open_memory: Opener, db_path: Path)
     again = await open_memory()
     assert "-C10-" not in await cached_text(again)
     assert b"-C10-" not in file_bytes(db_path)
+
+
+async def test_scrub_waits_for_a_reader_to_let_go_of_the_wal(
+    open_memory: Opener, db_path: Path
+) -> None:
+    """Another connection reading an old snapshot keeps deleted text in the WAL: flush()
+    reports the scrub as not durable instead of claiming success, and it lands once the
+    reader is gone."""
+    memory = await open_memory(busy_timeout_ms=100)
+    await memory.capture(turn(ctx(), "x"))
+    assert (await memory.run_tool(ctx(), {"summary": "READER-HELD-NEEDLE"})).success
+    await memory.flush()
+    reader = sqlite3.connect(db_path)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM short_term_memories").fetchone()
+        await memory.clear_short_term_memory_for_user(1)
+        with pytest.raises(DurabilityError, match="erasing deleted text"):
+            await memory.flush()
+    finally:
+        reader.close()
+    await memory.flush()
+    assert b"READER-HELD-NEEDLE" not in file_bytes(db_path)

@@ -298,8 +298,14 @@ def run_batch(db: sqlite3.Connection, ops: Sequence[Op], checkpoint: bool = True
         raise
     if scrub and _on_disk(db):
         db.execute("VACUUM")
-        deleted = True
-    if deleted and checkpoint:
+        busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            # Another connection reads an old snapshot: the WAL, and the deleted text in
+            # it, cannot be emptied yet. Failing makes the writer try the scrub again.
+            raise StoreError(
+                "the WAL could not be emptied: another connection holds a read transaction"
+            )
+    elif deleted and checkpoint:
         # Old page images in the WAL still hold deleted text: fold them into the
         # (securely deleted) file and empty the WAL.
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
