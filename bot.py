@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     # Imported here so --help stays instant.
     from host.demo import run_demo
     from host.env import SettingMissing, discord_token, model_from_env
+    from host.shutdown import run_until_signalled
 
     if args.demo:
         logging.basicConfig(level=logging.WARNING)
@@ -50,13 +51,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.console:
             from host.console import run_console
 
-            return asyncio.run(run_console(model_from_env(required=False), config=config))
+            console = run_console(model_from_env(required=False), config=config)
+            return asyncio.run(run_until_signalled(console))
         from host.discord_bot import run_bot
 
         token = discord_token()
         model = model_from_env()
         assert model is not None
-        asyncio.run(run_bot(token, model, config, sync=args.sync))
+        return asyncio.run(run_until_signalled(run_bot(token, model, config, sync=args.sync)))
     except (SettingMissing, ConfigError) as exc:
         print(f"bot.py: {exc}", file=sys.stderr)
         return 2

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import shlex
+import sys
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -162,22 +166,70 @@ class Console:
         return subcommand(sub)
 
 
-async def _ask_stdin(prompt: str) -> str | None:
-    try:
-        return await asyncio.to_thread(input, prompt)
-    except EOFError:
-        return None
+class _StdinLines:
+    """Lines of standard input, read from its file descriptor in daemon threads.
+
+    When SIGTERM or Ctrl-C stops the console, the read of the next line is still
+    blocked. In ``asyncio.to_thread`` it would keep ``asyncio.run`` from returning
+    until someone pressed Enter; through ``input()`` it would hold ``sys.stdin``'s
+    lock, on which the interpreter aborts at exit. A raw ``os.read`` holds neither.
+    """
+
+    def __init__(self, fd: int = 0) -> None:
+        self.fd = fd
+        self.pending = b""
+        self.encoding = getattr(sys.stdin, "encoding", None) or "utf-8"
+
+    def readline(self) -> str | None:
+        """The next line without its newline; None at end of input."""
+        while b"\n" not in self.pending:
+            chunk = os.read(self.fd, 4096)
+            if not chunk:
+                rest, self.pending = self.pending, b""
+                return rest.decode(self.encoding, "replace") if rest else None
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line.decode(self.encoding, "replace").removesuffix("\r")
+
+    async def ask(self, prompt: str) -> str | None:
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[str | None] = loop.create_future()
+
+        def settle_answer(line: str | None, error: BaseException | None) -> None:
+            if answer.done():  # the console stopped waiting
+                return
+            if error is None:
+                answer.set_result(line)
+            else:
+                answer.set_exception(error)
+
+        def read() -> None:
+            line: str | None = None
+            error: BaseException | None = None
+            try:
+                line = self.readline()
+            except Exception as exc:
+                error = exc
+            # The loop is closed once the console has stopped: nobody waits for this line.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle_answer, line, error)
+
+        threading.Thread(target=read, name="console-input", daemon=True).start()
+        return await answer
 
 
 async def run_console(
     model: ChatModel | None = None,
     *,
     config: STMConfig | None = None,
-    ask: Ask = _ask_stdin,
+    ask: Ask | None = None,
     out: Out = print,
 ) -> int:
     """Chat until /quit or end of input; returns the exit status."""
     config = config or STMConfig()
+    ask = ask or _StdinLines().ask
     chosen: ChatModel = model or ScriptedModel()
     out(f"Model: {chosen.description}.")
     if model is None:

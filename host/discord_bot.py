@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import signal
-from typing import Any
 
 import discord
 from discord.ext import commands
@@ -109,25 +105,15 @@ class ChatBot(commands.Bot):
         self.pipeline.finished(record)
 
 
-async def run_bot(token: str, model: ChatModel, config: STMConfig, *, sync: bool) -> None:
-    """Run until SIGTERM or Ctrl-C, then close cleanly (memory drained, model closed)."""
+async def run_bot(token: str, model: ChatModel, config: STMConfig, *, sync: bool) -> int:
+    """Run until the connection ends or this is cancelled; the bot closes cleanly either way.
+
+    ``bot.py`` runs it under ``host.shutdown.run_until_signalled``, which turns
+    SIGTERM and Ctrl-C into that cancellation.
+    """
     bot = ChatBot(model, stm_config=config, sync=sync)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    # Leaving the block closes the bot (the memory drained, the model closed) also on
+    # cancellation.
     async with bot:
-        runner: asyncio.Task[Any] = asyncio.create_task(bot.start(token))
-        waiter = asyncio.create_task(stop.wait())
-        await asyncio.wait({runner, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if stop.is_set():
-            log.info("stopping on signal")
-        waiter.cancel()
-        await bot.close()
-        if runner.done():
-            runner.result()
-        else:
-            runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await runner
+        await bot.start(token)
+    return 0

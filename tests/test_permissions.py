@@ -1,0 +1,427 @@
+"""Permission matrix: every slash command of the cog x every kind of user, as gateway payloads.
+
+Each cell delivers a real INTERACTION_CREATE through the bot's connection state. The
+expected outcome comes from the rules in README.md's "Slash commands" table, written
+out below without looking at the cog's checks: an allowed cell must do what the table
+says; a refused one must answer with one clear ephemeral message and change nothing
+(entries, server settings, opt-outs).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from discord import app_commands
+from discord_fakes import Harness, harness
+
+from host.offline import Reply, option, subcommand
+from host.world import ADMIN, MANAGE_SERVER, OWNER_ID, Person, Place
+from stm import Category
+from stm.keys import server_key, user_key
+
+HARBOR, LIGHTHOUSE = 1100, 1200
+EVE = Person("eve", 505, "Eve", permissions=ADMIN)  # a server admin who does not own the bot
+BOB_ID = 502  # the target of /purge-memory; never one of the actors
+
+Who = Literal["everyone", "manage_server", "administrator", "owner"]
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who uses the command, and whether they do it in a server channel or in their DM."""
+
+    label: str
+    person: str  # a key of the world's people, or "eve"
+    permissions: int
+    in_dm: bool = False
+
+
+ACTORS = (
+    Actor("member", "alice", 0),
+    Actor("manage-server", "dan", MANAGE_SERVER),
+    Actor("administrator", "eve", ADMIN),
+    Actor("owner-without-permissions", "carol", 0),
+    Actor("dm-user", "alice", 0, in_dm=True),
+    # "Servers only" holds for the owner too.
+    Actor("dm-owner", "carol", 0, in_dm=True),
+)
+
+
+# -- the documented rules -----------------------------------------------------
+def refusal(who: Who, servers_only: bool, actor: Actor) -> tuple[str, ...]:
+    """What a refusal must mention under README's table; () when the command is allowed."""
+    is_owner = _person_id(actor.person) == OWNER_ID
+    # In Discord, Administrator grants every permission, Manage Server included.
+    administrator = bool(actor.permissions & ADMIN)
+    manage_server = administrator or bool(actor.permissions & MANAGE_SERVER)
+    if servers_only and actor.in_dm:
+        return ("server",)
+    if who == "everyone":
+        return ()
+    if who == "manage_server":
+        return () if manage_server or is_owner else ("Manage Server",)
+    if who == "administrator":
+        return () if administrator or is_owner else ("Administrator",)
+    # Owner-only (purge everywhere): a non-admin may be told either missing piece.
+    if is_owner:
+        return ()
+    return ("owner",) if administrator else ("owner", "Administrator")
+
+
+def _person_id(key: str) -> int:
+    return {"alice": 501, "bob": 502, "carol": OWNER_ID, "dan": 504, "eve": EVE.id}[key]
+
+
+# -- the world and its memory -------------------------------------------------
+PEOPLE = ("alice", "bob", "carol", "dan", "eve")
+
+
+def marker(person: str, place: str) -> str:
+    return f"{person}-said-in-{place}"
+
+
+@dataclass
+class State:
+    """Everything a command could change: entries, server settings, opt-outs."""
+
+    entries: dict[str, dict[str, Any] | None]
+    settings: dict[int, dict[str, Any]]
+    opted_out: dict[str, bool]
+
+    def labels(self, server: int) -> list[str]:
+        return [c["label"] for c in self.settings[server]["categories"]]
+
+    def texts(self, key: str) -> list[str]:
+        entry = self.entries[key]
+        return [] if entry is None else [m["content"] for m in entry["messages"]]
+
+
+def places(h: Harness, person: str) -> dict[str, Place]:
+    return {"general": h.general, "lighthouse": h.elsewhere, "dm": h.world.dm(_person(h, person))}
+
+
+def _person(h: Harness, key: str) -> Person:
+    return EVE if key == "eve" else h.world.people[key]
+
+
+def keys(h: Harness) -> list[str]:
+    found = [server_key(HARBOR, h.general.id), server_key(LIGHTHOUSE, h.elsewhere.id)]
+    for person in PEOPLE:
+        found += [user_key(_person_id(person), p.id) for p in places(h, person).values()]
+    return found
+
+
+async def populate(h: Harness) -> None:
+    """Every person talks in Harbor, in Lighthouse and in their DM; both servers have categories."""
+    for person in PEOPLE:
+        for name, place in places(h, person).items():
+            await h.say(_person(h, person), place, marker(person, name))
+    for server in (HARBOR, LIGHTHOUSE):
+        await h.memory.set_categories(server, [Category("Mood", "Feel"), Category("Plans", "")])
+
+
+async def snapshot(h: Harness) -> State:
+    entries: dict[str, dict[str, Any] | None] = {}
+    for key in keys(h):
+        entry = await h.memory.get_entry(key)
+        entries[key] = None if entry is None else entry.model_dump()
+    settings = {
+        s: (await h.memory.get_server_settings(s)).model_dump() for s in (HARBOR, LIGHTHOUSE)
+    }
+    opted_out = {p: h.memory.is_opted_out(_person_id(p)) for p in PEOPLE}
+    return State(entries, settings, opted_out)
+
+
+# -- the commands -------------------------------------------------------------
+@dataclass(frozen=True)
+class Use:
+    """One way of using the cell's command: who ran it, where, and what came back."""
+
+    actor: Actor
+    place: str  # "general" or "dm"
+    replies: list[Reply]
+
+    @property
+    def person_id(self) -> int:
+        return _person_id(self.actor.person)
+
+
+Effect = Callable[[Harness, State, State, Use], None]
+
+
+def _refreshed(h: Harness, before: State, after: State, use: Use) -> None:
+    place = places(h, use.actor.person)[use.place]
+    cleared = {k for k in keys(h) if k.endswith(f":{place.id}")}
+    assert cleared and all(after.entries[k] is None for k in cleared)
+    assert {k: v for k, v in after.entries.items() if k not in cleared} == {
+        k: v for k, v in before.entries.items() if k not in cleared
+    }
+
+
+def _shown(h: Harness, before: State, after: State, use: Use) -> None:
+    assert after == before
+    assert marker(use.actor.person, use.place) in "".join(r.content for r in use.replies)
+
+
+def _forgotten(h: Harness, before: State, after: State, use: Use) -> None:
+    own = [user_key(use.person_id, p.id) for p in places(h, use.actor.person).values()]
+    assert all(before.entries[k] is not None and after.entries[k] is None for k in own)
+    gone = marker(use.actor.person, "")
+    assert not any(gone in text for key in keys(h) for text in after.texts(key))
+    others = [k for k in keys(h) if k.startswith("shortterm:user:") and k not in own]
+    assert all(after.entries[k] == before.entries[k] for k in others)
+
+
+def _opted_out(value: bool) -> Effect:
+    def check(h: Harness, before: State, after: State, use: Use) -> None:
+        assert after.opted_out == {**before.opted_out, use.actor.person: value}
+        assert after.entries == before.entries
+
+    return check
+
+
+def _purged(everywhere: bool) -> Effect:
+    def check(h: Harness, before: State, after: State, use: Use) -> None:
+        bob = {name: user_key(BOB_ID, p.id) for name, p in places(h, "bob").items()}
+        assert after.entries[bob["general"]] is None
+        assert "bob-said-in-general" not in after.texts(server_key(HARBOR, h.general.id))
+        for name in ("lighthouse", "dm"):
+            if everywhere:
+                assert after.entries[bob[name]] is None
+            else:
+                assert after.entries[bob[name]] == before.entries[bob[name]]
+        mine = user_key(use.person_id, h.general.id)
+        assert after.entries[mine] == before.entries[mine]
+
+    return check
+
+
+def _setting(name: str, value: object) -> Effect:
+    def check(h: Harness, before: State, after: State, use: Use) -> None:
+        assert after.settings[HARBOR] == {**before.settings[HARBOR], name: value}
+        assert after.settings[LIGHTHOUSE] == before.settings[LIGHTHOUSE]
+        assert after.entries == before.entries
+
+    return check
+
+
+def _labels(expected: list[str]) -> Effect:
+    def check(h: Harness, before: State, after: State, use: Use) -> None:
+        assert after.labels(HARBOR) == expected
+        assert after.settings[LIGHTHOUSE] == before.settings[LIGHTHOUSE]
+
+    return check
+
+
+def _lists_categories(h: Harness, before: State, after: State, use: Use) -> None:
+    assert after == before
+    assert "Mood" in use.replies[0].content and "Plans" in use.replies[0].content
+
+
+async def _opt_out_first(h: Harness, person_id: int) -> None:
+    await h.memory.set_user_opt_out(person_id, True)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A slash command as README documents it, and what it must do when allowed."""
+
+    label: str
+    name: str
+    options: tuple[dict[str, Any], ...]
+    who: Who
+    servers_only: bool
+    effect: Effect
+    public: bool = False  # /refresh answers in the channel; everything else only to the user
+    prepare: Callable[[Harness, int], Awaitable[None]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def qualified_name(self) -> str:
+        return self.label.split(" [", 1)[0].lstrip("/")
+
+
+def _settings(*path: str, options: tuple[dict[str, Any], ...] = ()) -> tuple[dict[str, Any]]:
+    if len(path) == 2:
+        return (subcommand(path[0], subcommand(path[1], *options), group=True),)
+    return (subcommand(path[0], *options),)
+
+
+BOB = {"resolved_users": [Person("bob", BOB_ID, "Bob").payload]}
+PURGE_BOB = option("user", str(BOB_ID), 6)
+
+COMMANDS = (
+    Command("/refresh", "refresh", (), "everyone", False, _refreshed, public=True),
+    Command("/memory show", "memory", (subcommand("show"),), "everyone", False, _shown),
+    Command("/memory forget", "memory", (subcommand("forget"),), "everyone", False, _forgotten),
+    Command("/memory pause", "memory", (subcommand("pause"),), "everyone", False, _opted_out(True)),
+    Command(
+        "/memory resume",
+        "memory",
+        (subcommand("resume"),),
+        "everyone",
+        False,
+        _opted_out(False),
+        prepare=_opt_out_first,
+    ),
+    Command(
+        "/purge-memory",
+        "purge-memory",
+        (PURGE_BOB,),
+        "administrator",
+        True,
+        _purged(everywhere=False),
+        extra=BOB,
+    ),
+    Command(
+        "/purge-memory [everywhere:True]",
+        "purge-memory",
+        (PURGE_BOB, option("everywhere", True, 5)),
+        "owner",
+        True,
+        _purged(everywhere=True),
+        extra=BOB,
+    ),
+    Command(
+        "/memory-settings show",
+        "memory-settings",
+        _settings("show"),
+        "manage_server",
+        True,
+        _lists_categories,
+    ),
+    Command(
+        "/memory-settings render-mode",
+        "memory-settings",
+        _settings("render-mode", options=(option("mode", "supersede", 3),)),
+        "manage_server",
+        True,
+        _setting("render_mode", "supersede"),
+    ),
+    Command(
+        "/memory-settings cadence",
+        "memory-settings",
+        _settings("cadence", options=(option("turns", 2, 4),)),
+        "manage_server",
+        True,
+        _setting("refresh_cadence", 2),
+    ),
+    Command(
+        "/memory-settings crude-count",
+        "memory-settings",
+        _settings("crude-count", options=(option("count", 2, 4),)),
+        "manage_server",
+        True,
+        _setting("crude_message_count", 2),
+    ),
+    Command(
+        "/memory-settings enabled",
+        "memory-settings",
+        _settings("enabled", options=(option("enabled", False, 5),)),
+        "manage_server",
+        True,
+        _setting("enabled", False),
+    ),
+    Command(
+        "/memory-settings categories list",
+        "memory-settings",
+        _settings("categories", "list"),
+        "manage_server",
+        True,
+        _lists_categories,
+    ),
+    Command(
+        "/memory-settings categories add",
+        "memory-settings",
+        _settings("categories", "add", options=(option("label", "Weather", 3),)),
+        "manage_server",
+        True,
+        _labels(["Mood", "Plans", "Weather"]),
+    ),
+    Command(
+        "/memory-settings categories edit",
+        "memory-settings",
+        _settings(
+            "categories",
+            "edit",
+            options=(option("label", "Mood", 3), option("new_label", "Atmosphere", 3)),
+        ),
+        "manage_server",
+        True,
+        _labels(["Atmosphere", "Plans"]),
+    ),
+    Command(
+        "/memory-settings categories remove",
+        "memory-settings",
+        _settings("categories", "remove", options=(option("label", "Plans", 3),)),
+        "manage_server",
+        True,
+        _labels(["Mood"]),
+    ),
+)
+
+CELLS = list(itertools.product(COMMANDS, ACTORS))
+MATRIX_SIZE = 16 * 6
+
+
+def test_the_matrix_is_the_full_product(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every command with every actor, none hand-picked."""
+    assert len(CELLS) == MATRIX_SIZE
+    allowed = sum(not refusal(c.who, c.servers_only, a) for c, a in CELLS)
+    with capsys.disabled():
+        print(
+            f"\npermission matrix: {len(COMMANDS)} commands x {len(ACTORS)} users = "
+            f"{len(CELLS)} cells ({allowed} allowed, {len(CELLS) - allowed} refused)"
+        )
+
+
+async def test_the_commands_are_all_the_cog_registers(tmp_path: Path) -> None:
+    """A command added to the cog without a row here fails this test."""
+    async with harness(tmp_path) as h:
+        registered: set[str] = set()
+        stack: list[Any] = list(h.bot.tree.get_commands())
+        while stack:
+            command = stack.pop()
+            if isinstance(command, app_commands.Group):
+                stack += command.commands
+            else:
+                registered.add(command.qualified_name)
+    assert registered == {c.qualified_name for c in COMMANDS}
+
+
+@pytest.mark.parametrize(
+    ("command", "actor"), CELLS, ids=[f"{c.label}|{a.label}" for c, a in CELLS]
+)
+async def test_permission(tmp_path: Path, command: Command, actor: Actor) -> None:
+    async with harness(tmp_path) as h:
+        await populate(h)
+        person = replace(_person(h, actor.person), permissions=actor.permissions)
+        where = "dm" if actor.in_dm else "general"
+        place = places(h, actor.person)[where]
+        if command.prepare is not None:
+            await command.prepare(h, person.id)
+        before = await snapshot(h)
+        replies = await h.run(
+            command.name, *command.options, person=person, place=place, **command.extra
+        )
+        await h.memory.flush()
+        after = await snapshot(h)
+
+    assert replies, "every use gets an answer"
+    assert all(r.allowed_mentions == {"parse": []} for r in replies)
+    text = "\n".join(r.content for r in replies)
+    expected = refusal(command.who, command.servers_only, actor)
+    if expected:
+        assert len(replies) == 1 and replies[0].ephemeral, replies
+        assert any(word.lower() in text.lower() for word in expected), text
+        assert after == before, "a refused command changed memory"
+    else:
+        refused = ("You need", "only be used in a server", "Only the bot's owner", "Sorry")
+        assert not any(word in text for word in refused), text
+        assert all(r.ephemeral is not command.public for r in replies), replies
+        command.effect(h, before, after, Use(actor, where, replies))
