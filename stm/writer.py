@@ -252,11 +252,14 @@ class Writer:
         first = self._failure is None
         self._failure = exc
         kept = [item for item in items if item.retried]
-        for item in items:
-            if item.future is not None:
-                self._queue.remove(item)
-                if not item.future.done():
-                    item.future.set_exception(exc)
+        # Every caller waiting, in this batch or queued behind it, hears of the failure
+        # now: nothing behind a failing delete can commit before it, and a prompt answer
+        # ("not saved", "could not be read") beats waiting out the backoff.
+        waiting = [item.future for item in self._queue if item.future is not None]
+        self._queue = deque(item for item in self._queue if item.future is None)
+        for future in waiting:
+            if not future.done():
+                future.set_exception(exc)
         if kept:
             self._backoff = min(MAX_BACKOFF, max(self.retry_delay, self._backoff * 2))
             self._retry_at = asyncio.get_running_loop().time() + self._backoff
