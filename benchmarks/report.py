@@ -56,6 +56,11 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     if w4:
         worst = max(med(w4[f"{k}_p50_ms"]) for k in ("user", "user_in_server", "channel"))
         out.append(("W4 purge (slowest median)", "≤ 10 ms", f"{worst:.2f} ms", worst <= 10))
+        if "user_scrubbed_p50_ms" in w4:
+            scrubbed = med(w4["user_scrubbed_p50_ms"])
+            out.append(
+                ("W4 purge incl. file rewrite", "≤ 10 ms", f"{scrubbed:.0f} ms", scrubbed <= 10)
+            )
     w5 = results.get("W5", {})
     if "stm" in w5:
         extra = med(w5["stm"]["bytes_per_key_beyond_text"])
@@ -172,7 +177,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [
             f"**W4 purge** ({med(c['rows']):,.0f} rows; "
             f"{med(c['purges_each']):,.0f} calls of each kind; "
-            "time until `flush()` returns)",
+            "time until the delete is committed; the last row also waits for the file "
+            "rewrite that leaves no stale copy of the purged text)",
             "",
             _row("call", "p50 (ms)", "p99 (ms)"),
             _row(*["---"] * 3),
@@ -181,7 +187,10 @@ def markdown(report: dict[str, Any]) -> str:
             ("user", "clear_short_term_memory_for_user(user)"),
             ("user_in_server", "clear_short_term_memory_for_user(user, server_id)"),
             ("channel", "clear_short_term_memory_for_channel(channel)"),
+            ("user_scrubbed", "clear_short_term_memory_for_user(user) + flush() (VACUUM)"),
         ):
+            if f"{key}_p50_ms" not in c:
+                continue
             lines.append(_row(f"`{label}`", fmt(c[f"{key}_p50_ms"], 2), fmt(c[f"{key}_p99_ms"], 2)))
         lines.append("")
     if "W5" in r:

@@ -127,11 +127,12 @@ class Writer:
         return [f"{item.what}: {self._failure}" for item in self._queue if item.retried]
 
     # -- waiting ------------------------------------------------------------
-    async def flush(self, *, attempts: int = 1) -> None:
-        """Return once everything queued so far is committed; raise DurabilityError if it
-        cannot be after ``attempts`` immediate tries."""
+    async def flush(self, *, attempts: int = 1, scrub: bool = True) -> None:
+        """Return once everything queued so far is committed (and, with ``scrub``, a due
+        scrub done); raise DurabilityError if it cannot be after ``attempts`` tries."""
         self._swap_dirty()
-        self._queue_scrub()
+        if scrub:
+            self._queue_scrub()
         target = self._seq
         tries = 0
         while self._finished_through() < target:
