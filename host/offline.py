@@ -26,6 +26,7 @@ __all__ = [
     "channel_payload",
     "dm_channel_payload",
     "guild_payload",
+    "message_payload",
     "option",
     "subcommand",
     "user_payload",
@@ -172,7 +173,7 @@ class RecordingAdapter(AsyncWebhookAdapter):
             }
         if route.method in ("POST", "PATCH") and route.path.startswith("/webhooks"):
             self._record(payload, "followup" if route.method == "POST" else "edit")
-            return _message(payload.get("content") or "")
+            return message_payload(payload.get("content") or "")
         return None
 
     def _record(self, data: dict[str, Any], kind: str) -> None:
@@ -186,11 +187,18 @@ class RecordingAdapter(AsyncWebhookAdapter):
         )
 
 
-def _message(content: str) -> dict[str, Any]:
+def message_payload(
+    content: str,
+    *,
+    author: dict[str, Any] | None = None,
+    channel_id: int = 1,
+    message_id: int | None = None,
+) -> dict[str, Any]:
+    """A gateway MESSAGE_CREATE payload (the bot's own message unless ``author`` is given)."""
     return {
-        "id": str(_snowflake()),
-        "channel_id": "1",
-        "author": user_payload(APPLICATION_ID, "Bot", bot=True),
+        "id": str(message_id if message_id is not None else _snowflake()),
+        "channel_id": str(channel_id),
+        "author": author or user_payload(APPLICATION_ID, "Bot", bot=True),
         "content": content,
         "timestamp": TIMESTAMP,
         "edited_timestamp": None,

@@ -19,6 +19,7 @@ from .offline import (
     channel_payload,
     dm_channel_payload,
     guild_payload,
+    message_payload,
     user_payload,
 )
 
@@ -91,22 +92,9 @@ class World:
     def message(self, person: Person, place: Place, text: str) -> discord.Message:
         """The ``discord.Message`` the gateway would deliver for ``person`` saying ``text``."""
         state = self.bot._connection
-        data: dict[str, Any] = {
-            "id": str(next(self._message_ids)),
-            "channel_id": str(place.id),
-            "author": person.payload,
-            "content": text,
-            "timestamp": TIMESTAMP,
-            "edited_timestamp": None,
-            "tts": False,
-            "mention_everyone": False,
-            "mentions": [],
-            "mention_roles": [],
-            "attachments": [],
-            "embeds": [],
-            "pinned": False,
-            "type": 0,
-        }
+        data = message_payload(
+            text, author=person.payload, channel_id=place.id, message_id=next(self._message_ids)
+        )
         channel: Any
         if "guild_id" in place.payload:
             guild = self.bot.get_guild(int(place.payload["guild_id"]))
