@@ -83,7 +83,9 @@ class RenderCache:
         if held is not None and held[0] == source:
             self._held.move_to_end(slot)
             return held[1]
-        made = render()
+        return self._store(slot, source, render())
+
+    def _store(self, slot: tuple[str, str], source: object, made: list[str]) -> list[str]:
         self._held[slot] = (source, made)
         self._held.move_to_end(slot)
         if len(self._held) > self.max_entries:
@@ -111,7 +113,7 @@ class RenderCache:
         if held is not None and isinstance(held[0], tuple) and held[0][0] == bot_name:
             reuse = {id(m): line for m, line in zip(held[0][1], held[1], strict=True)}
         made = [reuse.get(id(m)) or render_one(m) for m in messages]
-        return self.lines(key, "crude", source, lambda: made)
+        return self._store(slot, source, made)  # ``source`` is already known to differ
 
     def __len__(self) -> int:
         return len(self._held)
