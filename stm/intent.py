@@ -68,6 +68,11 @@ def normalize(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).casefold()
     if not text.isascii() or "`" in text:  # the only apostrophe look-alike in ASCII
         text = text.translate(_APOSTROPHES)
+    # Printable text has no whitespace but the plain space (every other kind is a
+    # separator or control), so it is already collapsed unless spaces double or pad it;
+    # the test is cheaper than splitting and joining every message.
+    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+        return text
     # split() breaks on the same Unicode whitespace as the pattern's \s, and strips.
     return " ".join(text.split())
 
