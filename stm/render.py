@@ -83,7 +83,9 @@ class RenderCache:
         if held is not None and held[0] == source:
             self._held.move_to_end(slot)
             return held[1]
-        made = render()
+        return self._store(slot, source, render())
+
+    def _store(self, slot: tuple[str, str], source: object, made: list[str]) -> list[str]:
         self._held[slot] = (source, made)
         self._held.move_to_end(slot)
         if len(self._held) > self.max_entries:
@@ -104,11 +106,14 @@ class RenderCache:
         if held is not None and held[0] == source:
             self._held.move_to_end(slot)
             return held[1]
-        reuse: dict[StoredMessage, str] = {}
+        # Keyed by identity, which is cheaper than hashing every field: the window holds
+        # the same message objects from turn to turn, and ``held`` keeps the old ones
+        # alive, so an id cannot stand for another message here.
+        reuse: dict[int, str] = {}
         if held is not None and isinstance(held[0], tuple) and held[0][0] == bot_name:
-            reuse = dict(zip(held[0][1], held[1], strict=True))
-        made = [reuse.get(m) or render_one(m) for m in messages]
-        return self.lines(key, "crude", source, lambda: made)
+            reuse = {id(m): line for m, line in zip(held[0][1], held[1], strict=True)}
+        made = [reuse.get(id(m)) or render_one(m) for m in messages]
+        return self._store(slot, source, made)  # ``source`` is already known to differ
 
     def __len__(self) -> int:
         return len(self._held)

@@ -41,10 +41,18 @@ _BRACKETS = str.maketrans(
 _UNSAFE = re.compile(r"[\[\]\u27e6\u27e7\uff3b\uff3d\ufe47\ufe48<@]")
 
 
+def _ascii_safe(text: str) -> bool:
+    # The ASCII characters of _UNSAFE. Four substring tests take a fraction of the
+    # regex's time on a few hundred characters, and most messages are ASCII.
+    return "[" not in text and "]" not in text and "<" not in text and "@" not in text
+
+
 def neutralize(text: str) -> str:
     """Make text safe inside a memory frame: no brackets that could close or forge one,
     no mention that could ping anyone, no invisible controls."""
-    if text.isprintable() and _UNSAFE.search(text) is None:
+    if text.isprintable() and (
+        _ascii_safe(text) if text.isascii() else _UNSAFE.search(text) is None
+    ):
         return text  # nothing below would change it
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
