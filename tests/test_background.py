@@ -7,56 +7,17 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Clock, Opener, ctx, turn
+from fakes import faulty_memory
 
-from stm import ShortTermMemory, STMConfig
-from stm.store.base import LoadRows, Op
-from stm.store.sqlite import SQLiteStore
+from stm import STMConfig
 
 STM_DIR = str(Path(__file__).parent.parent / "stm")
-
-
-class FaultyStore:
-    """A real store that fails its next ``failures`` transactions, or answers reads with
-    garbage while ``garbage_reads`` is set."""
-
-    def __init__(self, inner: SQLiteStore) -> None:
-        self.inner = inner
-        self.failures = 0
-        self.garbage_reads = False
-
-    async def run(self, ops: Sequence[Op]) -> list[object]:
-        if self.failures:
-            self.failures -= 1
-            raise OSError("disk unavailable")
-        results = await self.inner.run(ops)
-        if self.garbage_reads:
-            return [
-                [None] if isinstance(op, LoadRows) else r
-                for op, r in zip(ops, results, strict=True)
-            ]
-        return results
-
-    async def load_server_settings(self) -> dict[int, str]:
-        return await self.inner.load_server_settings()
-
-    async def load_opt_outs(self) -> set[int]:
-        return await self.inner.load_opt_outs()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
-async def faulty_memory(config: STMConfig, clock: Clock) -> tuple[ShortTermMemory, FaultyStore]:
-    store = FaultyStore(await SQLiteStore.open(config.database))
-    memory = ShortTermMemory(config, store, clock=clock)
-    await memory._start()
-    return memory, store
 
 
 def rows(db_path: Path) -> dict[str, str | None]:
@@ -109,7 +70,7 @@ async def test_a_failing_background_task_is_logged_with_its_scope_key(
     config: STMConfig, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A hydration that fails in the background names the keys it was for."""
-    memory, store = await faulty_memory(config, clock)
+    memory, store = await faulty_memory(config, clock=clock)
     store.garbage_reads = True
     with caplog.at_level(logging.ERROR, logger="stm"):
         await memory.capture(turn(ctx(channel=42), "x"))
@@ -124,7 +85,7 @@ async def test_a_failed_delete_is_retried_until_durable_without_a_flush(
 ) -> None:
     """Nobody waits: the writer keeps retrying the delete until it lands."""
     memory, store = await faulty_memory(
-        config.model_copy(update={"delete_retry_seconds": 0.01}), clock
+        config.model_copy(update={"delete_retry_seconds": 0.01}), clock=clock
     )
     await memory.capture(turn(ctx(), "x"))
     assert (await memory.run_tool(ctx(), {"summary": "DELETE-ME"})).success

@@ -3,50 +3,21 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 import pytest
 from conftest import Clock, ctx, turn
+from fakes import FaultyStore, faulty_memory
 
 from stm import DurabilityError, ShortTermMemory, STMConfig
-from stm.store.base import Op
-from stm.store.sqlite import SQLiteStore
-
-
-class FlakyStore:
-    """A real SQLite store whose transactions fail while ``broken`` is set."""
-
-    def __init__(self, inner: SQLiteStore) -> None:
-        self.inner = inner
-        self.broken = False
-        self.batches: list[list[str]] = []
-
-    async def run(self, ops: Sequence[Op]) -> list[object]:
-        self.batches.append([type(op).__name__ for op in ops])
-        if self.broken:
-            raise OSError("disk unavailable")
-        return await self.inner.run(ops)
-
-    async def load_server_settings(self) -> dict[int, str]:
-        return await self.inner.load_server_settings()
-
-    async def load_opt_outs(self) -> set[int]:
-        return await self.inner.load_opt_outs()
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 @pytest.fixture
-async def flaky(config: STMConfig, clock: Clock) -> tuple[ShortTermMemory, FlakyStore]:
-    store = FlakyStore(await SQLiteStore.open(config.database))
-    memory = ShortTermMemory(config, store, clock=clock)
-    await memory._start()
-    return memory, store
+async def flaky(config: STMConfig, clock: Clock) -> tuple[ShortTermMemory, FaultyStore]:
+    return await faulty_memory(config, clock=clock)
 
 
 async def test_failed_upgrade_is_not_acknowledged_and_is_reverted(
-    flaky: tuple[ShortTermMemory, FlakyStore],
+    flaky: tuple[ShortTermMemory, FaultyStore],
 ) -> None:
     """A write that cannot commit answers success=False and leaves memory as it was."""
     memory, store = flaky
@@ -69,7 +40,7 @@ async def test_failed_upgrade_is_not_acknowledged_and_is_reverted(
 
 
 async def test_failed_delete_is_retried_reported_and_finally_durable(
-    flaky: tuple[ShortTermMemory, FlakyStore], caplog: pytest.LogCaptureFixture
+    flaky: tuple[ShortTermMemory, FaultyStore], caplog: pytest.LogCaptureFixture
 ) -> None:
     """flush() names a delete that is not durable; it is retried and lands once possible."""
     memory, store = flaky
@@ -91,7 +62,7 @@ async def test_failed_delete_is_retried_reported_and_finally_durable(
 
 
 async def test_reads_wait_behind_a_failing_delete(
-    flaky: tuple[ShortTermMemory, FlakyStore],
+    flaky: tuple[ShortTermMemory, FaultyStore],
 ) -> None:
     """While a delete is not durable, no read can bring the deleted row back."""
     memory, store = flaky
@@ -108,7 +79,7 @@ async def test_reads_wait_behind_a_failing_delete(
 
 
 async def test_close_reports_what_could_not_be_made_durable(
-    flaky: tuple[ShortTermMemory, FlakyStore],
+    flaky: tuple[ShortTermMemory, FaultyStore],
 ) -> None:
     """close() tries again, then raises DurabilityError naming the lost delete."""
     memory, store = flaky
@@ -122,7 +93,7 @@ async def test_close_reports_what_could_not_be_made_durable(
 
 
 async def test_upgrade_refused_while_rows_cannot_be_read(
-    flaky: tuple[ShortTermMemory, FlakyStore],
+    flaky: tuple[ShortTermMemory, FaultyStore],
 ) -> None:
     """An unread row is never overwritten blind: the upgrade is refused and captured
     messages stay; once the store is back the upgrade keeps the other categories."""
@@ -132,12 +103,7 @@ async def test_upgrade_refused_while_rows_cannot_be_read(
     await memory.set_categories(100, [Category("Topic"), Category("Mood")])
     assert (await memory.run_tool(ctx(), {"topic": "KEPT-TOPIC"})).success
     await memory.close()
-    reopened = ShortTermMemory(
-        memory.config, FlakyStore(await SQLiteStore.open(memory.config.database))
-    )
-    await reopened._start()
-    flaky_store = reopened.store
-    assert isinstance(flaky_store, FlakyStore)
+    reopened, flaky_store = await faulty_memory(memory.config)
     flaky_store.broken = True
     await reopened.capture(turn(ctx(), "captured while down"))
     refused = await reopened.run_tool(ctx(), {"mood": "calm"})
@@ -160,9 +126,7 @@ async def test_purges_and_clears_schedule_a_scrub_without_a_flush(
     once per burst of deletes; the janitor's deletes need none."""
     import asyncio
 
-    store = FlakyStore(await SQLiteStore.open(config.database))
-    memory = ShortTermMemory(config.model_copy(update={"scrub_delay_seconds": 0.05}), store)
-    await memory._start()
+    memory, store = await faulty_memory(config.model_copy(update={"scrub_delay_seconds": 0.05}))
     await memory.capture(turn(ctx(), "x"))
     await memory.run_janitor()
     await memory.clear_short_term_memory_for_channel(10)
