@@ -11,9 +11,10 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from cogs.short_term_memory import EXTENSION
 from stm import STMConfig
 
-from .demo import EXTENSION, make_bot, settle
+from .demo import make_bot, settle
 from .models import ChatModel, ScriptedModel
 from .offline import option, subcommand
 from .pipeline import ChatPipeline

@@ -13,6 +13,7 @@ from pathlib import Path
 import discord
 from discord.ext import commands
 
+from cogs.short_term_memory import EXTENSION
 from stm import STMConfig, ToolRegistry
 from stm.keys import server_key, user_key
 
@@ -24,7 +25,6 @@ from .world import OWNER_ID, Person, Place, World
 
 __all__ = ["make_bot", "run_demo"]
 
-EXTENSION = "cogs.short_term_memory"
 HISTORY = 10
 Out = Callable[[str], None]
 

@@ -7,6 +7,7 @@ import logging
 import discord
 from discord.ext import commands
 
+from cogs.short_term_memory import ShortTermMemoryCog
 from cogs.utils.context import turn_context_from_message
 from cogs.utils.formatting import chunk_text
 from cogs.utils.replies import NO_PINGS
@@ -20,7 +21,6 @@ __all__ = ["ChatBot", "run_bot"]
 
 log = logging.getLogger("host.bot")
 
-EXTENSION = "cogs.short_term_memory"
 HISTORY_MESSAGES = 12
 APOLOGY = "Sorry, I could not come up with an answer just now."
 
@@ -44,7 +44,9 @@ class ChatBot(commands.Bot):
         self.pipeline = ChatPipeline(self, model, self.tools)
 
     async def setup_hook(self) -> None:
-        await self.load_extension(EXTENSION)
+        # Resources go into the cog explicitly, as discord.py's advanced start-up example
+        # does; load_extension(EXTENSION) would find them on the bot instead.
+        await self.add_cog(ShortTermMemoryCog(self, self.stm_config, tools=self.tools))
         if self.sync_commands:
             # Syncing is rate limited by Discord, so it happens only when asked for.
             synced = await self.tree.sync()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from discord.ext import commands
 
+from cogs.short_term_memory import COG_NAME, EXTENSION
 from stm import (
     DialogueMessage,
     GenerationFinished,
@@ -21,8 +22,6 @@ from .prompt import Message, assemble
 from .toolloop import MAX_TOOL_ITERATIONS, TurnOutcome, run_tool_loop
 
 __all__ = ["ChatPipeline", "TurnRecord", "system_prompt"]
-
-COG_NAME = "ShortTermMemory"
 
 
 def system_prompt(bot_name: str) -> str:
@@ -44,7 +43,7 @@ class TurnRecord:
 
 
 class ChatPipeline:
-    """Runs turns for a bot that has the ``cogs.short_term_memory`` extension loaded."""
+    """Runs turns for a bot that has the short-term memory cog loaded."""
 
     def __init__(
         self,
@@ -65,7 +64,7 @@ class ChatPipeline:
         cog = self.bot.get_cog(COG_NAME)
         memory = getattr(cog, "memory", None)
         if not isinstance(memory, ShortTermMemory):
-            raise RuntimeError("load the cogs.short_term_memory extension first")
+            raise RuntimeError(f"load the {EXTENSION} extension first")
         return memory
 
     async def answer(

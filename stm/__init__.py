@@ -4,7 +4,14 @@ Framework-free: it takes plain ids and messages and returns plain values.
 """
 
 from .config import STMConfig
-from .errors import ConfigError, DurabilityError, SchemaVersionError, STMError, StoreError
+from .errors import (
+    ConfigError,
+    DurabilityError,
+    InvalidInput,
+    SchemaVersionError,
+    STMError,
+    StoreError,
+)
 from .intent import IntentGate
 from .memory import MemoryTool, ShortTermMemory
 from .models import (
@@ -27,6 +34,7 @@ __all__ = [
     "DurabilityError",
     "GenerationFinished",
     "IntentGate",
+    "InvalidInput",
     "MemoryEntry",
     "MemoryTool",
     "PromptBlock",

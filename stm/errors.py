@@ -1,6 +1,8 @@
 """The exceptions the library raises.
 
 STMError
+ ├── InvalidInput       (also a ValueError): a value a person chose is refused; the message is
+ │                      written for them (a server setting, a category)
  ├── ConfigError        (also a ValueError): a setting is invalid
  ├── StoreError         the database could not be opened or used
  │    └── SchemaVersionError   the file was written by a newer version
@@ -9,11 +11,22 @@ STMError
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DurabilityError", "STMError", "SchemaVersionError", "StoreError"]
+__all__ = [
+    "ConfigError",
+    "DurabilityError",
+    "InvalidInput",
+    "STMError",
+    "SchemaVersionError",
+    "StoreError",
+]
 
 
 class STMError(Exception):
     """Base class of every error raised by the library."""
+
+
+class InvalidInput(STMError, ValueError):
+    """A value a person chose was refused; the message says why in words they can act on."""
 
 
 class ConfigError(STMError, ValueError):

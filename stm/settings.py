@@ -13,11 +13,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from .config import STMConfig
+from .errors import InvalidInput
 from .models import DEFAULT_CATEGORY, Category, ServerSettings
 
-__all__ = ["SettingsBook"]
+__all__ = ["SettingsBook", "invalid_input"]
 
 log = logging.getLogger("stm")
+
+
+def invalid_input(exc: ValidationError) -> InvalidInput:
+    """``exc`` in words for the person who chose the value: field and rule, no links."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in error["loc"]) or "value"
+        problems.append(f"{field.replace('_', ' ')}: {error['msg']}")
+    return InvalidInput("; ".join(problems) or "that value is not valid")
 
 
 class SettingsBook:
@@ -49,14 +59,17 @@ class SettingsBook:
         return self._servers.get(server_id, self.defaults)
 
     def changed(self, server_id: int, **changes: Any) -> ServerSettings:
-        """The server's settings with ``changes``; ValueError for a bad value or field."""
+        """The server's settings with ``changes``; InvalidInput for a bad value or field."""
         if "categories" in changes:
-            raise ValueError("change categories with set_categories()")
+            raise InvalidInput("change categories with set_categories()")
         current = self._configurable(server_id)
         unknown = set(changes) - set(ServerSettings.model_fields)
         if unknown:
-            raise ValueError(f"unknown server setting(s): {', '.join(sorted(unknown))}")
-        return ServerSettings.model_validate({**current.model_dump(), **changes})
+            raise InvalidInput(f"unknown server setting(s): {', '.join(sorted(unknown))}")
+        try:
+            return ServerSettings.model_validate({**current.model_dump(), **changes})
+        except ValidationError as exc:
+            raise invalid_input(exc) from None
 
     def with_categories(self, server_id: int, categories: Iterable[Category]) -> ServerSettings:
         """The server's settings with these categories (none: the default ``summary``)."""
@@ -64,9 +77,9 @@ class SettingsBook:
         chosen = tuple(categories)
         for category in chosen:
             if not isinstance(category, Category):
-                raise ValueError(f"not a Category: {category!r}")
+                raise InvalidInput(f"not a Category: {category!r}")
         if len(chosen) > self.max_categories:
-            raise ValueError(
+            raise InvalidInput(
                 f"at most {self.max_categories} categories per server "
                 f"(got {len(chosen)}; see STM_MAX_CATEGORIES)"
             )
@@ -74,7 +87,7 @@ class SettingsBook:
 
     def _configurable(self, server_id: int | None) -> ServerSettings:
         if server_id is None or isinstance(server_id, bool) or not isinstance(server_id, int):
-            raise ValueError("server settings need a server id (DMs use the global defaults)")
+            raise InvalidInput("server settings need a server id (DMs use the global defaults)")
         return self.for_server(server_id)
 
     def set(self, server_id: int, settings: ServerSettings) -> None:

@@ -9,7 +9,8 @@ from typing import Any
 
 from discord.ext import commands
 
-from host.demo import EXTENSION, make_bot, settle
+from cogs.short_term_memory import COG_NAME, EXTENSION
+from host.demo import make_bot, settle
 from host.offline import Reply
 from host.world import World
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
@@ -24,7 +25,7 @@ class Harness:
         self.bot = bot
         self.world = world
         # Not isinstance: discord.py re-imports an extension's modules on every load.
-        cog = bot.get_cog("ShortTermMemory")
+        cog = bot.get_cog(COG_NAME)
         assert cog is not None
         self.cog: Any = cog
         self.memory: ShortTermMemory = cog.memory  # type: ignore[attr-defined]

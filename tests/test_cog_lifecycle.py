@@ -8,7 +8,8 @@ import discord
 from discord import app_commands
 from discord_fakes import harness
 
-from host.demo import EXTENSION, make_bot
+from cogs.short_term_memory import COG_NAME, EXTENSION
+from host.demo import make_bot
 from stm import STMConfig
 
 
@@ -35,7 +36,7 @@ async def test_unloading_drains_pending_writes(tmp_path: Path):
         await h.memory.set_user_opt_out(h.bob.id, True)
         await h.bot.unload_extension(EXTENSION)
         await h.bot.load_extension(EXTENSION)
-        memory = h.bot.get_cog("ShortTermMemory").memory  # type: ignore[union-attr]
+        memory = h.bot.get_cog(COG_NAME).memory  # type: ignore[union-attr]
         assert memory.is_opted_out(h.bob.id)
         entry = await memory.get_entry("shortterm:server:1100:1101")
         assert entry is not None and entry.summary == "Alice greeted"
@@ -47,7 +48,7 @@ async def test_config_comes_from_the_bot_or_the_environment(tmp_path: Path, monk
     del bot.stm_config  # type: ignore[attr-defined]
     async with bot:
         await bot.load_extension(EXTENSION)
-        memory = bot.get_cog("ShortTermMemory").memory  # type: ignore[union-attr]
+        memory = bot.get_cog(COG_NAME).memory  # type: ignore[union-attr]
         assert memory.config.database == str(tmp_path / "from-env.sqlite3")
     assert (tmp_path / "from-env.sqlite3").exists()
 

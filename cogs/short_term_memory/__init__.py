@@ -1,14 +1,51 @@
-"""The ``cogs.short_term_memory`` extension: ``await bot.load_extension(...)`` adds the cog."""
+"""The short-term memory extension: ``await bot.load_extension(EXTENSION)`` adds the cog.
+
+Installed from the wheel it is ``discord_stm.short_term_memory``; in the repository,
+``cogs.short_term_memory``. A bot that passes its resources explicitly adds the cog itself:
+``await bot.add_cog(ShortTermMemoryCog(bot, config=..., tools=...))``.
+"""
 
 from __future__ import annotations
 
 from discord.ext import commands
 
-from .cog import ShortTermMemoryCog
+from stm import STMConfig, ToolRegistry
 
-__all__ = ["ShortTermMemoryCog", "setup"]
+from ..utils.context import turn_context_from_interaction, turn_context_from_message
+from .cog import COG_NAME, COMMANDS, EXTENSION, CommandNameTaken, ShortTermMemoryCog
+
+__all__ = [
+    "COG_NAME",
+    "COMMANDS",
+    "EXTENSION",
+    "CommandNameTaken",
+    "ShortTermMemoryCog",
+    "setup",
+    "turn_context_from_interaction",
+    "turn_context_from_message",
+]
 
 
 async def setup(bot: commands.Bot) -> None:
-    """Add ``ShortTermMemoryCog``; its memory opens in ``cog_load``."""
-    await bot.add_cog(ShortTermMemoryCog(bot))
+    """Add ``ShortTermMemoryCog`` with what the bot offers; its memory opens in ``cog_load``.
+
+    Uses ``bot.stm_config`` (an ``STMConfig``) and ``bot.tools`` (a ``ToolRegistry``)
+    when the bot has them; the cog logs one line saying what it chose.
+    """
+    config = getattr(bot, "stm_config", None)
+    tools = getattr(bot, "tools", None)
+    notes = []
+    if config is not None and not isinstance(config, STMConfig):
+        notes.append(f"bot.stm_config is a {type(config).__name__}, not an stm.STMConfig")
+        config = None
+    if tools is not None and not isinstance(tools, ToolRegistry):
+        notes.append(
+            f"bot.tools is a {type(tools).__name__}, not an stm.ToolRegistry: it was left alone"
+        )
+        tools = None
+    cog = ShortTermMemoryCog(bot, config, tools=tools)
+    if config is not None:
+        cog._config_source = "from bot.stm_config"
+    if notes:
+        cog._load_note = " (" + "; ".join(notes) + ")"
+    await bot.add_cog(cog)

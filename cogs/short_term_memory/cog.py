@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 from typing import Any
 
 import discord
@@ -12,29 +14,51 @@ from discord.ext import commands
 from stm import (
     DurabilityError,
     GenerationFinished,
+    InvalidInput,
     ShortTermMemory,
     STMConfig,
     ToolRegistry,
     TurnContext,
 )
-from stm.keys import server_key, turn_keys, user_key
+from stm.keys import turn_keys
 from stm.render import category_labels
 
 from ..utils.checks import NotOwner, has_server_permission_or_owner, is_owner, server_only
 from ..utils.context import turn_context_from_interaction
 from ..utils.replies import reply
 from .describe import describe_memory
+from .entries import entries_shown_to
 from .settings import SettingsCommands
 
-__all__ = ["CommandRefused", "ShortTermMemoryCog"]
+__all__ = [
+    "COG_NAME",
+    "COMMANDS",
+    "EXTENSION",
+    "CommandNameTaken",
+    "CommandRefused",
+    "ShortTermMemoryCog",
+]
 
-log = logging.getLogger("cogs.short_term_memory")
+# One definition of the names a host looks the cog up by. The extension's dotted name
+# follows where the package lives: `cogs.short_term_memory` in the repository,
+# `discord_stm.short_term_memory` once installed from the wheel.
+EXTENSION = __name__.rpartition(".")[0]
+COG_NAME = "ShortTermMemory"
+# The cog's top-level slash commands, by their default names.
+COMMANDS = ("refresh", "memory", "purge-memory", "memory-settings")
+
+log = logging.getLogger("discord_stm")
 
 REFRESH_COOLDOWN_SECONDS = 30.0
+APOLOGY = "Sorry, something went wrong on our side. It has been logged."
 
 
 class CommandRefused(app_commands.AppCommandError):
     """A command that cannot do what was asked, for a reason the user should read."""
+
+
+class CommandNameTaken(discord.ClientException):
+    """The bot already has a slash command under a name the cog would register."""
 
 
 def _scope_label(ctx: TurnContext) -> str:
@@ -50,29 +74,146 @@ def _durability_note(exc: DurabilityError) -> str:
     )
 
 
-class ShortTermMemoryCog(SettingsCommands, name="ShortTermMemory"):
-    """Short-term memory of conversations: capture, the upgrade tool and slash commands."""
+def _where(interaction: discord.Interaction[Any]) -> str:
+    return (
+        f"user {interaction.user.id}, channel {interaction.channel_id}, "
+        f"server {interaction.guild_id or 'none (DM)'}"
+    )
+
+
+def _database_label(config: STMConfig) -> str:
+    if config.database == ":memory:":
+        return ":memory: (nothing survives a restart)"
+    return os.path.abspath(config.database)
+
+
+class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
+    """Short-term memory of conversations: capture, the upgrade tool and slash commands.
+
+    ``config`` defaults to ``STMConfig()`` (the ``STM_*`` environment). ``tools``, when
+    given, gets the ``update_short_term_memory`` tool while the cog is loaded.
+    ``command_names`` renames top-level commands (``{"refresh": "forget-channel"}``) or
+    leaves them out (``{"purge-memory": None}``); keys are the names in ``COMMANDS``.
+    """
 
     memory: ShortTermMemory
 
-    def __init__(self, bot: commands.Bot, config: STMConfig | None = None) -> None:
+    def __init__(
+        self,
+        bot: commands.Bot,
+        config: STMConfig | None = None,
+        *,
+        tools: ToolRegistry | None = None,
+        command_names: Mapping[str, str | None] | None = None,
+    ) -> None:
+        if config is not None and not isinstance(config, STMConfig):
+            raise TypeError(f"config must be an stm.STMConfig, not {type(config).__name__}")
+        if tools is not None and not isinstance(tools, ToolRegistry):
+            raise TypeError(f"tools must be an stm.ToolRegistry, not {type(tools).__name__}")
         self.bot = bot
         self.config = config
+        self.tools = tools
+        self._config_source = "passed to the cog" if config is not None else None
+        self._load_note = ""
+        self.names = self._apply_command_names(command_names or {})
 
+    def _apply_command_names(self, wanted: Mapping[str, str | None]) -> dict[str, str | None]:
+        unknown = set(wanted) - set(COMMANDS)
+        if unknown:
+            raise ValueError(
+                f"command_names: unknown command(s) {', '.join(sorted(unknown))}; "
+                f"the cog's commands are {', '.join(COMMANDS)}"
+            )
+        names: dict[str, str | None] = {name: name for name in COMMANDS}
+        kept = []
+        # discord.py gives each cog instance its own copies of the commands, so renaming
+        # them here leaves the class and other instances alone.
+        for command in self.__cog_app_commands__:
+            if command.parent is not None:
+                kept.append(command)
+                continue
+            new = wanted.get(command.name, command.name)
+            names[command.name] = new
+            if new is None:
+                continue
+            command.name = app_commands.commands.validate_name(new)
+            kept.append(command)
+        self.__cog_app_commands__ = kept
+        return names
+
+    def command_mention(self, command: str, sub: str = "") -> str | None:
+        """How to write one of the cog's commands in a reply (``/memory forget``), or None."""
+        name = self.names.get(command)
+        if name is None:
+            return None
+        return f"`/{name} {sub}`" if sub else f"`/{name}`"
+
+    # -- lifecycle ------------------------------------------------------------
     async def cog_load(self) -> None:
-        config = self.config or getattr(self.bot, "stm_config", None) or STMConfig()
-        self.config = config
-        self.memory = await ShortTermMemory.open(config)
-        tools = getattr(self.bot, "tools", None)
-        if isinstance(tools, ToolRegistry):
-            tools.register(self.memory.tool)
+        tree = self.bot.tree
+        taken = [
+            command.name
+            for command in self.__cog_app_commands__
+            if command.parent is None and tree.get_command(command.name) is not None
+        ]
+        if taken:
+            # Checked before anything is opened, so a refused load leaves nothing behind.
+            listed = ", ".join(f"/{name}" for name in taken)
+            raise CommandNameTaken(
+                f"the bot already has {listed}: rename the cog's command with "
+                f"ShortTermMemoryCog(bot, command_names={{{taken[0]!r}: 'new-name'}}) "
+                f"or leave it out with {{{taken[0]!r}: None}}"
+            )
+        if self.config is None:
+            self.config = STMConfig()
+            self._config_source = "from the STM_* environment (no config was passed)"
+        self.memory = await ShortTermMemory.open(self.config)
+        try:
+            if self.tools is not None:
+                self.tools.register(self.memory.tool)
+        except BaseException:
+            await self.memory.close()
+            raise
+        if self.tools is not None:
+            tool_note = f"tool {self.memory.tool.name} registered"
+        else:
+            tool_note = (
+                f"no ToolRegistry was passed, so the model cannot call {self.memory.tool.name} "
+                "(pass tools=ToolRegistry())"
+            )
+        level = logging.WARNING if self._load_note else logging.INFO
+        log.log(
+            level,
+            "short-term memory: database %s, settings %s; %s%s",
+            _database_label(self.config),
+            self._config_source,
+            tool_note,
+            self._load_note,
+        )
 
     async def cog_unload(self) -> None:
-        tools = getattr(self.bot, "tools", None)
-        if isinstance(tools, ToolRegistry) and tools.get(self.memory.tool.name) is self.memory.tool:
-            tools.unregister(self.memory.tool.name)
+        memory = getattr(self, "memory", None)
+        if memory is None or memory.closed:
+            return
+        tools = self.tools
+        if tools is not None and tools.get(memory.tool.name) is memory.tool:
+            tools.unregister(memory.tool.name)
         # close() drains pending writes and deletes, so unloading loses nothing.
-        await self.memory.close()
+        await memory.close()
+
+    async def _inject(self, bot: Any, override: bool, guild: Any, guilds: Any) -> Any:
+        # discord.py adds the slash commands after cog_load and leaves the memory open
+        # if that fails (another extension took a name since, the 100-command limit).
+        try:
+            return await super()._inject(bot, override, guild, guilds)
+        except BaseException:
+            for command in self.__cog_app_commands__:
+                if command.parent is None and bot.tree.get_command(command.name) is command:
+                    bot.tree.remove_command(command.name)
+            for name, method_name in self.__cog_listeners__:
+                bot.remove_listener(getattr(self, method_name), name)
+            await self.cog_unload()
+            raise
 
     # -- capture --------------------------------------------------------------
     @commands.Cog.listener()
@@ -108,11 +249,9 @@ class ShortTermMemoryCog(SettingsCommands, name="ShortTermMemory"):
 
     @memory_group.command(name="show", description="See what the bot holds about you here.")
     async def memory_show(self, interaction: discord.Interaction[Any]) -> None:
+        await interaction.response.defer(ephemeral=True, thinking=True)
         ctx = turn_context_from_interaction(interaction)
-        own = await self.memory.get_entry(user_key(ctx.user_id, ctx.channel_id))
-        shared = None
-        if ctx.server_id is not None:
-            shared = await self.memory.get_entry(server_key(ctx.server_id, ctx.channel_id))
+        own, shared = await entries_shown_to(self.memory, ctx)
         settings = await self.memory.get_server_settings(ctx.server_id)
         text = describe_memory(
             own,
@@ -120,6 +259,8 @@ class ShortTermMemoryCog(SettingsCommands, name="ShortTermMemory"):
             opted_out=self.memory.is_opted_out(ctx.user_id),
             bot_name=ctx.bot_name,
             labels=category_labels(settings),
+            forget=self.command_mention("memory", "forget"),
+            resume=self.command_mention("memory", "resume"),
         )
         await reply(interaction, text)
 
@@ -136,15 +277,19 @@ class ShortTermMemoryCog(SettingsCommands, name="ShortTermMemory"):
 
     @memory_group.command(name="pause", description="Stop the bot remembering your messages.")
     async def memory_pause(self, interaction: discord.Interaction[Any]) -> None:
+        await interaction.response.defer(ephemeral=True, thinking=True)
         await self.memory.set_user_opt_out(interaction.user.id, True)
+        forget = self.command_mention("memory", "forget")
+        resume = self.command_mention("memory", "resume")
         await reply(
             interaction,
             "Paused: the bot no longer remembers your new messages. What it already holds stays "
-            "until it expires; `/memory forget` erases it now. `/memory resume` undoes this.",
+            f"until it expires; {forget} erases it now. {resume} undoes this.",
         )
 
     @memory_group.command(name="resume", description="Let the bot remember your messages again.")
     async def memory_resume(self, interaction: discord.Interaction[Any]) -> None:
+        await interaction.response.defer(ephemeral=True, thinking=True)
         await self.memory.set_user_opt_out(interaction.user.id, False)
         await reply(interaction, "Resumed: the bot remembers your conversations again.")
 
@@ -180,11 +325,12 @@ class ShortTermMemoryCog(SettingsCommands, name="ShortTermMemory"):
     async def cog_app_command_error(
         self, interaction: discord.Interaction[Any], error: app_commands.AppCommandError
     ) -> None:
+        original = getattr(error, "original", None)
         if isinstance(error, app_commands.CommandInvokeError) and isinstance(
-            error.original, ValueError
+            original, InvalidInput
         ):
-            # Settings and categories are validated by the library; its message names the rule.
-            message = f"That was not accepted: {error.original}"
+            # Written by the library for the person who chose the value.
+            message = f"That was not accepted: {original}"
         elif isinstance(error, app_commands.CommandOnCooldown):
             message = f"Slow down: you can use this again in {error.retry_after:.0f} seconds."
         elif isinstance(error, app_commands.CheckFailure | CommandRefused):
@@ -193,9 +339,9 @@ class ShortTermMemoryCog(SettingsCommands, name="ShortTermMemory"):
             message = f"That value for this option is not valid: {error.value!r}."
         else:
             command = interaction.command.qualified_name if interaction.command else "?"
-            log.error("slash command /%s failed", command, exc_info=error)
-            message = "Sorry, something went wrong on our side. It has been logged."
+            log.error("slash command /%s failed (%s)", command, _where(interaction), exc_info=error)
+            message = APOLOGY
         try:
             await reply(interaction, message)
         except discord.HTTPException:
-            log.exception("could not answer a failed slash command")
+            log.exception("could not answer a failed slash command (%s)", _where(interaction))

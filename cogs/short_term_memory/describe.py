@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 import discord
@@ -30,48 +31,59 @@ def _distilled(entry: MemoryEntry, labels: dict[str, str]) -> list[str]:
     return []
 
 
+def _persona(entry: MemoryEntry) -> str:
+    return "" if entry.persona_id is None else f" (persona {entry.persona_id})"
+
+
 def describe_memory(
-    own: MemoryEntry | None,
-    shared: MemoryEntry | None,
+    own: Sequence[MemoryEntry],
+    shared: Sequence[MemoryEntry],
     *,
     opted_out: bool,
     bot_name: str,
     labels: dict[str, str],
+    forget: str | None = "`/memory forget`",
+    resume: str | None = "`/memory resume`",
 ) -> str:
-    """What ``/memory show`` answers: the asker's memory here and the channel's shared notes."""
+    """What ``/memory show`` answers: the asker's memory here and the channel's shared notes.
+
+    ``own`` and ``shared`` hold one entry per persona; ``forget`` and ``resume`` are how
+    to write those commands (None where the bot left them out).
+    """
     lines: list[str] = []
     if opted_out:
+        undo = f" ({resume} to undo)" if resume else ""
         lines.append(
-            f"You paused short-term memory: {bot_name} does not remember your new messages "
-            "(`/memory resume` to undo)."
+            f"You paused short-term memory: {bot_name} does not remember your new messages{undo}."
         )
-    if shared is not None and not (shared.summary or shared.categories):
-        shared = None
-    if own is None and shared is None:
+    if not own and not shared:
         lines.append(f"{bot_name} holds no short-term memory about you in this channel.")
         return "\n".join(lines)
-    if own is not None:
-        lines.append(f"**What {bot_name} holds about you in this channel**")
-        distilled = _distilled(own, labels)
+    for entry in own:
+        lines.append(f"**What {bot_name} holds about you in this channel{_persona(entry)}**")
+        distilled = _distilled(entry, labels)
         if distilled:
             lines.append("Notes:")
             lines.extend(distilled)
-        if own.messages:
-            lines.append(f"Recent messages ({len(own.messages)}):")
-            for message in own.messages:
+        if entry.messages:
+            lines.append(f"Recent messages ({len(entry.messages)}):")
+            for message in entry.messages:
                 speaker = message.speaker_name or (
                     bot_name if message.role == "assistant" else "you"
                 )
                 content = discord.utils.escape_markdown(message.content.replace("\n", " "))
                 lines.append(f"> **{discord.utils.escape_markdown(speaker)}:** {content}")
-        lines.append(f"Expires {_when(own.expires_at)} unless the conversation continues.")
-    if shared is not None:
+        lines.append(f"Expires {_when(entry.expires_at)} unless the conversation continues.")
+    for entry in shared:
         lines.append("")
-        lines.append("**Shared notes of this channel** (seen by everyone talking here)")
-        lines.extend(_distilled(shared, labels))
-        lines.append(f"Expires {_when(shared.expires_at)}.")
-    lines.append("")
-    lines.append("`/memory forget` erases everything held about you.")
+        lines.append(
+            f"**Shared notes of this channel{_persona(entry)}** (seen by everyone talking here)"
+        )
+        lines.extend(_distilled(entry, labels))
+        lines.append(f"Expires {_when(entry.expires_at)}.")
+    if forget:
+        lines.append("")
+        lines.append(f"{forget} erases everything held about you.")
     return "\n".join(lines)
 
 

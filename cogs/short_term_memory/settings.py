@@ -7,8 +7,10 @@ from typing import Any, Literal
 import discord
 from discord import app_commands
 from discord.ext import commands
+from pydantic import ValidationError
 
-from stm import Category, ServerSettings, ShortTermMemory, STMConfig
+from stm import Category, InvalidInput, ServerSettings, ShortTermMemory, STMConfig
+from stm.settings import invalid_input
 
 from ..utils.checks import has_server_permission_or_owner, server_only
 from ..utils.formatting import truncate
@@ -30,7 +32,19 @@ def _find(categories: tuple[Category, ...], label: str) -> int:
         if category.label.casefold() == wanted:
             return index
     known = ", ".join(c.label for c in categories)
-    raise ValueError(f"there is no category {label!r} (categories: {known})")
+    raise InvalidInput(f"there is no category {label!r} (categories: {known})")
+
+
+def _category(label: str, description: str) -> Category:
+    try:
+        return Category(label.strip(), description.strip())
+    except ValidationError as exc:
+        raise invalid_input(exc) from None
+
+
+async def _defer(interaction: discord.Interaction[Any]) -> None:
+    # Every settings command waits on the database: answer Discord's 3-second deadline first.
+    await interaction.response.defer(ephemeral=True, thinking=True)
 
 
 class SettingsCommands(commands.Cog):
@@ -68,6 +82,7 @@ class SettingsCommands(commands.Cog):
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def settings_show(self, interaction: discord.Interaction[Any]) -> None:
+        await _defer(interaction)
         await self._show_current(interaction)
 
     @settings_group.command(name="render-mode", description="How other channels are recalled.")
@@ -77,6 +92,7 @@ class SettingsCommands(commands.Cog):
     async def settings_render_mode(
         self, interaction: discord.Interaction[Any], mode: Literal["crude_summary", "supersede"]
     ) -> None:
+        await _defer(interaction)
         await self._update(interaction, render_mode=mode)
 
     @settings_group.command(name="cadence", description="Turns before the bot updates its notes.")
@@ -85,6 +101,7 @@ class SettingsCommands(commands.Cog):
     async def settings_cadence(
         self, interaction: discord.Interaction[Any], turns: app_commands.Range[int, 1, 10_000]
     ) -> None:
+        await _defer(interaction)
         await self._update(interaction, refresh_cadence=turns)
 
     @settings_group.command(
@@ -95,12 +112,14 @@ class SettingsCommands(commands.Cog):
     async def settings_crude_count(
         self, interaction: discord.Interaction[Any], count: app_commands.Range[int, 0, 1000]
     ) -> None:
+        await _defer(interaction)
         await self._update(interaction, crude_message_count=count)
 
     @settings_group.command(name="enabled", description="Turn short-term memory on or off here.")
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def settings_enabled(self, interaction: discord.Interaction[Any], enabled: bool) -> None:
+        await _defer(interaction)
         await self._update(interaction, enabled=enabled)
 
     # -- categories -----------------------------------------------------------
@@ -131,6 +150,7 @@ class SettingsCommands(commands.Cog):
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def categories_list(self, interaction: discord.Interaction[Any]) -> None:
+        await _defer(interaction)
         await self._show_current(interaction)
 
     @categories_group.command(name="add", description="Add a category to the bot's notes.")
@@ -143,10 +163,11 @@ class SettingsCommands(commands.Cog):
         label: app_commands.Range[str, 1, 100],
         description: app_commands.Range[str, 0, 1000] = "",
     ) -> None:
+        await _defer(interaction)
         categories = await self._custom_categories(interaction)
         if any(c.label.casefold() == label.strip().casefold() for c in categories):
-            raise ValueError(f"there is already a category {label!r}")
-        categories.append(Category(label.strip(), description.strip()))
+            raise InvalidInput(f"there is already a category {label!r}")
+        categories.append(_category(label, description))
         await self._set_categories(interaction, categories)
 
     @categories_group.command(name="edit", description="Rename or redescribe a category.")
@@ -161,13 +182,13 @@ class SettingsCommands(commands.Cog):
         new_label: app_commands.Range[str, 1, 100] | None = None,
         description: app_commands.Range[str, 0, 1000] | None = None,
     ) -> None:
+        await _defer(interaction)
         settings = await self.memory.get_server_settings(_server_id(interaction))
         categories = list(settings.categories)
         index = _find(settings.categories, label)
         old = categories[index]
-        categories[index] = Category(
-            (new_label or old.label).strip(),
-            old.description if description is None else description.strip(),
+        categories[index] = _category(
+            new_label or old.label, old.description if description is None else description
         )
         await self._set_categories(interaction, categories)
 
@@ -176,6 +197,7 @@ class SettingsCommands(commands.Cog):
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def categories_remove(self, interaction: discord.Interaction[Any], label: str) -> None:
+        await _defer(interaction)
         settings = await self.memory.get_server_settings(_server_id(interaction))
         categories = list(settings.categories)
         del categories[_find(settings.categories, label)]

@@ -29,9 +29,14 @@ def channel_is_private(channel: Any) -> bool:
     guild = getattr(channel, "guild", None)
     if guild is None or not hasattr(channel, "permissions_for"):
         return True
+    # A guild the client has not cached (still streaming in at start-up, no guilds intent,
+    # a user-installed app) has no roles to ask: its channels count as private.
+    everyone = getattr(guild, "default_role", None)
+    if everyone is None or getattr(guild, "unavailable", False):
+        return True
     try:
-        return not channel.permissions_for(guild.default_role).view_channel
-    except discord.ClientException:
+        return not channel.permissions_for(everyone).view_channel
+    except (discord.ClientException, AttributeError):
         return True
 
 
@@ -45,6 +50,7 @@ def _turn_context(
     user: discord.abc.User,
     channel: Any,
     guild: discord.Guild | None,
+    server_id: int | None,
     me: discord.abc.User | None,
     user_text: str,
     persona_id: int | None,
@@ -53,16 +59,17 @@ def _turn_context(
     if channel is None:
         raise ValueError("this interaction has no channel; short-term memory needs one")
     parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
-    in_server = guild is not None
+    in_server = server_id is not None
+    server_name = getattr(guild, "name", None) if guild is not None else None
     return TurnContext(
         user_id=user.id,
         channel_id=channel.id,
-        server_id=guild.id if guild is not None else None,
+        server_id=server_id,
         persona_id=persona_id,
         user_name=user.display_name,
         bot_name=bot_name or (me.display_name if me is not None else "Assistant"),
         channel_name=_channel_name(channel) if in_server else None,
-        server_name=guild.name if guild is not None else None,
+        server_name=server_name if isinstance(server_name, str) and server_name else None,
         parent_channel_id=parent_id,
         channel_is_private=channel_is_private(channel) if in_server else False,
         user_text=user_text,
@@ -86,6 +93,7 @@ def turn_context_from_message(
         user=message.author,
         channel=message.channel,
         guild=message.guild,
+        server_id=message.guild.id if message.guild is not None else None,
         me=me,
         user_text=message.content if user_text is None else user_text,
         persona_id=persona_id,
@@ -99,12 +107,20 @@ def turn_context_from_interaction(
     persona_id: int | None = None,
     bot_name: str | None = None,
 ) -> TurnContext:
-    """The ``TurnContext`` of the place where a slash command was used."""
+    """The ``TurnContext`` of the place where a slash command was used.
+
+    Works where the client has not cached the server: the server comes from the
+    interaction's ``guild_id``, and a channel whose privacy cannot be read counts as
+    private.
+    """
+    guild = interaction.guild
+    me = guild.me if guild is not None else None
     return _turn_context(
         user=interaction.user,
         channel=interaction.channel,
-        guild=interaction.guild,
-        me=interaction.guild.me if interaction.guild is not None else interaction.client.user,
+        guild=guild,
+        server_id=interaction.guild_id,
+        me=me or interaction.client.user,
         user_text="",
         persona_id=persona_id,
         bot_name=bot_name,
