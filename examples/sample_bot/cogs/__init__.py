@@ -1,0 +1,1 @@
+"""The sample bot's own extensions."""

@@ -1,0 +1,137 @@
+"""The wheel, installed into a fresh venv, loads beside a bot's own ``cogs/`` package.
+
+Builds the wheel from a copy of the sources, installs it (without dependencies, which
+come from the system site-packages) into a new venv, and runs the sample bot from
+``examples/sample_bot`` there, from another working directory: one turn through the
+installed extension, an upgrade, then the extension unloaded and loaded by its dotted
+name, with the durable memory still there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "stm", "cogs")
+
+DRIVER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+
+    import cogs, discord_stm, stm
+    from bot import SampleBot
+    from discord_stm.short_term_memory import COG_NAME, EXTENSION
+    from stm import STMConfig, TurnContext
+    from stm.keys import server_key
+
+
+    async def settle():
+        tasks = [t for t in asyncio.all_tasks() if "generation_finished" in t.get_name()]
+        await asyncio.gather(*tasks)
+
+
+    async def main(database):
+        out = {"stm": stm.__file__, "discord_stm": discord_stm.__file__, "cogs": cogs.__file__}
+        out["extension"] = EXTENSION
+        async with SampleBot(STMConfig(database=database)) as bot:
+            await bot.setup_hook()
+            chat = bot.get_cog("Chat")
+            def turn(channel):
+                return TurnContext(user_id=1, channel_id=channel, server_id=100,
+                                   user_name="ann", channel_name=f"c{channel}", user_text="")
+            here = turn(11)
+            out["reply"] = await chat.answer(here, "we plan a trip to Lisbon")
+            await settle()
+            result = await bot.tools.execute(
+                "update_short_term_memory", here, '{"summary": "Ann plans a Lisbon trip"}'
+            )
+            out["upgrade"] = result.success
+            out["elsewhere"] = await chat.answer(turn(12), "what was I planning?")
+            await settle()
+            context = await bot.get_cog(COG_NAME).memory.build_context(turn(13))
+            out["context_elsewhere"] = str(context)
+            await bot.remove_cog(COG_NAME)
+            out["tool_after_unload"] = "update_short_term_memory" in bot.tools
+            await bot.load_extension(EXTENSION)
+            memory = bot.get_cog(COG_NAME).memory
+            entry = await memory.get_entry(server_key(100, 11))
+            out["after_reload"] = entry.summary if entry else None
+            out["tool_after_reload"] = "update_short_term_memory" in bot.tools
+        print(json.dumps(out))
+
+
+    asyncio.run(main(sys.argv[1]))
+    """
+)
+
+
+def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_wheel_loads_next_to_a_bots_own_cogs_package(tmp_path: Path):
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(path, source / name)
+    dist = tmp_path / "dist"
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, source, cwd=tmp_path)
+    (wheel,) = dist.glob("discord_stm-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        top = {name.split("/")[0] for name in archive.namelist()}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"stm", "discord_stm"}
+
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv, cwd=tmp_path)
+    python = venv / "bin" / "python"
+    run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed",
+        wheel, cwd=tmp_path)  # fmt: skip
+
+    sample = tmp_path / "sample_bot"
+    shutil.copytree(
+        ROOT / "examples" / "sample_bot", sample, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (sample / "run_one_turn.py").write_text(DRIVER)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env = {k: v for k, v in env.items() if not k.startswith("STM_")}
+    output = run(
+        python, "-W", "error::ResourceWarning", sample / "run_one_turn.py", "memory.sqlite3",
+        cwd=elsewhere, env=env,
+    )  # fmt: skip
+    result = json.loads(output.strip().splitlines()[-1])
+
+    site = str(venv.resolve())
+    assert result["stm"].startswith(site) and result["discord_stm"].startswith(site)
+    assert result["cogs"] == str(sample / "cogs" / "__init__.py")  # the bot's own cogs/
+    assert result["extension"] == "discord_stm.short_term_memory"
+    assert result["reply"].startswith("You said: we plan a trip to Lisbon")
+    assert result["upgrade"] is True
+    # Another channel of the server recalls this channel's notes.
+    assert "(0 memory note(s)" not in result["elsewhere"]
+    assert "Ann plans a Lisbon trip" in result["context_elsewhere"]
+    assert result["tool_after_unload"] is False
+    assert result["after_reload"] == "Ann plans a Lisbon trip"
+    assert result["tool_after_reload"] is True
+    assert (elsewhere / "memory.sqlite3").exists()
