@@ -13,8 +13,8 @@ import os
 
 import discord
 from discord.ext import commands
-
 from discord_stm.short_term_memory import ShortTermMemoryCog
+
 from stm import STMConfig, ToolRegistry
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import discord
 from discord.ext import commands
-
 from discord_stm.short_term_memory import COG_NAME, turn_context_from_message
+
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, ToolRegistry, TurnContext
 
 
