@@ -150,7 +150,7 @@ class Console:
         )
         for reply in replies:
             tag = "only you see this" if reply.ephemeral else "everyone sees this"
-            self.out(f"[{tag}] {reply.content}")
+            self.out(f"[{tag}] {self.world.readable(reply.content)}")
 
     @staticmethod
     def _settings_option(args: list[str]) -> dict[str, Any]:

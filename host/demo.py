@@ -141,7 +141,7 @@ class Demo:
         self.say(f"{person.name} uses /{shown} in {place.key}:")
         for reply in replies:
             tag = "ephemeral" if reply.ephemeral else "public"
-            self.say(f"[{tag}] {reply.content}", 6)
+            self.say(f"[{tag}] {self.world.readable(reply.content)}", 6)
 
 
 async def _first_life(demo: Demo, database: Path) -> None:

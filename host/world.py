@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,11 +25,28 @@ from .offline import (
     user_payload,
 )
 
-__all__ = ["ADMIN", "OWNER_ID", "Person", "Place", "World"]
+__all__ = ["ADMIN", "OWNER_ID", "Person", "Place", "World", "relative_time"]
 
 ADMIN = 1 << 3
 MANAGE_SERVER = 1 << 5
 OWNER_ID = 503
+
+
+_MARKUP = re.compile(r"<(@!?|#)(\d+)>|<t:(-?\d+)(?::[tTdDfFR])?>")
+
+
+def relative_time(moment: float, now: float) -> str:
+    """``moment`` as a terminal reader would say it: "in 12 hours", "3 minutes ago"."""
+    seconds = round(moment - now)
+    size = abs(seconds)
+    for unit, length in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if size >= length:
+            count = size // length
+            break
+    else:
+        unit, count = "second", size
+    amount = f"{count} {unit}{'' if count == 1 else 's'}"
+    return f"in {amount}" if seconds >= 0 else f"{amount} ago"
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,22 @@ class World:
             **{f"harbor/{c['name']}": Place(f"harbor/{c['name']}", c) for c in harbor},
             **{f"lighthouse/{c['name']}": Place(f"lighthouse/{c['name']}", c) for c in lighthouse},
         }
+
+    def readable(self, text: str, now: float | None = None) -> str:
+        """``text`` with Discord's markup (mentions, timestamps) as a terminal reader needs it."""
+        clock = time.time() if now is None else now
+        names = {p.id: p.name for p in self.people.values()}
+        channels = {place.id: place.key for place in self.places.values()}
+
+        def plain(match: re.Match[str]) -> str:
+            kind, ident, stamp = match.groups()
+            if stamp is not None:
+                return relative_time(int(stamp), clock)
+            if kind == "#":
+                return "#" + channels.get(int(ident), ident)
+            return "@" + names.get(int(ident), ident)
+
+        return _MARKUP.sub(plain, text)
 
     def dm(self, person: Person) -> Place:
         """``person``'s DM with the bot."""

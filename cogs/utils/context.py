@@ -93,7 +93,10 @@ def turn_context_from_message(
         user=message.author,
         channel=message.channel,
         guild=message.guild,
-        server_id=message.guild.id if message.guild is not None else None,
+        # A channel of a server the client has not cached still knows its server.
+        server_id=message.guild.id
+        if message.guild is not None
+        else getattr(message.channel, "guild_id", None),
         me=me,
         user_text=message.content if user_text is None else user_text,
         persona_id=persona_id,
