@@ -41,7 +41,7 @@ def relative_time(moment: float, now: float) -> str:
     size = abs(seconds)
     for unit, length in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if size >= length:
-            count = size // length
+            count = round(size / length)
             break
     else:
         unit, count = "second", size

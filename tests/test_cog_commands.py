@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import replace
 from pathlib import Path
 
+import discord
 import pytest
 from discord_fakes import harness
 
-from host.offline import option, subcommand
-from host.world import ADMIN, Person
-from stm import DurabilityError
+from cogs.utils.context import turn_context_from_interaction, turn_context_from_message
+from host.offline import channel_payload, message_payload, option, subcommand
+from host.world import ADMIN, Person, Place
+from stm import DialogueMessage, DurabilityError, GenerationFinished
 from stm.keys import server_key, user_key
 
 EVE = Person("eve", 505, "Eve", permissions=ADMIN)  # a server admin who does not own the bot
@@ -239,3 +242,175 @@ class TestErrors:
                 await h.say(h.alice, h.general, "hello")
             assert "shortterm:server:1100:1101" in caplog.text
             assert "disk full" in caplog.text
+
+
+FAR = Place("far/lobby", channel_payload(3301, "lobby", 3300))  # a server not in the cache
+
+
+class TestServersNotInTheCache:
+    """Interactions from a server the client has not cached work, and fail closed."""
+
+    async def test_every_member_command_answers(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            assert h.bot.get_guild(3300) is None
+            for name, options in (
+                ("memory", [subcommand("show")]),
+                ("memory", [subcommand("pause")]),
+                ("memory", [subcommand("resume")]),
+                ("memory", [subcommand("forget")]),
+                ("refresh", []),
+            ):
+                text = only(
+                    await h.run(name, *options, person=h.alice, place=FAR),
+                    ephemeral=name != "refresh",
+                )
+                assert not text.startswith("Sorry"), (name, text)
+            text = only(await h.run("memory-settings", subcommand("show"), person=h.dan, place=FAR))
+            assert "Short-term memory is **on**" in text
+
+    async def test_the_channel_counts_as_private_and_as_part_of_its_server(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            payload = h.world.offline.interaction_payload(
+                "memory", subcommand("show"), user=h.alice.payload, channel=FAR.payload
+            )
+            interaction = discord.Interaction(data=payload, state=h.bot._connection)  # type: ignore[arg-type]
+            ctx = turn_context_from_interaction(interaction)
+            assert ctx.server_id == 3300 and ctx.channel_id == 3301
+            assert ctx.channel_is_private
+
+    async def test_a_message_there_keeps_its_server(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            state = h.bot._connection
+            channel = discord.PartialMessageable(
+                state=state, id=3301, guild_id=3300, type=discord.ChannelType.text
+            )
+            data = message_payload("hi", author=h.alice.payload, channel_id=3301, message_id=7)
+            message = discord.Message(state=state, channel=channel, data=data)  # type: ignore[arg-type]
+            ctx = turn_context_from_message(message)
+            assert ctx.server_id == 3300 and ctx.channel_is_private
+
+
+class TestMemoryShowPersonas:
+    async def test_persona_memory_is_shown(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            ctx = h.world.context(h.alice, h.general, "to the pirate", persona_id=7)
+            event = GenerationFinished(
+                context=ctx,
+                messages=[
+                    DialogueMessage(role="user", content="ahoy captain", author_id=h.alice.id),
+                    DialogueMessage(role="assistant", content="arr"),
+                ],
+            )
+            await h.memory.capture(event)
+            assert (await h.memory.run_tool(ctx, {"summary": "Alice sails"})).success
+            text = only(await h.run("memory", subcommand("show"), person=h.alice, place=h.general))
+            assert "(persona 7)" in text and "ahoy captain" in text
+            text = only(await h.run("memory", subcommand("show"), person=h.bob, place=h.general))
+            assert "Alice sails" in text and "ahoy captain" not in text
+
+    async def test_the_console_shows_names_and_relative_times(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            await h.say(h.alice, h.general, "hello")
+            (reply,) = await h.run("memory", subcommand("show"), person=h.alice, place=h.general)
+            assert "<t:" in reply.content  # Discord clients render this
+            text = h.world.readable(reply.content + f" <@{h.bob.id}> <#{h.games.id}>")
+            assert "<t:" not in text and "Expires in 12 hours" in text
+            assert text.endswith("@Bob #harbor/games")
+
+
+class TestDeferBeforeWaiting:
+    """Commands that wait on the database answer Discord's deadline first (a deferral)."""
+
+    @pytest.mark.parametrize(
+        ("name", "options", "person", "method"),
+        [
+            ("memory", [subcommand("show")], "alice", "get_entry"),
+            ("memory", [subcommand("pause")], "alice", "set_user_opt_out"),
+            ("memory", [subcommand("resume")], "alice", "set_user_opt_out"),
+            ("memory-settings", [subcommand("show")], "dan", "get_server_settings"),
+            (
+                "memory-settings",
+                [subcommand("cadence", option("turns", 3, 4))],
+                "dan",
+                "update_server_settings",
+            ),
+            ("memory-settings", [subcommand("enabled", option("enabled", True, 5))], "dan",
+             "update_server_settings"),
+            ("memory-settings", [subcommand("render-mode", option("mode", "supersede", 3))],
+             "dan", "update_server_settings"),
+            ("memory-settings", [subcommand("crude-count", option("count", 2, 4))], "dan",
+             "update_server_settings"),
+            ("memory-settings", [subcommand("categories", subcommand("list"), group=True)],
+             "dan", "get_server_settings"),
+            (
+                "memory-settings",
+                [subcommand("categories", subcommand("add", option("label", "Mood", 3)),
+                            group=True)],
+                "dan",
+                "get_server_settings",
+            ),
+        ],
+    )  # fmt: skip
+    async def test_deferred_before_the_database_is_asked(
+        self, tmp_path: Path, name: str, options: list, person: str, method: str
+    ):
+        async with harness(tmp_path) as h:
+            entered, gate = asyncio.Event(), asyncio.Event()
+            real = getattr(h.memory, method)
+
+            async def held(*args: object, **kwargs: object) -> object:
+                entered.set()
+                await gate.wait()
+                return await real(*args, **kwargs)
+
+            setattr(h.memory, method, held)
+            adapter = h.world.offline.adapter
+            task = asyncio.create_task(
+                h.run(name, *options, person=h.world.people[person], place=h.general)
+            )
+            await entered.wait()
+            callbacks = [path for verb, path in adapter.requests if path.endswith("/callback")]
+            assert len(callbacks) == 1  # the deferral went out while the database was busy
+            gate.set()
+            replies = await task
+            assert replies and not replies[0].content.startswith("Sorry")
+
+
+class TestErrorsForUsers:
+    async def test_refused_values_reach_the_user_without_pydantic_text(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            text = only(
+                await h.run(
+                    "memory-settings",
+                    subcommand("categories", subcommand("add", option("label", "   ", 3)),
+                               group=True),
+                    person=h.dan,
+                    place=h.general,
+                )
+            )  # fmt: skip
+            assert text.startswith("That was not accepted")
+            assert "pydantic" not in text and "http" not in text and "validation error" not in text
+
+    async def test_a_library_value_error_is_logged_and_apologised_for(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ):
+        async with harness(tmp_path) as h:
+
+            async def broken(*args: object, **kwargs: object) -> None:
+                raise ValueError("internal invariant broken at https://example.invalid")
+
+            h.memory.update_server_settings = broken  # type: ignore[method-assign]
+            with caplog.at_level(logging.ERROR, logger="discord_stm"):
+                text = only(
+                    await h.run(
+                        "memory-settings",
+                        subcommand("cadence", option("turns", 3, 4)),
+                        person=h.dan,
+                        place=h.general,
+                    )
+                )
+            assert text.startswith("Sorry, something went wrong") and "https" not in text
+            (record,) = [r for r in caplog.records if r.name == "discord_stm"]
+            message = record.getMessage()
+            assert "/memory-settings cadence" in message
+            assert f"user {h.dan.id}, channel {h.general.id}, server 1100" in message

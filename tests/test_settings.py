@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import Opener, ctx, turn
 
-from stm import Category, ServerSettings, ShortTermMemory
+from stm import Category, InvalidInput, ServerSettings, ShortTermMemory
 
 
 async def test_unconfigured_servers_and_dms_get_the_global_defaults(open_memory: Opener) -> None:
@@ -30,8 +30,10 @@ async def test_update_validates_and_changes_nothing_on_error(memory: ShortTermMe
         {"categories": []},
         {"enabled": "maybe"},
     ):
-        with pytest.raises(ValueError):
+        with pytest.raises(InvalidInput) as refused:
             await memory.update_server_settings(100, **bad)
+        # Written for the person who chose the value: no pydantic banner, no links.
+        assert "http" not in str(refused.value) and "validation error" not in str(refused.value)
     settings = await memory.get_server_settings(100)
     assert settings.refresh_cadence == 7 and settings.render_mode == "crude_summary"
     with pytest.raises(ValueError):
