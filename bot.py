@@ -1,7 +1,8 @@
 """The bundled host bot: ``python bot.py`` on Discord, ``--demo`` offline, ``--console`` here.
 
 Settings: DISCORD_TOKEN, OPENAI_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY, and the
-STM_* variables of the memory (see stm.STMConfig).
+STM_* variables of the memory (see stm.STMConfig), from the environment or a ``.env``
+file in the working directory.
 """
 
 from __future__ import annotations
@@ -11,14 +12,17 @@ import asyncio
 import logging
 import sys
 
-from stm import ConfigError, STMConfig
+from stm import ConfigError, SchemaVersionError, STMConfig, StoreError
+
+PROG = "bot.py"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        prog=PROG,
         description="An LLM chat bot with short-term memory.",
         epilog="Settings come from DISCORD_TOKEN, OPENAI_MODEL, OPENAI_BASE_URL, "
-        "OPENAI_API_KEY and STM_* environment variables.",
+        "OPENAI_API_KEY and STM_* environment variables, or a .env file here.",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--demo", action="store_true", help="a scripted offline demo, no token")
@@ -30,23 +34,59 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _NoVoiceWarnings(logging.Filter):
+    """discord.py warns at every start that voice libraries are missing; this bot has no voice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "voice will NOT be supported" not in record.getMessage()
+
+
+def startup_problem(exc: BaseException) -> str | None:
+    """One line for a start-up failure the operator can fix, or None for anything else.
+
+    discord.py wraps what an extension's set-up raises; the cause is looked up through it.
+    """
+    from host.env import SettingMissing
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, SchemaVersionError):
+            return f"{seen} (STM_DATABASE)"
+        if isinstance(seen, StoreError):
+            return (
+                f"{seen}; set STM_DATABASE to a file in a folder this user can write to, "
+                "or move the file away to start afresh"
+            )
+        if isinstance(seen, ConfigError | SettingMissing):
+            return str(seen)
+        seen = getattr(seen, "original", None) or seen.__cause__
+    return None
+
+
+async def _check_database(config: STMConfig) -> None:
+    """Open and close the memory once, so a bad database stops the start before logging in."""
+    from stm import ShortTermMemory
+
+    async with ShortTermMemory.open(config):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen mode; returns the exit status."""
     args = _parser().parse_args(argv)
     # Imported here so --help stays instant.
     from host.demo import run_demo
-    from host.env import SettingMissing, discord_token, model_from_env
+    from host.env import discord_token, load_dotenv, model_from_env
     from host.shutdown import run_until_signalled
 
-    if args.demo:
-        logging.basicConfig(level=logging.WARNING)
-        # The demo never uses voice; discord.py's warnings about it would only distract.
-        logging.getLogger("discord.client").setLevel(logging.ERROR)
-        return asyncio.run(run_demo())
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    level = logging.WARNING if args.demo else args.log_level.upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("discord.client").addFilter(_NoVoiceWarnings())
     try:
+        if args.demo:
+            # The demo's memory lives in a temporary folder and ignores the STM_* settings.
+            return asyncio.run(run_demo())
+        load_dotenv()
         config = STMConfig()
         if args.console:
             from host.console import run_console
@@ -58,12 +98,16 @@ def main(argv: list[str] | None = None) -> int:
         token = discord_token()
         model = model_from_env()
         assert model is not None
+        asyncio.run(_check_database(config))
         return asyncio.run(run_until_signalled(run_bot(token, model, config, sync=args.sync)))
-    except (SettingMissing, ConfigError) as exc:
-        print(f"bot.py: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         pass
+    except Exception as exc:
+        problem = startup_problem(exc)
+        if problem is None:
+            raise
+        print(f"{PROG}: {' '.join(problem.split())}", file=sys.stderr)
+        return 2
     return 0
 
 

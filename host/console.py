@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shlex
 import sys
@@ -23,6 +24,8 @@ from .world import Person, Place, World
 
 __all__ = ["Console", "run_console"]
 
+log = logging.getLogger("host.console")
+
 Ask = Callable[[str], Awaitable[str | None]]
 Out = Callable[[str], None]
 HISTORY = 12
@@ -38,7 +41,22 @@ Slash commands, as the current user here:
   /refresh   /memory show|forget|pause|resume   /purge-memory NAME [everywhere]
   /memory-settings show | render-mode MODE | cadence N | crude-count N | enabled true|false
   /memory-settings categories list | add LABEL [DESCRIPTION] | edit LABEL NEW [DESCRIPTION]
-                              | remove LABEL"""
+                              | remove LABEL
+Quote anything with spaces, e.g.
+  /memory-settings categories add "Trip plans" "Where and when"
+  /quit ends the session."""
+
+TRUE_WORDS = ("true", "on", "yes", "1")
+FALSE_WORDS = ("false", "off", "no", "0")
+CATEGORY_FIELDS = {
+    "list": [],
+    "add": ["label", "description"],
+    "edit": ["label", "new_label", "description"],
+    "remove": ["label"],
+}
+SLASH_COMMANDS = ("refresh", "memory", "purge-memory", "memory-settings")
+MEMORY_SUBCOMMANDS = ("show", "forget", "pause", "resume")
+SETTINGS_SUBCOMMANDS = ("show", "render-mode", "cadence", "crude-count", "enabled", "categories")
 
 SETTING_OPTIONS: dict[str, tuple[str, int]] = {
     "render-mode": ("mode", 3),
@@ -48,12 +66,37 @@ SETTING_OPTIONS: dict[str, tuple[str, int]] = {
 }
 
 
-def _value(text: str, kind: int) -> Any:
+class Usage(Exception):
+    """A console line that cannot be run; the message says why, in one line."""
+
+
+def _value(field: str, text: str, kind: int) -> Any:
     if kind == 4:
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:
+            raise Usage(f"{field} takes a whole number, not {text!r}") from None
     if kind == 5:
-        return text.lower() in ("true", "on", "yes", "1")
+        if text.lower() in TRUE_WORDS:
+            return True
+        if text.lower() in FALSE_WORDS:
+            return False
+        raise Usage(f"{field} takes true or false, not {text!r}")
     return text
+
+
+def _arguments(args: list[str], least: int, most: int, usage: str) -> list[str]:
+    if len(args) < least:
+        raise Usage(f"missing argument: {usage}")
+    if len(args) > most:
+        raise Usage(f"too many words: {usage} (quote anything with spaces)")
+    return args
+
+
+def _choice(word: str, choices: tuple[str, ...] | list[str], what: str) -> str:
+    if word not in choices:
+        raise Usage(f"unknown {what} {word!r}: one of {', '.join(choices)}")
+    return word
 
 
 class Console:
@@ -93,14 +136,22 @@ class Console:
             return False
         try:
             await self.command(name, args)
-        except (KeyError, IndexError, ValueError) as exc:
-            self.out(f"cannot do that ({exc}); /help lists the commands")
+        except Usage as exc:
+            self.out(f"cannot do that: {exc}. /help lists the commands.")
         return True
 
     async def talk(self, text: str) -> None:
         ctx = self.world.context(self.person, self.place, text, persona_id=self.persona)
         history = self.history.setdefault(self.place.id, [])
-        record = await self.pipeline.run_turn(ctx, text, history=history[-HISTORY:])
+        try:
+            record = await self.pipeline.run_turn(ctx, text, history=history[-HISTORY:])
+        except Exception as exc:
+            # As on Discord: the turn is lost, the session is not. The model's endpoint may
+            # be down, unknown or slow; say which, in one line.
+            log.warning("generation failed", exc_info=True)
+            detail = " ".join(str(exc).split())[:200]
+            self.out(f"(the model could not answer: {type(exc).__name__}: {detail})")
+            return
         history += [
             {"role": "user", "content": f"{self.person.name}: {text}"},
             {"role": "assistant", "content": record.outcome.reply},
@@ -116,11 +167,17 @@ class Console:
         if name == "help":
             self.out(HELP)
         elif name == "as":
-            self.person = world.people[args[0].lower()]
+            (who,) = _arguments(args, 1, 1, "/as NAME")
+            self.person = world.people[_choice(who.lower(), list(world.people), "person")]
+            if self.place.key == "dm":
+                self.place = world.dm(self.person)  # their own DM, not the last speaker's
         elif name == "in":
-            self.place = world.dm(self.person) if args[0] == "dm" else world.places[args[0]]
+            (where,) = _arguments(args, 1, 1, "/in PLACE")
+            _choice(where, [*world.places, "dm"], "place")
+            self.place = world.dm(self.person) if where == "dm" else world.places[where]
         elif name == "persona":
-            self.persona = None if args[0] == "none" else int(args[0])
+            (persona,) = _arguments(args, 1, 1, "/persona ID|none")
+            self.persona = None if persona == "none" else _value("persona", persona, 4)
         elif name == "context":
             ctx = world.context(self.person, self.place, "", persona_id=self.persona)
             context = await self.pipeline.memory.build_context(ctx)
@@ -131,18 +188,23 @@ class Console:
     async def slash(self, name: str, args: list[str]) -> None:
         options: list[dict[str, Any]] = []
         extra: dict[str, Any] = {}
+        if name not in SLASH_COMMANDS:
+            raise Usage(f"unknown command /{name}")
         if name == "memory":
-            options = [subcommand(args[0])]
+            (sub,) = _arguments(args, 1, 1, "/memory show|forget|pause|resume")
+            options = [subcommand(_choice(sub, MEMORY_SUBCOMMANDS, "subcommand"))]
         elif name == "purge-memory":
-            target = self.world.people[args[0].lower()]
+            who, *rest = _arguments(args, 1, 2, "/purge-memory NAME [everywhere]")
+            target = self.world.people[_choice(who.lower(), list(self.world.people), "person")]
             options = [option("user", str(target.id), 6)]
-            if "everywhere" in args[1:]:
+            if rest:
+                _choice(rest[0], ("everywhere",), "option")
                 options.append(option("everywhere", True, 5))
             extra["resolved_users"] = [target.payload]
         elif name == "memory-settings":
             options = [self._settings_option(args)]
-        elif name != "refresh":
-            raise ValueError(f"unknown command /{name}")
+        else:
+            _arguments(args, 0, 0, "/refresh")
         if self.place.key == "dm":
             self.place = self.world.dm(self.person)
         replies = await self.world.command(
@@ -154,16 +216,22 @@ class Console:
 
     @staticmethod
     def _settings_option(args: list[str]) -> dict[str, Any]:
-        sub = args[0]
+        usage = "/memory-settings show|render-mode|cadence|crude-count|enabled|categories ..."
+        sub = _choice(_arguments(args, 1, 5, usage)[0], SETTINGS_SUBCOMMANDS, "subcommand")
         if sub == "categories":
-            action, rest = args[1], args[2:]
-            names = {"add": ["label", "description"], "edit": ["label", "new_label", "description"]}
-            fields = names.get(action, ["label"])
+            usage = "/memory-settings categories list|add|edit|remove ..."
+            action = _choice(_arguments(args[1:], 1, 4, usage)[0], list(CATEGORY_FIELDS), "action")
+            fields = CATEGORY_FIELDS[action]
+            least = 0 if action == "list" else 1
+            words = " ".join(f.upper() for f in fields)
+            rest = _arguments(args[2:], least, len(fields), f"categories {action} {words}")
             given = [option(f, v, 3) for f, v in zip(fields, rest, strict=False)]
             return subcommand("categories", subcommand(action, *given), group=True)
         if sub in SETTING_OPTIONS:
             field, kind = SETTING_OPTIONS[sub]
-            return subcommand(sub, option(field, _value(args[1], kind), kind))
+            (value,) = _arguments(args[1:], 1, 1, f"/memory-settings {sub} {field.upper()}")
+            return subcommand(sub, option(field, _value(field, value, kind), kind))
+        _arguments(args[1:], 0, 0, f"/memory-settings {sub}")
         return subcommand(sub)
 
 

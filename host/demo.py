@@ -200,11 +200,23 @@ async def _first_life(demo: Demo, database: Path) -> None:
     await memory.flush()
 
 
+def demo_config(database: Path) -> STMConfig:
+    """The demo's settings: its own file, a short cadence, and nothing from ``STM_*``."""
+    # A prefix no variable uses, and no .env file: the operator's settings (a database
+    # path, a bad value) are for the bot, not for the story.
+    return STMConfig(
+        database=str(database),
+        refresh_cadence=2,
+        _env_prefix="STM_DEMO_IGNORES_THE_ENVIRONMENT_",
+        _env_file=None,
+    )
+
+
 async def run_demo(out: Out = print) -> int:
     """Tell the story; returns the exit status."""
     with tempfile.TemporaryDirectory(prefix="stm-demo-") as tmp:
         database = Path(tmp) / "stm.sqlite3"
-        config = STMConfig(database=str(database), refresh_cadence=2)
+        config = demo_config(database)
         out(f"Short-term memory demo: a real cog in a not logged-in bot, SQLite at {database}")
         out("The model is a scripted stand-in that calls the tool when nudged; no network.")
         bot = make_bot(config)

@@ -3,16 +3,33 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+from dotenv import dotenv_values
 from openai import AsyncOpenAI
 
 from .models import OpenAIChatModel
 
-__all__ = ["SettingMissing", "discord_token", "model_from_env"]
+__all__ = ["HOST_VARIABLES", "SettingMissing", "discord_token", "load_dotenv", "model_from_env"]
+
+HOST_VARIABLES = ("DISCORD_TOKEN", "OPENAI_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY")
 
 
 class SettingMissing(Exception):
     """A required environment variable is not set; the message says which and how."""
+
+
+def load_dotenv(path: str | Path = ".env") -> None:
+    """Take the bot's own variables from ``path`` where the environment does not set them.
+
+    The memory's ``STM_*`` settings are read from the same file by ``STMConfig``; the
+    environment wins over the file for both.
+    """
+    if not Path(path).is_file():
+        return
+    for name, value in dotenv_values(path).items():
+        if name in HOST_VARIABLES and value is not None and name not in os.environ:
+            os.environ[name] = value
 
 
 def _get(name: str) -> str:

@@ -39,12 +39,9 @@ def relative_time(moment: float, now: float) -> str:
     """``moment`` as a terminal reader would say it: "in 12 hours", "3 minutes ago"."""
     seconds = round(moment - now)
     size = abs(seconds)
-    for unit, length in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if size >= length:
-            count = round(size / length)
-            break
-    else:
-        unit, count = "second", size
+    units = (("day", 86400), ("hour", 3600), ("minute", 60))
+    unit, length = next(((u, n) for u, n in units if size >= n), ("second", 1))
+    count = round(size / length)
     amount = f"{count} {unit}{'' if count == 1 else 's'}"
     return f"in {amount}" if seconds >= 0 else f"{amount} ago"
 

@@ -195,9 +195,9 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
         memory = getattr(self, "memory", None)
         if memory is None or memory.closed:
             return
-        tools = self.tools
-        if tools is not None and tools.get(memory.tool.name) is memory.tool:
-            tools.unregister(memory.tool.name)
+        name, tools = memory.tool.name, self.tools
+        if tools is not None and tools.get(name) is memory.tool:
+            tools.unregister(name)
         # close() drains pending writes and deletes, so unloading loses nothing.
         await memory.close()
 
