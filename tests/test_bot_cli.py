@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import os
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
+import openai
+import pytest
+
+from bot import main as bot_main
 from host.console import run_console
 from stm import STMConfig
 
@@ -77,3 +85,195 @@ async def test_console_chats_switches_place_and_runs_commands(tmp_path: Path):
     assert "holds no short-term memory about you" in text
     assert "unknown command /nonsense" in text
     assert out[-1] == "Bye."
+
+
+def _garbage(folder: Path) -> Path:
+    path = folder / "stm.sqlite3"
+    path.write_bytes(b"this is not a database at all" * 100)
+    return path
+
+
+def _under_a_file(folder: Path) -> Path:
+    (folder / "plain-file").write_text("x")
+    return folder / "plain-file" / "stm.sqlite3"
+
+
+def _newer_schema(folder: Path) -> Path:
+    path = folder / "stm.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 99")
+    return path
+
+
+BAD_DATABASES = {"garbage": _garbage, "under a file": _under_a_file, "newer": _newer_schema}
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: Path) -> Iterator[Path]:
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    if os.geteuid() == 0:  # root ignores permission bits; the immutable flag binds it too
+        done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.fail(f"cannot make {folder} immutable (chattr +i): {done.stderr.strip()}")
+        undo = ["chattr", "-i", str(folder)]
+    else:
+        folder.chmod(0o555)
+        undo = ["chmod", "755", str(folder)]
+    yield folder
+    subprocess.run(undo, check=True)
+
+
+def _assert_one_line_about(done: subprocess.CompletedProcess[str], path: Path) -> None:
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("bot.py: ") and str(path) in lines[0]
+    assert "STM_DATABASE" in lines[0]
+
+
+MODES = {
+    "console": (["--console"], {}),
+    "discord": ([], {"DISCORD_TOKEN": "x", "OPENAI_MODEL": "m", "OPENAI_BASE_URL": "http://h"}),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("bad", sorted(BAD_DATABASES))
+def test_a_database_that_cannot_be_used_stops_the_start_in_one_line(
+    tmp_path: Path,
+    mode: str,
+    bad: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+):
+    """In process, for speed; the read-only case below runs the real command."""
+    path = BAD_DATABASES[bad](tmp_path)
+    args, env = MODES[mode]
+    monkeypatch.chdir(tmp_path)
+    for name in ("DISCORD_TOKEN", "OPENAI_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {**env, "STM_DATABASE": str(path)}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    status = bot_main(args)
+    err = capsys.readouterr().err
+    _assert_one_line_about(subprocess.CompletedProcess(args, status, "", err), path)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_a_read_only_folder_stops_the_start_in_one_line(
+    tmp_path: Path, read_only_folder: Path, mode: str
+):
+    path = read_only_folder / "stm.sqlite3"
+    args, env = MODES[mode]
+    _assert_one_line_about(run_bot(tmp_path, *args, STM_DATABASE=str(path), **env), path)
+
+
+def test_the_demo_ignores_the_operators_memory_settings(tmp_path: Path):
+    done = run_bot(
+        tmp_path,
+        "--demo",
+        STM_DATABASE=str(_under_a_file(tmp_path)),
+        STM_CRUDE_TTL_HOURS="not a number",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Demo finished." in done.stdout and "Traceback" not in done.stderr
+
+
+def test_dotenv_covers_the_bots_own_variables(tmp_path: Path):
+    (tmp_path / ".env").write_text(
+        "DISCORD_TOKEN=from-dotenv\nOPENAI_MODEL=m\nOPENAI_BASE_URL=http://h\n"
+        f"STM_DATABASE={_garbage(tmp_path)}\n"
+    )
+    # Past the token and the model, the start reaches the database named in the same file.
+    _assert_one_line_about(run_bot(tmp_path), tmp_path / "stm.sqlite3")
+
+
+def test_no_voice_library_warnings_at_start(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bot.py"), "--console"],
+        cwd=tmp_path,
+        input="/quit\n",
+        env={**os.environ, "STM_DATABASE": str(tmp_path / "stm.sqlite3")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Bye." in done.stdout
+    assert "voice will not be supported" not in done.stderr.lower()
+
+
+class FailingModel:
+    """A model whose endpoint is down."""
+
+    description = "a model that cannot be reached"
+
+    async def complete(self, messages: list, tools: list) -> None:
+        raise openai.APIConnectionError(request=httpx.Request("POST", "http://127.0.0.1:9"))
+
+    async def close(self) -> None:
+        return None
+
+
+async def _console(tmp_path: Path, lines: list[str], model: object = None) -> list[str]:
+    given = iter(lines)
+    out: list[str] = []
+
+    async def ask(prompt: str) -> str | None:
+        out.append(prompt)
+        return next(given, None)
+
+    config = STMConfig(database=str(tmp_path / "console.sqlite3"))
+    assert await run_console(model, config=config, ask=ask, out=out.append) == 0  # type: ignore[arg-type]
+    return out
+
+
+async def test_console_survives_model_errors(tmp_path: Path):
+    out = await _console(tmp_path, ["hello", "hello again", "/memory show"], FailingModel())
+    failures = [line for line in out if line.startswith("(the model could not answer")]
+    assert len(failures) == 2
+    assert "APIConnectionError" in failures[0]
+    assert out[-1] == "Bye."
+
+
+async def test_console_arguments_are_strict_and_explained(tmp_path: Path):
+    out = await _console(
+        tmp_path,
+        [
+            "/as dan",
+            "/memory-settings enabled maybe",
+            "/memory-settings cadence often",
+            "/memory-settings categories add Trip plans and more",
+            '/memory-settings categories add "Trip plans" "Where and when"',
+            "/as zed",
+            "/memory",
+            "/nonsense",
+            "/persona x",
+            "/help",
+        ],
+    )
+    text = "\n".join(out)
+    assert "enabled takes true or false, not 'maybe'" in text
+    assert "Short-term memory is **off**" not in text
+    assert "cadence" not in text or "turns takes a whole number, not 'often'" in text
+    assert "too many words" in text
+    assert "**Trip plans**: Where and when" in text
+    assert "unknown person 'zed'" in text
+    assert "missing argument: /memory show|forget|pause|resume" in text
+    assert "unknown command /nonsense" in text
+    assert "persona takes a whole number, not 'x'" in text
+    assert 'categories add "Trip plans" "Where and when"' in text  # /help shows how to quote
+    refusals = [line for line in out if line.startswith("cannot do that")]
+    assert len(refusals) == 7 and all("\n" not in line for line in refusals)
+    assert "invalid literal" not in text and "Traceback" not in text
+
+
+async def test_as_in_a_dm_moves_to_that_users_dm(tmp_path: Path):
+    out = await _console(
+        tmp_path, ["/in dm", "/as bob", "a secret for the bot", "/memory show", "/as alice"]
+    )
+    assert "Bob@dm> " in out and out.count("Alice@dm> ") == 2  # before and after bob
+    show = next(line for line in out if "only you see this" in line)
+    assert "a secret for the bot" in show  # bob's own DM, where he spoke

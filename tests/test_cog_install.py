@@ -15,8 +15,11 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "stm", "cogs")
@@ -72,6 +75,14 @@ DRIVER = textwrap.dedent(
 )
 
 
+def test_discord_py_is_bounded_below_its_next_major_version():
+    """A discord.py 3 may break the cog's API; it must be a deliberate upgrade."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (discord_py,) = [d for d in project["dependencies"] if d.startswith("discord.py")]
+    requirement = Requirement(discord_py)
+    assert "2.7.1" in requirement.specifier and "3.0" not in requirement.specifier
+
+
 def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
         [str(a) for a in args],
@@ -99,6 +110,8 @@ def test_the_wheel_loads_next_to_a_bots_own_cogs_package(tmp_path: Path):
     (wheel,) = dist.glob("discord_stm-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         top = {name.split("/")[0] for name in archive.namelist()}
+        metadata = archive.read(f"{wheel.name.split('-')[0]}-0.1.0.dist-info/METADATA").decode()
+    assert "Requires-Dist: discord.py<3,>=2.4" in metadata.splitlines()
     assert {t for t in top if not t.endswith(".dist-info")} == {"stm", "discord_stm"}
 
     venv = tmp_path / "venv"

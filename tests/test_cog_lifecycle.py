@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
 import warnings
 from pathlib import Path
@@ -228,3 +229,21 @@ async def test_reload_keeps_durable_memory_and_drops_crude_messages(tmp_path: Pa
         assert entry is not None and entry.summary == "Alice said hello"
         assert entry.messages == []  # recent (crude) messages live in memory only
         assert "update_short_term_memory" in h.bot.tools  # type: ignore[attr-defined]
+
+
+def test_the_extension_and_cog_names_have_one_definition():
+    """Hosts and tests use EXTENSION and COG_NAME; no copy of either literal can drift."""
+    root = Path(__file__).resolve().parent.parent
+    assert EXTENSION == "cogs.short_term_memory"  # discord_stm.short_term_memory installed
+    extension = importlib.import_module(EXTENSION)
+    assert extension.ShortTermMemoryCog.__cog_name__ == COG_NAME
+    copies = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("host", "tests", "examples")
+        for path in sorted((root / folder).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if '"cogs.short_term_memory"' in line or f'"{COG_NAME}"' in line
+    ]
+    assert copies == []
+    readme = (root / "README.md").read_text()
+    assert 'load_extension("discord_stm.short_term_memory")' in readme
