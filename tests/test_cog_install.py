@@ -144,6 +144,7 @@ def test_the_wheel_loads_next_to_a_bots_own_cogs_package(tmp_path: Path):
     # Another channel of the server recalls this channel's notes.
     assert "(0 memory note(s)" not in result["elsewhere"]
     assert "Ann plans a Lisbon trip" in result["context_elsewhere"]
+    assert 'ann: "we plan a trip to Lisbon"' in result["context_elsewhere"]
     assert result["tool_after_unload"] is False
     assert result["after_reload"] == "Ann plans a Lisbon trip"
     assert result["tool_after_reload"] is True

@@ -56,8 +56,13 @@ class Chat(commands.Cog):
             GenerationFinished(
                 context=ctx,
                 messages=[
-                    DialogueMessage(role="user", content=text, author_id=ctx.user_id),
-                    DialogueMessage(role="assistant", content=reply),
+                    DialogueMessage(
+                        role="user",
+                        content=text,
+                        author_id=ctx.user_id,
+                        speaker_name=ctx.user_name,
+                    ),
+                    DialogueMessage(role="assistant", content=reply, speaker_name=ctx.bot_name),
                 ],
             ),
         )
