@@ -138,6 +138,23 @@ MODES = {
 }
 
 
+def _start_in_process(
+    args: list[str],
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> subprocess.CompletedProcess[str]:
+    """``bot.py`` run in this process, for speed; ``test_dotenv_...`` runs the real command."""
+    for name in ("DISCORD_TOKEN", "OPENAI_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    status = bot_main(args)
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, status, captured.out, captured.err)
+
+
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("bad", sorted(BAD_DATABASES))
 def test_a_database_that_cannot_be_used_stops_the_start_in_one_line(
@@ -147,36 +164,34 @@ def test_a_database_that_cannot_be_used_stops_the_start_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ):
-    """In process, for speed; the read-only case below runs the real command."""
     path = BAD_DATABASES[bad](tmp_path)
     args, env = MODES[mode]
     monkeypatch.chdir(tmp_path)
-    for name in ("DISCORD_TOKEN", "OPENAI_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in {**env, "STM_DATABASE": str(path)}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
-    status = bot_main(args)
-    err = capsys.readouterr().err
-    _assert_one_line_about(subprocess.CompletedProcess(args, status, "", err), path)
+    done = _start_in_process(args, {**env, "STM_DATABASE": str(path)}, monkeypatch, capsys)
+    _assert_one_line_about(done, path)
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_a_read_only_folder_stops_the_start_in_one_line(
-    tmp_path: Path, read_only_folder: Path, mode: str
+    tmp_path: Path,
+    read_only_folder: Path,
+    mode: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ):
     path = read_only_folder / "stm.sqlite3"
     args, env = MODES[mode]
-    _assert_one_line_about(run_bot(tmp_path, *args, STM_DATABASE=str(path), **env), path)
+    monkeypatch.chdir(tmp_path)
+    done = _start_in_process(args, {**env, "STM_DATABASE": str(path)}, monkeypatch, capsys)
+    _assert_one_line_about(done, path)
 
 
-def test_the_demo_ignores_the_operators_memory_settings(tmp_path: Path):
-    done = run_bot(
-        tmp_path,
-        "--demo",
-        STM_DATABASE=str(_under_a_file(tmp_path)),
-        STM_CRUDE_TTL_HOURS="not a number",
-    )
+def test_the_demo_ignores_the_operators_memory_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.chdir(tmp_path)
+    env = {"STM_DATABASE": str(_under_a_file(tmp_path)), "STM_CRUDE_TTL_HOURS": "not a number"}
+    done = _start_in_process(["--demo"], env, monkeypatch, capsys)
     assert done.returncode == 0, done.stderr
     assert "Demo finished." in done.stdout and "Traceback" not in done.stderr
 
