@@ -34,18 +34,19 @@ async def setup(bot: commands.Bot) -> None:
     """
     config = getattr(bot, "stm_config", None)
     tools = getattr(bot, "tools", None)
-    notes = []
-    if config is not None and not isinstance(config, STMConfig):
-        notes.append(f"bot.stm_config is a {type(config).__name__}, not an stm.STMConfig")
-        config = None
-    if tools is not None and not isinstance(tools, ToolRegistry):
-        notes.append(
-            f"bot.tools is a {type(tools).__name__}, not an stm.ToolRegistry: it was left alone"
-        )
-        tools = None
-    cog = ShortTermMemoryCog(bot, config, tools=tools)
-    if config is not None:
+    cog_config = config if isinstance(config, STMConfig) else None
+    cog_tools = tools if isinstance(tools, ToolRegistry) else None
+    cog = ShortTermMemoryCog(bot, cog_config, tools=cog_tools)
+    if cog_config is not None:
         cog._config_source = "from bot.stm_config"
-    if notes:
-        cog._load_note = " (" + "; ".join(notes) + ")"
+    elif config is not None:
+        cog._config_source = (
+            f"from the STM_* environment (bot.stm_config is a {type(config).__name__}, "
+            "not an stm.STMConfig)"
+        )
+    if tools is not None and cog_tools is None:
+        cog._load_note = (
+            f"bot.tools is a {type(tools).__name__}, not an stm.ToolRegistry: it was left "
+            f"alone and the model cannot call the memory's tool"
+        )
     await bot.add_cog(cog)

@@ -174,7 +174,9 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
         except BaseException:
             await self.memory.close()
             raise
-        if self.tools is not None:
+        if self._load_note:
+            tool_note = self._load_note
+        elif self.tools is not None:
             tool_note = f"tool {self.memory.tool.name} registered"
         else:
             tool_note = (
@@ -184,11 +186,10 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
         level = logging.WARNING if self._load_note else logging.INFO
         log.log(
             level,
-            "short-term memory: database %s, settings %s; %s%s",
+            "short-term memory: database %s, settings %s; %s",
             _database_label(self.config),
             self._config_source,
             tool_note,
-            self._load_note,
         )
 
     async def cog_unload(self) -> None:
