@@ -132,6 +132,27 @@ class TestExplicitResources:
         assert str(tmp_path / "relative" / "stm.sqlite3") in message
         assert "STM_* environment" in message and "registered" in message
 
+    async def test_a_bot_stm_config_that_is_no_config_is_reported(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    ):
+        monkeypatch.setenv("STM_DATABASE", str(tmp_path / "env.sqlite3"))
+        bot = make_bot(STMConfig())
+        bot.stm_config = {"database": "elsewhere.sqlite3"}  # type: ignore[attr-defined]
+        with caplog.at_level(logging.INFO, logger="discord_stm"):
+            async with bot:
+                await bot.load_extension(EXTENSION)
+        (line,) = [r for r in caplog.records if r.name == "discord_stm"]
+        assert line.levelno == logging.WARNING
+        assert "bot.stm_config is a dict, not an stm.STMConfig" in line.getMessage()
+        assert str(tmp_path / "env.sqlite3") in line.getMessage()
+
+    def test_the_constructor_refuses_resources_of_the_wrong_type(self, tmp_path: Path):
+        bot = make_bot(STMConfig(database=str(tmp_path / "stm.sqlite3")))
+        with pytest.raises(TypeError, match=r"stm\.ToolRegistry"):
+            ShortTermMemoryCog(bot, tools={})  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"stm\.STMConfig"):
+            ShortTermMemoryCog(bot, {"database": "x"})  # type: ignore[arg-type]
+
 
 def _bot_with_own_commands(tmp_path: Path) -> commands.Bot:
     bot = make_bot(STMConfig(database=str(tmp_path / "stm.sqlite3")))

@@ -40,11 +40,13 @@ async def setup(bot: commands.Bot) -> None:
     if cog_config is not None:
         cog._config_source = "from bot.stm_config"
     elif config is not None:
+        cog._misconfigured = True
         cog._config_source = (
             f"from the STM_* environment (bot.stm_config is a {type(config).__name__}, "
             "not an stm.STMConfig)"
         )
     if tools is not None and cog_tools is None:
+        cog._misconfigured = True
         cog._load_note = (
             f"bot.tools is a {type(tools).__name__}, not an stm.ToolRegistry: it was left "
             f"alone and the model cannot call the memory's tool"

@@ -114,7 +114,9 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
         self.config = config
         self.tools = tools
         self._config_source = "passed to the cog" if config is not None else None
+        # What setup(bot) found wrong on the bot, said in the load's log line (a warning).
         self._load_note = ""
+        self._misconfigured = False
         self.names = self._apply_command_names(command_names or {})
 
     def _apply_command_names(self, wanted: Mapping[str, str | None]) -> dict[str, str | None]:
@@ -166,7 +168,9 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
             )
         if self.config is None:
             self.config = STMConfig()
-            self._config_source = "from the STM_* environment (no config was passed)"
+            self._config_source = (
+                self._config_source or "from the STM_* environment (no config was passed)"
+            )
         self.memory = await ShortTermMemory.open(self.config)
         try:
             if self.tools is not None:
@@ -183,7 +187,7 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
                 f"no ToolRegistry was passed, so the model cannot call {self.memory.tool.name} "
                 "(pass tools=ToolRegistry())"
             )
-        level = logging.WARNING if self._load_note else logging.INFO
+        level = logging.WARNING if self._misconfigured else logging.INFO
         log.log(
             level,
             "short-term memory: database %s, settings %s; %s",
