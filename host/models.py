@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from openai import AsyncOpenAI
 
-from stm.render import TOOL_NAME
+from stm.tool import TOOL_NAME
 
 from .prompt import Message
 

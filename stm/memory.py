@@ -33,8 +33,9 @@ from .models import (
     ToolResult,
     TurnContext,
 )
-from .render import TOOL_NAME, RenderCache, nudge, other_channels_blocks, same_channel_block
-from .schema import arguments_model, parse_arguments, tool_definition
+from .render import RenderCache, nudge, other_channels_blocks, same_channel_block
+from .tool import TOOL_NAME
+from .tool.schema import arguments_model, parse_arguments, tool_definition
 from .settings import SettingsBook
 from .store.base import (
     DeleteChannel,

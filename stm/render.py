@@ -16,10 +16,10 @@ from .cache import Entry, StoredMessage
 from .models import Category, PromptBlock, ServerSettings
 from .slugs import slugs_for
 from .text import neutralize, quote_lines
+from .tool import TOOL_NAME
 
 __all__ = [
     "RECENT_SECONDS",
-    "TOOL_NAME",
     "RenderCache",
     "category_labels",
     "content_depth",
@@ -29,7 +29,6 @@ __all__ = [
     "same_channel_block",
 ]
 
-TOOL_NAME = "update_short_term_memory"
 RECENT_SECONDS = 3600.0
 DEFAULT_NUDGE = (
     "[System: It has been a few turns since short-term memory for this conversation was "

@@ -9,13 +9,13 @@ import pytest
 from stm.cache import Entry, StoredMessage
 from stm.models import Category, ServerSettings
 from stm.render import (
-    TOOL_NAME,
     content_depth,
     nudge,
     other_channels_blocks,
     relative_time,
     same_channel_block,
 )
+from stm.tool import TOOL_NAME
 
 NOW = 1_000_000.0
 

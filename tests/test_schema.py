@@ -7,7 +7,7 @@ import json
 import pytest
 
 from stm.models import DEFAULT_CATEGORY, Category
-from stm.schema import MAX_RAW_ARGUMENTS, arguments_model, parse_arguments, tool_definition
+from stm.tool.schema import MAX_RAW_ARGUMENTS, arguments_model, parse_arguments, tool_definition
 
 CATEGORIES = (Category("Current Topic", "What is being discussed"), Category("Mood", "The tone"))
 

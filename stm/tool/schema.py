@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, create_model
 
-from .models import Category
-from .render import TOOL_NAME
-from .slugs import slugs_for
-from .text import clean_value
+from ..models import Category
+from ..slugs import slugs_for
+from ..text import clean_value
+from . import TOOL_NAME
 
 __all__ = ["MAX_RAW_ARGUMENTS", "arguments_model", "parse_arguments", "tool_definition"]
 
