@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from .expiry import HOUR, Expiry
 from .keys import Scope
 
-__all__ = ["Entry", "GroupKey", "MemoryCache", "StoredMessage", "group_of"]
+__all__ = ["HOUR", "Entry", "GroupKey", "MemoryCache", "StoredMessage", "group_of"]
 
-HOUR = 3600.0
 GroupKey = tuple[Scope, int, int | None, int | None]
 
 
@@ -74,9 +74,9 @@ class Entry:
         """True when the entry holds a summary or categories."""
         return bool(self.summary) or bool(self.categories)
 
-    def expires_at(self, crude_ttl: float, summary_ttl: float) -> float:
-        """When the entry expires if untouched, in epoch seconds; TTLs in seconds."""
-        return self.updated_at + (summary_ttl if self.distilled else crude_ttl)
+    def expires_at(self, expiry: Expiry) -> float:
+        """When the entry expires if untouched, in epoch seconds."""
+        return expiry.expires_at(self.updated_at, self.distilled)
 
     def remember(self, messages: list[StoredMessage], limit: int) -> None:
         """Append ``messages`` to the window, keeping its newest ``limit``."""
@@ -123,8 +123,7 @@ class MemoryCache:
         clock: Callable[[], float],
     ) -> None:
         self.max_keys = max_keys
-        self.crude_ttl = crude_ttl_hours * HOUR
-        self.summary_ttl = summary_ttl_hours * HOUR
+        self.expiry = Expiry.hours(crude_ttl_hours, summary_ttl_hours)
         self.clock = clock
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._by_channel: dict[int, set[str]] = {}
@@ -146,9 +145,8 @@ class MemoryCache:
     def is_expired(self, entry: Entry, now: float | None = None) -> bool:
         """True when ``entry`` has been inactive for its TTL."""
         now = self.clock() if now is None else now
-        # Entry.expires_at, inlined: this runs for several entries on every turn.
-        ttl = self.summary_ttl if entry.summary or entry.categories else self.crude_ttl
-        return now >= entry.updated_at + ttl
+        # Entry.distilled, inlined: this runs for several entries on every turn.
+        return self.expiry.expired(entry.updated_at, bool(entry.summary or entry.categories), now)
 
     def peek(self, key: str) -> Entry | None:
         """The entry under ``key``, expired or not, without touching LRU order."""

@@ -22,6 +22,7 @@ __all__ = [
     "ServerSettings",
     "ToolResult",
     "TurnContext",
+    "is_summary_mode",
 ]
 
 
@@ -131,6 +132,12 @@ DEFAULT_CATEGORY = Category(
 )
 
 
+def is_summary_mode(categories: tuple[Category, ...]) -> bool:
+    """Summary mode (one ``summary`` value, no categories) is having only the default
+    category; a category labelled ``summary`` with its own description is a category."""
+    return categories == (DEFAULT_CATEGORY,)
+
+
 class ServerSettings(BaseModel):
     """Per-server behaviour; a server never configured gets the global defaults."""
 
@@ -149,7 +156,7 @@ class ServerSettings(BaseModel):
     @property
     def summary_mode(self) -> bool:
         """True when the server has only the default category: the tool takes one summary."""
-        return self.categories == (DEFAULT_CATEGORY,)
+        return is_summary_mode(self.categories)
 
 
 class MemoryEntry(BaseModel):

@@ -35,6 +35,7 @@ from .store.base import (
     Store,
     Touch,
 )
+from .timing import LoopScheduler, Scheduler
 
 __all__ = ["Writer"]
 
@@ -61,9 +62,16 @@ class Writer:
     """The single writer of a store."""
 
     def __init__(
-        self, store: Store, *, write_behind: float, retry_delay: float, scrub_delay: float = 30.0
+        self,
+        store: Store,
+        *,
+        write_behind: float,
+        retry_delay: float,
+        scrub_delay: float = 30.0,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.store = store
+        self.scheduler = scheduler or LoopScheduler()
         self.write_behind = write_behind
         self.retry_delay = retry_delay
         self.scrub_delay = scrub_delay
@@ -97,12 +105,12 @@ class Writer:
         self._swap_dirty()
         self._push(_Item(self._next(), op, what=what))
         if isinstance(op, DeleteChannel | PurgeUser) and not self._scrub_at:
-            self._scrub_at = asyncio.get_running_loop().time() + self.scrub_delay
+            self._scrub_at = self.scheduler.now() + self.scrub_delay
 
     def mark_dirty(self, entry: Entry) -> None:
         """Write ``entry``'s identity and counters behind."""
         if not self._dirty:
-            self._dirty_since = asyncio.get_running_loop().time()
+            self._dirty_since = self.scheduler.now()
             self._wake.set()
         self._dirty[entry.key] = entry
 
@@ -183,9 +191,8 @@ class Writer:
             self._push(_Item(self._next(), None, dirty=dirty, what="write-behind"))
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            now = loop.time()
+            now = self.scheduler.now()
             if self._retry_at > now:
                 wake_at: float | None = self._retry_at
             elif self._queue:
@@ -196,9 +203,7 @@ class Writer:
                 wake_at = min(due) if due else None
             if wake_at is None or wake_at > now:
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout_at(wake_at):
-                        await self._wake.wait()
+                await self.scheduler.wait(self._wake, wake_at)
                 continue
             if self._scrub_at and self._scrub_at <= now:
                 self._queue_scrub()
@@ -263,7 +268,7 @@ class Writer:
                 future.set_exception(exc)
         if kept:
             self._backoff = min(MAX_BACKOFF, max(self.retry_delay, self._backoff * 2))
-            self._retry_at = asyncio.get_running_loop().time() + self._backoff
+            self._retry_at = self.scheduler.now() + self._backoff
             level = logging.ERROR if first else logging.WARNING
             log.log(
                 level,

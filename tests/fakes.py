@@ -38,6 +38,10 @@ class FaultyStore:
             ]
         return results
 
+    @property
+    def empty_at_open(self) -> bool:
+        return self.inner.empty_at_open
+
     async def load_server_settings(self) -> dict[int, str]:
         return await self.inner.load_server_settings()
 
@@ -53,6 +57,5 @@ async def faulty_memory(
 ) -> tuple[ShortTermMemory, FaultyStore]:
     """An open memory on a FaultyStore over ``config.database``."""
     store = FaultyStore(await SQLiteStore.open(config.database))
-    memory = ShortTermMemory(config, store, **memory_options)  # type: ignore[arg-type]
-    await memory._start()
+    memory = await ShortTermMemory.open(config, store=store, **memory_options)  # type: ignore[arg-type]
     return memory, store

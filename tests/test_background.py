@@ -15,7 +15,7 @@ import pytest
 from conftest import Clock, Opener, ctx, turn
 from fakes import faulty_memory
 
-from stm import STMConfig
+from stm import ShortTermMemory, STMConfig
 
 STM_DIR = str(Path(__file__).parent.parent / "stm")
 
@@ -48,9 +48,8 @@ async def test_every_background_task_is_held_by_reference(open_memory: Opener) -
         memory = await open_memory()
 
         def unreferenced() -> list[str]:
-            held = set(memory._tasks) | {memory.writer._task}
-            if memory._janitor is not None:
-                held.add(memory._janitor)
+            held = set(memory.background.tasks) | {memory.writer._task}
+            held.update(memory.background.periodic)
             return [t.get_name() for t in started if not t.done() and t not in held]
 
         for channel in range(10, 30):
@@ -70,11 +69,14 @@ async def test_a_failing_background_task_is_logged_with_its_scope_key(
     config: STMConfig, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A hydration that fails in the background names the keys it was for."""
+    async with ShortTermMemory.open(config, clock=clock) as earlier:
+        # A row already stored: keys new to the cache are read, not known to be absent.
+        await earlier.capture(turn(ctx(channel=1), "earlier"))
     memory, store = await faulty_memory(config, clock=clock)
     store.garbage_reads = True
     with caplog.at_level(logging.ERROR, logger="stm"):
         await memory.capture(turn(ctx(channel=42), "x"))
-        await memory._gather_background()
+        await memory.background.gather()
     assert "shortterm:server:100:42" in caplog.text
     store.garbage_reads = False
     await memory.close()

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sqlite3
 
 from conftest import Clock, Opener, ctx, turn
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stm import ShortTermMemory
+from stm.cache import Entry, MemoryCache
+from stm.expiry import EXPIRED_SQL, row_expired
 
 
 def row_count(db_path: object) -> int:
@@ -103,3 +109,67 @@ async def test_janitor_runs_on_its_interval(open_memory: Opener, clock: Clock) -
 async def memory_upgrade(memory: ShortTermMemory, text: str) -> None:
     await memory.capture(turn(ctx(), "x"))
     assert (await memory.run_tool(ctx(), {"summary": text})).success
+
+
+_HOURS = st.floats(min_value=0.001, max_value=100.0, allow_nan=False)
+
+
+@st.composite
+def _ages(draw: st.DrawFn) -> tuple[float, float, float, float]:
+    """TTLs in hours, a time ``now``, and how long ago an entry was active: often exactly
+    one of its TTLs ago, often between the two."""
+    crude, summary = draw(_HOURS), draw(_HOURS)
+    inactive = draw(
+        st.one_of(
+            st.sampled_from([crude, summary]),
+            st.floats(min_value=min(crude, summary), max_value=max(crude, summary)),
+            st.floats(min_value=0.0, max_value=200.0),
+        )
+    )
+    now = draw(st.floats(min_value=1_000_000.0, max_value=2_000_000_000.0))
+    return crude, summary, now, now - inactive * 3600
+
+
+@given(
+    ages=_ages(),
+    summary=st.sampled_from([None, "", "a summary"]),
+    categories=st.sampled_from([{}, {"plans": "a trip"}]),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_sql_condition_and_the_cache_apply_one_expiry_rule(
+    ages: tuple[float, float, float, float],
+    summary: str | None,
+    categories: dict[str, str],
+) -> None:
+    """The store's SQL, the row check of reads and the cache's check agree on every row,
+    whichever TTL is longer and whatever empty summary a row holds."""
+    crude_hours, summary_hours, now, updated_at = ages
+    cache = MemoryCache(
+        max_keys=1, crude_ttl_hours=crude_hours, summary_ttl_hours=summary_hours, clock=lambda: now
+    )
+    entry = Entry(
+        key="shortterm:server:1:2",
+        scope="server",
+        server_id=1,
+        user_id=None,
+        channel_id=2,
+        persona_id=None,
+        messages=[],
+        updated_at=updated_at,
+        summary=summary,
+        categories=dict(categories),
+    )
+    thresholds = cache.expiry.thresholds(now)
+    in_cache = cache.is_expired(entry, now)
+    in_reads = row_expired(updated_at, bool(summary) or bool(categories), thresholds)
+    with contextlib.closing(sqlite3.connect(":memory:")) as db:
+        db.execute(
+            "CREATE TABLE short_term_memories (updated_at REAL, summary TEXT, categories TEXT)"
+        )
+        db.execute(
+            "INSERT INTO short_term_memories VALUES (?, ?, ?)",
+            (updated_at, summary, json.dumps(categories)),
+        )
+        params = {"crude": thresholds.crude_before, "summary": thresholds.summary_before}
+        (in_sql,) = db.execute(f"SELECT {EXPIRED_SQL} FROM short_term_memories", params).fetchone()
+    assert in_cache == in_reads == bool(in_sql)

@@ -121,3 +121,24 @@ async def test_tool_form_and_registry(memory: ShortTermMemory) -> None:
     assert not unknown.success and "Unknown tool" in unknown.message
     registry.unregister("update_short_term_memory")
     assert len(registry) == 0
+
+
+async def test_a_lone_category_labelled_summary_keeps_its_description(
+    memory: ShortTermMemory,
+) -> None:
+    """Summary mode is only the default category: a server whose one category is labelled
+    ``summary`` with its own description offers that description and stores a category,
+    the tool and the stored entry agreeing on the mode."""
+    own = Category("summary", "The quest the party is on and who carries what")
+    settings = await memory.set_categories(100, [own])
+    assert not settings.summary_mode
+    c = ctx()
+    tool = memory.tool_schema(c)
+    assert tool is not None
+    described = tool["function"]["parameters"]["properties"]["summary"]["description"]
+    assert "who carries what" in described
+    await memory.capture(turn(c, "we seek the amulet"))
+    assert (await memory.run_tool(c, {"summary": "Seeking the amulet."})).success
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None
+    assert entry.summary is None and entry.categories == {"summary": "Seeking the amulet."}

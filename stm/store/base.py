@@ -155,6 +155,12 @@ Op = (
 class Store(Protocol):
     """A durable store. Every call of ``run`` is one transaction: all of it or none."""
 
+    @property
+    def empty_at_open(self) -> bool:
+        """True when the store held no memory rows when this process opened it, and no
+        other process writes to it: a key the cache has never held then has no row."""
+        ...
+
     async def run(self, ops: Sequence[Op]) -> list[object]:
         """Run ``ops`` in order in one transaction; one result per op."""
         ...

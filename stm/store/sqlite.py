@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import SchemaVersionError, StoreError
+from ..expiry import EXPIRED_SQL
 from .base import (
     DeleteChannel,
     DeleteExpired,
@@ -111,13 +112,9 @@ _SAVE = (
     "last_refreshed_turn = excluded.last_refreshed_turn, "
     "updated_at = max(updated_at, excluded.updated_at) RETURNING id"
 )
-# Rows past their TTL: the crude TTL applies to rows without distilled content.
-# Expired at the TTL itself, as the cache counts it (now >= updated_at + TTL): a row
-# exactly at its TTL must go in the same janitor pass as its cache entry.
-_EXPIRED = (
-    "updated_at <= max(:crude, :summary) AND (updated_at <= :summary "
-    "OR (updated_at <= :crude AND summary IS NULL AND categories = '{}'))"
-)
+# Rows past their TTL, by the rule the cache applies (stm/expiry.py): a row exactly at
+# its TTL goes in the same janitor pass as its cache entry.
+_EXPIRED = EXPIRED_SQL
 _LIVE = f"NOT ({_EXPIRED})"
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, create_model
 
-from ..models import Category
+from ..models import Category, is_summary_mode
 from ..slugs import slugs_for
 from ..text import clean_value
 from . import TOOL_NAME
@@ -43,7 +43,7 @@ class _Strict(BaseModel):
 @functools.lru_cache(maxsize=512)
 def arguments_model(categories: tuple[Category, ...], max_length: int) -> type[BaseModel]:
     """The pydantic model of the tool's arguments for a server's categories."""
-    if len(categories) == 1 and categories[0].label == "summary":
+    if is_summary_mode(categories):
         description = SUMMARY_DESCRIPTION.format(limit=max_length)
         return create_model(
             "SummaryUpdate", __base__=_Strict, summary=(StrictStr, Field(description=description))

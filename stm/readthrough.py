@@ -1,0 +1,303 @@
+"""Keeping the cache consistent with the store: read-through, hydration, warming, deletions.
+
+The cache answers the turn path; the store holds what survives a restart. An
+entry created by a capture before its row was read is *not hydrated*: its row
+(if any) is read in the background and merged in. A recall group is *warmed*
+once per process by reading its newest rows. Every read goes through the
+writer's queue, so it is ordered after every earlier delete, and the deletions
+made while it was in flight are applied to what it returns (the deletion log).
+While the table was empty at open and nothing has left the cache except by a
+delete, a key the cache does not hold has no row, and the read is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Literal, TypeVar
+
+from .cache import Entry, GroupKey, MemoryCache
+from .config import STMConfig
+from .convert import entry_from
+from .deletions import DeletionLog, apply_to_row, overtakes
+from .expiry import Expiry, Thresholds, row_expired
+from .keys import parse_key
+from .models import TurnContext
+from .store.base import LoadRecent, LoadRows, StoredRow
+from .writer import Writer
+
+__all__ = [
+    "AGAIN",
+    "ATTEMPTS",
+    "Again",
+    "ReadThrough",
+    "Unavailable",
+    "Unsettled",
+    "describe",
+    "settle",
+]
+
+log = logging.getLogger("stm")
+_T = TypeVar("_T")
+
+# How often work that a concurrent delete or eviction overtook is tried again.
+ATTEMPTS = 3
+
+
+class Unavailable(Exception):
+    """The durable row of a key could not be read."""
+
+
+class Unsettled(Exception):
+    """Every attempt was overtaken by concurrent changes."""
+
+
+class _Again(enum.Enum):
+    AGAIN = "again"
+
+
+AGAIN = _Again.AGAIN
+# What an attempt returns to be run again.
+Again = Literal[_Again.AGAIN]
+
+
+async def settle(attempt: Callable[[], Awaitable[_T | Again]], tries: int = ATTEMPTS) -> _T:
+    """The first result of ``attempt`` that is not ``AGAIN``; raises Unsettled after ``tries``.
+
+    Reads wait for the store, and meanwhile a delete, an eviction or a purge can
+    change what they were for: the attempt checks and asks to be run again."""
+    for _ in range(tries):
+        result = await attempt()
+        if result is not AGAIN:
+            return result
+    raise Unsettled
+
+
+def describe(entry: Entry, ctx: TurnContext) -> None:
+    """Update the names and placement of ``entry``'s channel from this turn."""
+    entry.channel_name = ctx.channel_name or entry.channel_name
+    entry.server_name = ctx.server_name or entry.server_name
+    entry.parent_channel_id = ctx.parent_channel_id
+    entry.channel_private = ctx.channel_is_private
+
+
+class ReadThrough:
+    """The cache over the store: reads that merge rows in, and the deletion log."""
+
+    def __init__(
+        self,
+        config: STMConfig,
+        cache: MemoryCache,
+        writer: Callable[[], Writer],
+        spawn: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]],
+        clock: Callable[[], float],
+        *,
+        empty_at_open: bool,
+    ) -> None:
+        self.config = config
+        self.cache = cache
+        self.expiry = Expiry.hours(config.crude_ttl_hours, config.summary_ttl_hours)
+        self._writer = writer
+        self._spawn = spawn
+        self.clock = clock
+        # Recent deletions, so that work begun before one of them (a read in flight, a
+        # turn's upgrade) can tell whether it was overtaken.
+        self.deletions = DeletionLog()
+        self._hydrating: dict[str, asyncio.Task[Any]] = {}
+        self._warmed: set[GroupKey] = set()
+        # While True, every durable row belongs to an entry in the cache: the table was
+        # empty at open, this process is its only writer, and no entry has left the cache
+        # except by a delete. A key missing from the cache then has no row to read, so
+        # new keys skip the read. The first eviction or expiry drop ends it for good.
+        self._all_rows_cached = empty_at_open
+
+    # -- entries --------------------------------------------------------------
+    def new_entry(self, key: str, ctx: TurnContext, now: float, *, hydrated: bool) -> Entry:
+        """Put a new, empty entry for ``key`` of this turn into the cache."""
+        scope = parse_key(key).scope
+        entry = Entry(
+            key=key,
+            scope=scope,
+            server_id=ctx.server_id,
+            user_id=ctx.user_id if scope == "user" else None,
+            channel_id=ctx.channel_id,
+            persona_id=ctx.persona_id,
+            messages=[],
+            updated_at=now,
+            hydrated=hydrated,
+        )
+        describe(entry, ctx)
+        self.put(entry)
+        return entry
+
+    def put(self, entry: Entry, *, touched: bool = True) -> None:
+        """Hold ``entry``; a group that lost an entry to eviction is warmed again."""
+        for victim in self.cache.put(entry, touched=touched):
+            self._warmed.discard(victim.group)
+
+    def forget_group(self, group: GroupKey) -> None:
+        """Read the group's rows again on its next turn (an entry of it was deleted)."""
+        self._warmed.discard(group)
+
+    def rows_left_cache(self) -> None:
+        """Entries left the cache while their rows stay: a missing key may have a row."""
+        self._all_rows_cached = False
+
+    def no_row_elsewhere(self) -> bool:
+        """True when no durable row exists for a key the cache does not hold."""
+        if self._all_rows_cached and self.cache.dropped:
+            self._all_rows_cached = False
+        return self._all_rows_cached
+
+    def thresholds(self) -> Thresholds:
+        """The expiry rule now, as the store applies it."""
+        return self.expiry.thresholds(self.clock())
+
+    # -- turns and deletions ----------------------------------------------------
+    def mark_turn_start(self, ctx: TurnContext) -> None:
+        """Remember how many deletions preceded this turn's first call (once per turn)."""
+        # Read through the private-attribute dict: the attribute path goes through
+        # BaseModel.__getattr__ and costs about a microsecond on every turn.
+        private = ctx.__pydantic_private__
+        if private is None or private.get("_deletion_seq") is None:
+            ctx._deletion_seq = self.deletions.seq
+
+    def overtaken(self, ctx: TurnContext) -> bool:
+        """Was memory this turn saw cleared since the turn began? Its summary, written from
+        what the model saw, must not bring the cleared words back."""
+        later = self.deletions.since(ctx._deletion_seq or 0)
+        return later is None or overtakes(later, ctx.channel_id, ctx.server_id)
+
+    # -- hydration --------------------------------------------------------------
+    def hydrate_in_background(self, keys: list[str]) -> None:
+        """Read and merge the rows of ``keys`` (entries created before their rows were read)."""
+        # The name carries the scope keys: a failure is logged with them.
+        task = self._spawn(self.hydrate(keys), "stm-hydrate " + ", ".join(keys))
+        for key in keys:
+            self._hydrating[key] = task
+
+    async def hydrate(self, keys: list[str]) -> bool:
+        """Read the rows of ``keys`` and merge them into the cache (inserting missing ones);
+        False when they could not be read."""
+        rows = await self._read(LoadRows(tuple(keys), *self.thresholds()), keys)
+        try:
+            if rows is None:
+                return False
+            found = {row.key: row for row in rows}
+            for key in keys:
+                row = found.get(key)
+                entry = self.cache.peek(key)
+                if entry is not None and not entry.hydrated:
+                    self._merge(entry, row)
+                elif entry is None and row is not None:
+                    self.put(entry_from(row), touched=False)
+            return True
+        finally:
+            for key in keys:
+                if self._hydrating.get(key) is asyncio.current_task():
+                    del self._hydrating[key]
+
+    def _read(
+        self, op: LoadRows | LoadRecent, keys: list[str]
+    ) -> Coroutine[Any, Any, list[StoredRow] | None]:
+        """Queue a read through the writer now (so it is ordered after every earlier delete
+        and shares a round trip with what is queued with it); await the result for its rows,
+        with the deletions made while it was in flight applied."""
+        since = self.deletions.seq
+        future = self._writer().submit(op, what=f"read of {len(keys)} keys")
+        return self._read_result(future, since, keys)
+
+    async def _read_result(
+        self, future: asyncio.Future[Any], since: int, keys: list[str]
+    ) -> list[StoredRow] | None:
+        try:
+            rows: list[StoredRow] = await future
+        except Exception as exc:
+            log.warning("short-term memory could not be read (%s): %s", ", ".join(keys[:3]), exc)
+            return None
+        later = self.deletions.since(since)
+        if later is None:
+            return None  # overtaken by more deletions than are remembered: read again later
+        # The clock may have moved during the read, and a janitor pass may have dropped
+        # the entry meanwhile: a row that has expired by now must not come back with it.
+        thresholds = self.thresholds()
+        result = []
+        for row in rows:
+            if row_expired(row.updated_at, bool(row.summary) or bool(row.categories), thresholds):
+                continue
+            kept: StoredRow | None = row
+            for deletion in later:
+                if kept is not None:
+                    kept = apply_to_row(kept, deletion)
+            if kept is not None:
+                result.append(kept)
+        return result
+
+    def _merge(self, entry: Entry, row: StoredRow | None) -> None:
+        entry.hydrated = True
+        if row is not None:
+            if not entry.distilled:
+                entry.summary, entry.categories = row.summary, dict(row.categories)
+                entry.contributors |= row.contributors
+                self.cache.index_users(entry, row.contributors)
+            entry.turns_since_refresh += row.turns_since_refresh
+            entry.last_refreshed_turn = max(entry.last_refreshed_turn, row.last_refreshed_turn)
+        if not entry.deleted:
+            self._writer().mark_dirty(entry)
+
+    async def live(self, key: str) -> Entry | None:
+        """The hydrated entry under ``key`` (None when there is none), reading its row if
+        needed; raises Unavailable when the row cannot be read."""
+        try:
+            return await settle(lambda: self._live_once(key))
+        except Unsettled:
+            raise Unavailable(key) from None
+
+    async def _live_once(self, key: str) -> Entry | Again | None:
+        pending = self._hydrating.get(key)
+        if pending is not None:
+            await asyncio.shield(pending)
+        entry = self.cache.get(key)
+        if entry is not None and entry.hydrated:
+            return entry
+        if entry is None and pending is None and self.no_row_elsewhere():
+            return None
+        if pending is None and not await self.hydrate([key]):
+            raise Unavailable(key)
+        entry = self.cache.get(key)
+        if entry is None or entry.hydrated:
+            return entry
+        return AGAIN
+
+    # -- warming ----------------------------------------------------------------
+    def warm(self, group: GroupKey) -> Coroutine[Any, Any, None] | None:
+        """Load the newest rows of a recall group once per process (after a restart): the
+        read is queued now; await the result to merge the rows. None when nothing to read."""
+        if group in self._warmed:
+            return None
+        self._warmed.add(group)
+        if self.no_row_elsewhere():
+            return None  # every row of the group is already in the cache
+        scope, owner, server_id, persona = group
+        op = LoadRecent(
+            scope,
+            owner,
+            server_id,
+            persona,
+            self.config.max_other_channels + 1,
+            *self.thresholds(),
+        )
+        return self._warmed_with(group, self._read(op, [f"{scope}:{owner}"]))
+
+    async def _warmed_with(
+        self, group: GroupKey, reading: Coroutine[Any, Any, list[StoredRow] | None]
+    ) -> None:
+        rows = await reading
+        if rows is None:
+            self._warmed.discard(group)
+            return
+        for row in rows:
+            if self.cache.peek(row.key) is None:
+                self.put(entry_from(row), touched=False)

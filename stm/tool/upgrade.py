@@ -1,0 +1,251 @@
+"""Stage 02, the summary upgrade: when the tool is offered, and the transaction behind it.
+
+An upgrade reads the turn's entries (their rows first, if not yet read),
+refuses when a deletion overtook the turn, changes the entries in the cache,
+and answers "saved" only after the writer committed them. If the commit
+fails, every entry that nothing else changed meanwhile gets its snapshot back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..cache import Entry, MemoryCache
+from ..config import STMConfig
+from ..convert import row_of
+from ..intent import IntentGate
+from ..keys import turn_keys
+from ..models import ServerSettings, ToolResult, TurnContext
+from ..readthrough import AGAIN, Again, ReadThrough, Unavailable, Unsettled, describe, settle
+from ..settings import SettingsBook
+from ..store.base import SaveDistilled
+from ..writer import Writer
+from . import TOOL_NAME
+from .schema import arguments_model, parse_arguments, tool_definition
+
+__all__ = ["MemoryTool", "Upgrades"]
+
+log = logging.getLogger("stm")
+
+
+class _Runs(Protocol):
+    def tool_schema(self, ctx: TurnContext) -> dict[str, Any] | None: ...
+
+    async def run_tool(self, ctx: TurnContext, arguments: object) -> ToolResult: ...
+
+
+class MemoryTool:
+    """The STM upgrade tool in the host's ``Tool`` form (``memory.tool``)."""
+
+    name = TOOL_NAME
+
+    def __init__(self, memory: _Runs) -> None:
+        self._memory = memory
+
+    def definition(self, ctx: TurnContext) -> dict[str, Any] | None:
+        """The tool's definition for this turn, or None."""
+        return self._memory.tool_schema(ctx)
+
+    async def run(self, ctx: TurnContext, arguments: object) -> ToolResult:
+        """Run the upgrade."""
+        return await self._memory.run_tool(ctx, arguments)
+
+
+def _refused(message: str) -> ToolResult:
+    return ToolResult(success=False, message=message)
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    """What an upgrade changes in one entry, as it was before."""
+
+    entry: Entry
+    summary: str | None
+    categories: dict[str, str]
+    contributors: frozenset[int]
+    turns_since_refresh: int
+    last_refreshed_turn: int
+    version: int = 0  # the entry's version once the upgrade changed it
+
+    @classmethod
+    def of(cls, entry: Entry) -> _Snapshot:
+        return cls(
+            entry,
+            entry.summary,
+            entry.categories,
+            entry.contributors,
+            entry.turns_since_refresh,
+            entry.last_refreshed_turn,
+        )
+
+    def restore(self) -> None:
+        """Undo the upgrade, unless the entry changed again or was deleted since."""
+        entry = self.entry
+        if entry.version != self.version or entry.deleted:
+            return
+        entry.summary, entry.categories = self.summary, self.categories
+        entry.contributors = self.contributors
+        entry.turns_since_refresh = self.turns_since_refresh
+        entry.last_refreshed_turn = self.last_refreshed_turn
+        entry.version += 1
+
+
+class Upgrades:
+    """Offers the tool to a turn and runs its upgrades against the cache and the writer."""
+
+    def __init__(
+        self,
+        config: STMConfig,
+        cache: MemoryCache,
+        reads: ReadThrough,
+        settings: SettingsBook,
+        writer: Callable[[], Writer],
+        clock: Callable[[], float],
+        intent_gate: IntentGate,
+        closed: Callable[[], bool],
+    ) -> None:
+        self.config = config
+        self.cache = cache
+        self.reads = reads
+        self.settings = settings
+        self._writer = writer
+        self.clock = clock
+        self.intent_gate = intent_gate
+        self._closed = closed
+
+    def blocked(self, ctx: TurnContext, settings: ServerSettings) -> str | None:
+        """Why the tool is not offered to this turn, or None when it is."""
+        if self._closed():
+            return "short-term memory is shut down"
+        if not settings.enabled:
+            return "short-term memory is turned off in this server"
+        if ctx.disable_short_term_memory_update:
+            return "short-term memory was already updated in this turn; do not call it again"
+        if ctx.explicit_memory_intent or self.intent_gate.matches(ctx.user_text):
+            return (
+                "the user explicitly asked to remember something; that belongs to long-term "
+                "memory, not this tool"
+            )
+        if self.settings.is_opted_out(ctx.user_id):
+            return "the user asked not to be remembered"
+        return None
+
+    def definition(self, ctx: TurnContext) -> dict[str, Any] | None:
+        """The tool for this turn, or None when unavailable."""
+        settings = self.settings.for_server(ctx.server_id)
+        if self.blocked(ctx, settings) is not None:
+            return None
+        return tool_definition(
+            settings.categories, self.config.max_summary_length, settings.tool_description
+        )
+
+    async def run(self, ctx: TurnContext, arguments: object) -> ToolResult:
+        """Validate the arguments, read the turn's entries, guard, then commit."""
+        settings = self.settings.for_server(ctx.server_id)
+        blocked = self.blocked(ctx, settings)
+        if blocked is not None:
+            return _refused(f"{TOOL_NAME} is not available: {blocked}.")
+        limit = self.config.max_summary_length
+        values = parse_arguments(arguments_model(settings.categories, limit), arguments, limit)
+        if isinstance(values, str):
+            return _refused(values)
+        self.reads.mark_turn_start(ctx)
+        keys = [
+            k
+            for k in turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
+            if k is not None
+        ]
+        try:
+            entries: list[Entry] | ToolResult = await settle(lambda: self._entries(ctx, keys))
+        except Unavailable:
+            # Upgrading without the row would overwrite what it holds (its
+            # contributors among it) with a guess.
+            return _refused(
+                f"{TOOL_NAME} could not be applied: the memory store is unavailable "
+                "right now. Nothing was saved."
+            )
+        except Unsettled:
+            return _refused(
+                f"{TOOL_NAME} could not be applied: the memory is too busy right now. "
+                "Nothing was saved; you may try again later."
+            )
+        if isinstance(entries, ToolResult):
+            return entries
+        return await self._commit(ctx, settings, entries, values)
+
+    async def _entries(self, ctx: TurnContext, keys: list[str]) -> list[Entry] | ToolResult | Again:
+        """The turn's entries, a refusal, or AGAIN when the cache no longer holds one."""
+        entries = [await self._entry(key, ctx) for key in keys]
+        if self._closed() or ctx.disable_short_term_memory_update:
+            return _refused(f"{TOOL_NAME} is not available any more in this turn.")
+        if any(e.deleted for e in entries) or self.reads.overtaken(ctx):
+            return _refused(
+                f"{TOOL_NAME} was not applied: this conversation's memory was "
+                "cleared during the turn. Nothing was saved."
+            )
+        # Reading one key's row can evict the other key's entry when the cache is
+        # full; an upgrade of an entry the cache no longer holds would not be seen.
+        if all(self.cache.peek(e.key) is e for e in entries):
+            return entries
+        return AGAIN
+
+    async def _entry(self, key: str, ctx: TurnContext) -> Entry:
+        entry = await self.reads.live(key)
+        if entry is None:
+            entry = self.reads.new_entry(key, ctx, self.clock(), hydrated=True)
+        return entry
+
+    async def _commit(
+        self,
+        ctx: TurnContext,
+        settings: ServerSettings,
+        entries: list[Entry],
+        values: dict[str, str],
+    ) -> ToolResult:
+        now = self.clock()
+        contributors = {ctx.user_id}
+        for entry in entries:
+            contributors |= entry.turn_users()
+        snapshots = [_Snapshot.of(e) for e in entries]
+        for entry in entries:
+            if settings.summary_mode:
+                entry.summary, entry.categories = values["summary"], {}
+            else:
+                entry.summary, entry.categories = None, {**entry.categories, **values}
+            entry.contributors |= contributors
+            entry.turns_since_refresh = 0
+            entry.last_refreshed_turn += 1
+            entry.version += 1
+            describe(entry, ctx)
+            self.cache.touch(entry, now)
+            self.cache.index_users(entry, contributors)
+        for snapshot in snapshots:
+            snapshot.version = snapshot.entry.version
+        writer = self._writer()
+        # Write in the order the turn made its changes: identity rows from capture first,
+        # then the upgrade (as when every new key was read first, which queued them).
+        writer.queue_dirty()
+        writes = [
+            writer.submit(SaveDistilled(row_of(e)), what=f"upgrade of {e.key}") for e in entries
+        ]
+        try:
+            await asyncio.gather(*writes)
+        except Exception as exc:
+            log.error("short-term memory upgrade not saved (%s): %s", entries[0].key, exc)
+            for snapshot in snapshots:
+                snapshot.restore()
+            return _refused(
+                f"{TOOL_NAME} failed: the memory could not be saved ({exc}). "
+                "Nothing was stored; you may try again later."
+            )
+        ctx.disable_short_term_memory_update = True
+        names = ", ".join(sorted(values))
+        return ToolResult(
+            success=True,
+            message=f"Short-term memory updated ({names}). This is silent: users do not see it, "
+            "so do not mention it.",
+        )
