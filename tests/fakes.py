@@ -1,14 +1,17 @@
-"""A store for tests that wraps a real SQLite store and fails on demand."""
+"""Test doubles that run the production paths: a store that fails or holds its
+transactions on demand, and a scheduler whose time the test moves."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from stm import ShortTermMemory, STMConfig
 from stm.store.base import LoadRows, Op
 from stm.store.sqlite import SQLiteStore
 
-__all__ = ["FaultyStore", "faulty_memory"]
+__all__ = ["FaultyStore", "ManualScheduler", "faulty_memory"]
 
 
 class FaultyStore:
@@ -22,9 +25,44 @@ class FaultyStore:
         self.failures = 0
         self.garbage_reads = False
         self.batches: list[list[str]] = []
+        self._gate: asyncio.Event | None = None
+        self._holding = asyncio.Event()
+        self._ran = asyncio.Event()
+
+    def hold(self) -> None:
+        """Hold the next transactions at the door until ``release``."""
+        self._gate = asyncio.Event()
+        self._holding = asyncio.Event()
+
+    async def holding(self) -> None:
+        """Return once a transaction is held (what it carries is in flight)."""
+        await self._holding.wait()
+
+    def release(self) -> None:
+        """Let held transactions run (and fail, if the store is broken by then)."""
+        if self._gate is not None:
+            self._gate.set()
+            self._gate = None
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Return once ``condition`` holds, checked after every transaction."""
+        while not condition():
+            ran = self._ran
+            await ran.wait()
 
     async def run(self, ops: Sequence[Op]) -> list[object]:
         self.batches.append([type(op).__name__ for op in ops])
+        gate = self._gate
+        if gate is not None:
+            self._holding.set()
+            await gate.wait()
+        try:
+            return await self._run(ops)
+        finally:
+            ran, self._ran = self._ran, asyncio.Event()
+            ran.set()
+
+    async def _run(self, ops: Sequence[Op]) -> list[object]:
         if self.failures:
             self.failures -= 1
             raise OSError("disk unavailable")
@@ -59,3 +97,85 @@ async def faulty_memory(
     store = FaultyStore(await SQLiteStore.open(config.database))
     memory = await ShortTermMemory.open(config, store=store, **memory_options)  # type: ignore[arg-type]
     return memory, store
+
+
+@dataclass(eq=False)
+class _Waiter:
+    deadline: float | None
+    event: asyncio.Event | None
+    woken: asyncio.Future[None]
+
+
+class ManualScheduler:
+    """A ``stm.timing.Scheduler`` whose time moves only when the test calls ``advance``.
+
+    ``idle(name)`` is the gate a test waits at: it returns once the task of that name
+    (``stm-writer``, ``stm-janitor``) is blocked in a wait that nothing has ended yet."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = start
+        self._waiters: dict[str, _Waiter] = {}
+        self._changed = asyncio.Event()
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        await self._block(self._now + seconds, None)
+
+    async def wait(self, event: asyncio.Event, deadline: float | None) -> None:
+        if event.is_set() or (deadline is not None and deadline <= self._now):
+            return
+        waiting = asyncio.ensure_future(event.wait())
+        try:
+            await self._block(deadline, event, also=waiting)
+        finally:
+            waiting.cancel()
+
+    async def _block(
+        self,
+        deadline: float | None,
+        event: asyncio.Event | None,
+        also: asyncio.Future[object] | None = None,
+    ) -> None:
+        task = asyncio.current_task()
+        name = task.get_name() if task is not None else ""
+        waiter = _Waiter(deadline, event, asyncio.get_running_loop().create_future())
+        self._waiters[name] = waiter
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+        try:
+            if also is None:
+                await waiter.woken
+            else:
+                await asyncio.wait({waiter.woken, also}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.woken.cancel()
+            if self._waiters.get(name) is waiter:
+                del self._waiters[name]
+
+    def advance(self, seconds: float) -> None:
+        """Move time on, waking every wait whose deadline has come."""
+        self._now += seconds
+        for waiter in self._waiters.values():
+            due = waiter.deadline is not None and waiter.deadline <= self._now
+            if due and not waiter.woken.done():
+                waiter.woken.set_result(None)
+
+    def next_deadline(self, name: str) -> float | None:
+        """When the wait of task ``name`` ends by itself (None: it does not)."""
+        waiter = self._waiters.get(name)
+        return None if waiter is None else waiter.deadline
+
+    async def idle(self, name: str) -> None:
+        """Return once task ``name`` waits and nothing has woken it yet."""
+        while True:
+            waiter = self._waiters.get(name)
+            if (
+                waiter is not None
+                and not waiter.woken.done()
+                and (waiter.event is None or not waiter.event.is_set())
+            ):
+                return
+            changed = self._changed
+            await changed.wait()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import Clock, Opener, ctx, turn
-from fakes import faulty_memory
+from fakes import ManualScheduler, faulty_memory
 
 from stm import ShortTermMemory, STMConfig
 
@@ -86,28 +86,37 @@ async def test_a_failed_delete_is_retried_until_durable_without_a_flush(
     config: STMConfig, clock: Clock, db_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Nobody waits: the writer keeps retrying the delete until it lands."""
-    memory, store = await faulty_memory(
-        config.model_copy(update={"delete_retry_seconds": 0.01}), clock=clock
-    )
+    scheduler = ManualScheduler()
+    memory, store = await faulty_memory(config, clock=clock, scheduler=scheduler)
     await memory.capture(turn(ctx(), "x"))
     assert (await memory.run_tool(ctx(), {"summary": "DELETE-ME"})).success
     store.failures = 4
+    waits = []
     with caplog.at_level(logging.WARNING, logger="stm.writer"):
         await memory.clear_short_term_memory_for_channel(10)
-        for _ in range(2000):  # bounded: the retries are what is tested, not their speed
-            if not store.failures and not memory.writer.pending:
-                break
-            await asyncio.sleep(0.005)
+        for _ in range(10):  # bounded: four failures need four waits
+            await scheduler.idle("stm-writer")
+            retry_at = scheduler.next_deadline("stm-writer")
+            if retry_at is None:
+                break  # nothing left to retry
+            waits.append(retry_at - scheduler.now())
+            scheduler.advance(retry_at - scheduler.now())
     assert store.failures == 0 and memory.writer.pending == 0
+    # Backoff doubles from delete_retry_seconds.
+    assert waits[:4] == pytest.approx([0.05, 0.1, 0.2, 0.4])
     assert "clearing channel 10" in caplog.text
     assert rows(db_path) == {}
     await memory.close()
 
 
-async def test_close_waits_for_everything_in_flight(open_memory: Opener, db_path: Path) -> None:
+async def test_close_waits_for_everything_in_flight(
+    config: STMConfig, clock: Clock, db_path: Path
+) -> None:
     """close() right after work was started (not awaited) finishes it all: the upgrade,
     the write-behind of captures, the clear and the purge."""
-    first = await open_memory(write_behind_seconds=3600)
+    first, store = await faulty_memory(
+        config.model_copy(update={"write_behind_seconds": 3600}), clock=clock
+    )
     await first.capture(turn(ctx(channel=11), "gone"))
     assert (await first.run_tool(ctx(channel=11), {"summary": "CLEARED"})).success
     await first.capture(turn(ctx(user=3, channel=12), "purged"))
@@ -115,14 +124,17 @@ async def test_close_waits_for_everything_in_flight(open_memory: Opener, db_path
     for channel in (10, *range(20, 40)):
         await first.capture(turn(ctx(channel=channel), "hot"))  # no hydration left to wait for
     await first.flush()
+    store.hold()
     upgrade = asyncio.create_task(first.run_tool(ctx(channel=10), {"summary": "IN-FLIGHT"}))
-    await asyncio.sleep(0)  # submitted to the writer, not yet committed
-    # Queued while the writer may be busy with the upgrade: close() must wait for these.
+    await store.holding()  # the upgrade's transaction is at the store, not committed
+    # Queued while the writer is busy with the upgrade: close() must wait for these.
     for channel in range(20, 40):
         await first.capture(turn(ctx(channel=channel), "behind"))
     await first.clear_short_term_memory_for_channel(11)
     await first.clear_short_term_memory_for_user(3)
-    await first.close()
+    closing = asyncio.create_task(first.close())
+    store.release()
+    await closing
     assert (await upgrade).success
     stored = rows(db_path)
     assert stored["shortterm:server:100:10"] == "IN-FLIGHT"

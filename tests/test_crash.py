@@ -171,6 +171,7 @@ def wait_for_start(log_path: Path, start: int, proc: subprocess.Popen[bytes]) ->
     raise AssertionError("the writer never started")
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_keeps_every_promise(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

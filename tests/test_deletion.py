@@ -6,9 +6,10 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from conftest import Opener, ctx, turn
+from conftest import Clock, Opener, ctx, turn
+from fakes import faulty_memory
 
-from stm import ShortTermMemory
+from stm import ShortTermMemory, STMConfig
 
 
 def keys_in_file(db_path: object) -> set[str]:
@@ -122,32 +123,41 @@ async def test_purged_text_leaves_no_bytes_on_disk(
 
 
 async def test_upgrade_racing_a_clear_does_not_come_back(
-    memory: ShortTermMemory, db_path: object
+    config: STMConfig, clock: Clock, db_path: object
 ) -> None:
     """A clear issued while an upgrade is in flight wins in the cache and in the file."""
+    memory, store = await faulty_memory(config, clock=clock)
     c = ctx()
     await memory.capture(turn(c, "x"))
+    store.hold()
     upgrade = asyncio.create_task(memory.run_tool(c, {"summary": "RACING"}))
-    await asyncio.sleep(0)
+    await store.holding()  # the upgrade's commit is in flight
     await memory.clear_short_term_memory_for_channel(10)
+    store.release()
     await upgrade
     await memory.flush()
     assert await memory.get_entry("shortterm:server:100:10") is None
     assert keys_in_file(db_path) == set()
+    await memory.close()
 
 
-async def test_hydration_racing_a_clear_does_not_resurrect(open_memory: Opener) -> None:
+async def test_hydration_racing_a_clear_does_not_resurrect(
+    open_memory: Opener, config: STMConfig, clock: Clock
+) -> None:
     """A row read just before a clear is not put back into the cache."""
     first = await open_memory()
     await remember(first, "OLD")
     await first.close()
-    second = await open_memory()
+    second, store = await faulty_memory(config, clock=clock)
+    store.hold()
     reading = asyncio.create_task(second.build_context(ctx()))
-    await asyncio.sleep(0)
+    await store.holding()  # the row is being read
     await second.clear_short_term_memory_for_channel(10)
+    store.release()
     context = await reading
     assert "OLD" not in str(context)
     assert await second.get_entry("shortterm:server:100:10") is None
+    await second.close()
 
 
 async def test_capture_after_clear_is_new_memory(memory: ShortTermMemory) -> None:

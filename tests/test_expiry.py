@@ -7,10 +7,11 @@ import json
 import sqlite3
 
 from conftest import Clock, Opener, ctx, turn
+from fakes import ManualScheduler
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stm import ShortTermMemory
+from stm import ShortTermMemory, STMConfig
 from stm.cache import Entry, MemoryCache
 from stm.expiry import EXPIRED_SQL, row_expired
 
@@ -92,18 +93,20 @@ async def test_expired_rows_are_not_hydrated_after_restart(
         ).fetchone() == (0,)
 
 
-async def test_janitor_runs_on_its_interval(open_memory: Opener, clock: Clock) -> None:
-    """The background janitor runs every janitor_interval_minutes."""
-    import asyncio
-
-    memory = await open_memory(janitor_interval_minutes=0.001)
-    await memory.capture(turn(ctx(), "x"))
-    clock.advance(hours=13)
-    for _ in range(100):
-        await asyncio.sleep(0.01)
-        if len(memory.cache) == 0:
-            break
-    assert len(memory.cache) == 0
+async def test_janitor_runs_on_its_interval(config: STMConfig, clock: Clock) -> None:
+    """The background janitor runs every janitor_interval_minutes, not before."""
+    scheduler = ManualScheduler()
+    hourly = config.model_copy(update={"janitor_interval_minutes": 60})
+    async with ShortTermMemory.open(hourly, clock=clock, scheduler=scheduler) as memory:
+        await memory.capture(turn(ctx(), "x"))
+        clock.advance(hours=13)
+        await scheduler.idle("stm-janitor")
+        scheduler.advance(59 * 60)
+        await scheduler.idle("stm-janitor")
+        assert len(memory.cache) == 2  # not yet (both keys held): an hour has not passed
+        scheduler.advance(60)
+        await scheduler.idle("stm-janitor")  # asleep again: its pass is done
+        assert len(memory.cache) == 0
 
 
 async def memory_upgrade(memory: ShortTermMemory, text: str) -> None:

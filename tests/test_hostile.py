@@ -243,6 +243,7 @@ def fuzz(h: Harness, server: int, examples: int) -> None:
     case()
 
 
+@pytest.mark.slow
 def test_fuzzed_arguments_in_summary_mode(
     harness: Harness, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -253,6 +254,7 @@ def test_fuzzed_arguments_in_summary_mode(
         print(f"\nhostile arguments, summary mode: {harness.cases - before} cases")
 
 
+@pytest.mark.slow
 def test_fuzzed_arguments_in_category_mode(
     harness: Harness, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -264,7 +266,12 @@ def test_fuzzed_arguments_in_category_mode(
 
 
 def test_stored_rows_stay_within_limits(harness: Harness) -> None:
-    """After the fuzzing, every durable value is clean and within max_summary_length."""
+    """Every durable value is clean and within max_summary_length: after the fuzzing, and
+    when run alone, after the known-hostile fragments were written in both modes."""
+    for payload in FRAGMENTS:
+        for server in (SUMMARY_SERVER, CATEGORY_SERVER):
+            check_case(harness, server, {"summary": f"a {payload} b"})
+            check_case(harness, server, {"mood": payload, "plans_everyone": f"x{payload}y"})
     harness.runner.run(harness.memory.flush())
     store: Any = harness.memory.store
     rows = harness.runner.run(store.execute("SELECT summary, categories FROM short_term_memories"))

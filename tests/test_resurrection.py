@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Clock, scaled, seed_for
+from fakes import FaultyStore
 
 from stm import (
     DialogueMessage,
@@ -45,6 +46,7 @@ from stm import (
     STMConfig,
     TurnContext,
 )
+from stm.store.sqlite import SQLiteStore
 
 TOKEN = re.compile(r"qz(\d+)x")
 USERS = (1, 2, 3)
@@ -401,6 +403,7 @@ class Run:
             await self.m.close()
 
 
+@pytest.mark.slow
 async def test_nothing_deleted_comes_back(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -470,12 +473,15 @@ async def test_a_read_in_flight_across_a_janitor_pass_does_not_revive_expired_me
     async with ShortTermMemory.open(config, clock=clock) as memory:
         await memory.capture(said("first"))
         assert (await memory.run_tool(ctx.model_copy(), {"summary": "EXPIRED-SUMMARY"})).success
-    async with ShortTermMemory.open(config, clock=clock) as memory:
+    store = FaultyStore(await SQLiteStore.open(config.database))
+    async with ShortTermMemory.open(config, store=store, clock=clock) as memory:
+        store.hold()
         await memory.capture(said("cold capture"))
-        await asyncio.sleep(0)  # the background hydration has asked for the row
+        await store.holding()  # the background hydration is reading the row
         clock.advance(hours=config.summary_ttl_hours + 1)
         await memory.run_janitor()
         await memory.capture(said("after expiry"))
+        store.release()
         await memory.flush()
         entry = await memory.get_entry("shortterm:server:100:10")
         assert entry is not None and entry.summary is None
@@ -493,12 +499,15 @@ async def test_a_clear_during_the_recall_read_is_not_rendered(tmp_path: Path) ->
     async with ShortTermMemory.open(config) as memory:
         await memory.capture(turn_event)
         assert (await memory.run_tool(ctx.model_copy(), {"summary": "CLEARED-MID-READ"})).success
-    async with ShortTermMemory.open(config) as memory:
+    store = FaultyStore(await SQLiteStore.open(config.database))
+    async with ShortTermMemory.open(config, store=store) as memory:
         await memory.capture(turn_event)  # the entry is hot again, its recall group is not
         await memory.flush()
+        store.hold()
         building = asyncio.create_task(memory.build_context(ctx.model_copy()))
-        await asyncio.sleep(0)  # it now waits for the recall group's rows
+        await store.holding()  # it now waits for the recall group's rows
         await memory.clear_short_term_memory_for_channel(10)
+        store.release()
         assert "CLEARED-MID-READ" not in str(await building)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-from conftest import Opener, ctx, turn
+from conftest import Clock, Opener, ctx, turn
+from fakes import faulty_memory
 
-from stm import Category, ShortTermMemory
+from stm import Category, ShortTermMemory, STMConfig
 
 
 def durable_rows(db_path: object) -> dict[str, tuple[object, ...]]:
@@ -142,3 +143,63 @@ async def test_a_lone_category_labelled_summary_keeps_its_description(
     entry = await memory.get_entry("shortterm:server:100:10")
     assert entry is not None
     assert entry.summary is None and entry.categories == {"summary": "Seeking the amulet."}
+
+
+async def test_an_upgrade_is_refused_when_its_channel_was_cleared_during_the_turn(
+    memory: ShortTermMemory,
+) -> None:
+    """The model saw the memory before /refresh; its summary would bring it back."""
+    c = ctx()
+    await memory.capture(turn(c, "SECRET-PLAN"))
+    await memory.build_context(c)  # the turn begins: its prompt is built
+    await memory.clear_short_term_memory_for_channel(10)
+    result = await memory.run_tool(c, {"summary": "They discussed SECRET-PLAN."})
+    assert not result.success and "cleared during the turn" in result.message
+    assert await memory.get_entry("shortterm:server:100:10") is None
+    assert await memory.get_entry("shortterm:user:1:10") is None
+
+
+async def test_a_failed_upgrade_does_not_restore_what_a_purge_removed_meanwhile(
+    config: STMConfig, clock: Clock
+) -> None:
+    """Rollback guard: the snapshot of an upgrade whose commit fails is put back only on
+    entries nothing changed since; a purge during the commit stays in force."""
+    memory, store = await faulty_memory(config, clock=clock)
+    other, here = ctx(user=2), ctx(user=1)
+    await memory.capture(turn(other, "user two speaks"))
+    assert (await memory.run_tool(other, {"summary": "USER2-SECRET"})).success
+    await memory.capture(turn(here, "user one speaks"))
+    store.hold()
+    upgrade = asyncio.create_task(memory.run_tool(here, {"summary": "Both spoke."}))
+    await store.holding()  # the upgrade's commit is in flight
+    await memory.clear_short_term_memory_for_user(2)
+    store.failures = 1
+    store.release()
+    result = await upgrade
+    assert not result.success and "could not be saved" in result.message
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None and entry.summary is None
+    await memory.flush()
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None and entry.summary is None
+    await memory.close()
+
+
+async def test_a_failed_upgrade_restores_the_entries_it_changed(
+    config: STMConfig, clock: Clock
+) -> None:
+    """Rollback: when the commit fails and nothing else changed the entry, the turn's
+    counters and the summary from before are back."""
+    memory, store = await faulty_memory(config, clock=clock)
+    c = ctx()
+    await memory.capture(turn(c, "x"))
+    assert (await memory.run_tool(c, {"summary": "BEFORE"})).success
+    await memory.capture(turn(ctx(), "y"))
+    store.failures = 1
+    result = await memory.run_tool(ctx(), {"summary": "AFTER"})
+    assert not result.success
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None
+    assert entry.summary == "BEFORE" and entry.turns_since_refresh == 1
+    assert entry.last_refreshed_turn == 1
+    await memory.close()

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 from conftest import Clock, ctx, turn
-from fakes import FaultyStore, faulty_memory
+from fakes import FaultyStore, ManualScheduler, faulty_memory
 
 from stm import DurabilityError, ShortTermMemory, STMConfig
 
@@ -124,17 +124,22 @@ async def test_purges_and_clears_schedule_a_scrub_without_a_flush(
 ) -> None:
     """The file is rewritten soon after a purge or clear even if nobody calls flush(),
     once per burst of deletes; the janitor's deletes need none."""
-    import asyncio
-
-    memory, store = await faulty_memory(config.model_copy(update={"scrub_delay_seconds": 0.05}))
+    scheduler = ManualScheduler()
+    memory, store = await faulty_memory(
+        config.model_copy(update={"scrub_delay_seconds": 30}), scheduler=scheduler
+    )
     await memory.capture(turn(ctx(), "x"))
     await memory.run_janitor()
+    await scheduler.idle("stm-writer")
+    assert not any("Scrub" in batch for batch in store.batches)  # the janitor's needs none
     await memory.clear_short_term_memory_for_channel(10)
     await memory.clear_short_term_memory_for_user(2)
-    for _ in range(200):
-        if any("Scrub" in batch for batch in store.batches):
-            break
-        await asyncio.sleep(0.01)
+    await scheduler.idle("stm-writer")
+    scheduler.advance(29)
+    await scheduler.idle("stm-writer")
+    assert not any("Scrub" in batch for batch in store.batches)  # not due yet
+    scheduler.advance(1)
+    await scheduler.idle("stm-writer")
     scrubs = sum(batch.count("Scrub") for batch in store.batches)
     assert scrubs == 1
     await memory.close()
