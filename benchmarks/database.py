@@ -11,11 +11,12 @@ is reported as skipped with the library's own message.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from subprocess import PIPE
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -61,9 +62,14 @@ async def _admin(url: str, statement: str) -> None:
             await connection.close()
         return
     try:
-        subprocess.run(["psql", url, "-qc", statement], check=True, capture_output=True)
+        psql = await asyncio.create_subprocess_exec(
+            "psql", url, "-qc", statement, stdout=PIPE, stderr=PIPE
+        )
     except FileNotFoundError:
-        raise Skipped("neither asyncpg nor psql is installed to create a scratch database")
+        raise Skipped("neither asyncpg nor psql is installed to create databases") from None
+    _, error = await psql.communicate()
+    if psql.returncode:
+        raise RuntimeError(error.decode(errors="replace").strip())
 
 
 @asynccontextmanager
