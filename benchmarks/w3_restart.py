@@ -35,7 +35,7 @@ async def _open_seconds(path: str, clock: Any) -> tuple[float, Any]:
 async def run_stm(quick: bool) -> dict[str, Any]:
     from stm import TurnContext
 
-    source, layout = bigdb.ensure(quick)
+    source, layout = bigdb.ensure(10_000 if quick else 1_000_000)
     users = layout.users
     clock = shifted_clock(layout.now)
     rng = random.Random(3)
@@ -46,7 +46,7 @@ async def run_stm(quick: bool) -> dict[str, Any]:
         empty = str(folder / "empty.sqlite3")
         await (await _open_seconds(empty, clock))[1].close()
         big = bigdb.copy(source, folder)
-        big.read_bytes()  # into the page cache, so both files are read from memory
+        bigdb.warm(big)  # into the page cache, so both files are read from memory
         opens: dict[str, list[float]] = {empty: [], str(big): []}
         for _ in range(5):
             for name, seconds in opens.items():
