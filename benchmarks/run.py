@@ -1,12 +1,16 @@
 """Run every workload, each system in its own fresh process, and write the report.
 
-    python -m benchmarks.run                 # the full run (about 6 minutes on 2 cores)
+    python -m benchmarks.run                 # the full run (about 12 minutes on 2 cores)
     python -m benchmarks.run --quick         # small sizes, a smoke test of the suite
     python -m benchmarks.run --only W1,W3 --reps 3
+    python -m benchmarks.run --database postgresql://postgres@127.0.0.1:5432/postgres
 
 Writes ``results.json``, ``results.md`` and ``results.png`` to
 ``benchmarks/results/`` (or ``--out``). Figures are medians over the
 repetitions with their min-max spread; ratios compare medians of one run.
+The PostgreSQL rows run against scratch databases created on the server that
+``--database`` (or ``STM_DATABASE``) names; without one they are reported as
+skipped, with the reason.
 """
 
 from __future__ import annotations
@@ -28,15 +32,33 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Each workload and the systems measured in it, in the order of the report.
 PLAN: list[tuple[str, list[str]]] = [
-    ("W1", ["stm", "stm-restarted", "langgraph", "langchain", "deque", "sqlite3"]),
-    ("W2", ["stm", "sqlite3"]),
+    (
+        "W1",
+        ["stm", "stm-restarted", "stm-postgresql", "langgraph", "langchain", "deque", "sqlite3"],
+    ),
+    (
+        "W2",
+        [
+            "stm",
+            "stm-2proc",
+            "stm-postgresql",
+            "stm-postgresql-2proc",
+            "sqlite3-group",
+            "sqlite3-per-row",
+        ],
+    ),
     ("W3", ["stm"]),
-    ("W4", ["stm"]),
+    ("W4", ["stm-small", "stm-medium", "stm-large", "stm-postgresql"]),
     ("W5", ["stm", "stm-tracemalloc", "stm-cap", "deque"]),
 ]
-# Peers are slow (milliseconds per turn), and memory readings barely vary: fewer
-# repetitions keep the run short.
-SLOW = {("W1", "langgraph"), ("W1", "langchain"), *(("W5", s) for s in dict(PLAN)["W5"])}
+# Peers are slow (milliseconds per turn), purges at millions of rows take seconds, and
+# memory readings barely vary: fewer repetitions keep the run short.
+SLOW = {
+    ("W1", "langgraph"),
+    ("W1", "langchain"),
+    *(("W4", s) for s in dict(PLAN)["W4"]),
+    *(("W5", s) for s in dict(PLAN)["W5"]),
+}
 
 
 def run_one(workload: str, system: str, quick: bool) -> dict[str, Any]:
@@ -56,7 +78,7 @@ def aggregate(reps: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"reps": len(reps)}
     for name, first in reps[0].items():
         values = [r[name] for r in reps]
-        if isinstance(first, bool) or not isinstance(first, int | float):
+        if isinstance(first, bool) or not isinstance(first, int | float) or len(reps) == 1:
             out[name] = first
             continue
         out[name] = {
@@ -74,10 +96,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--slow-reps", type=int, default=3, help="repetitions of slow peers")
     parser.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W3")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--database",
+        default="",
+        help="a postgresql:// server for the PostgreSQL rows (default: $STM_DATABASE if one)",
+    )
     args = parser.parse_args(argv)
     only = {w.strip().upper() for w in args.only.split(",") if w.strip()}
+    if args.database:
+        os.environ["STM_BENCH_DATABASE"] = args.database
 
     results: dict[str, dict[str, Any]] = {}
+    load_before = os.getloadavg()  # the machine may be shared: the report says how busy
     started = time.time()
     for workload, systems in PLAN:
         if only and workload not in only:
@@ -89,7 +119,11 @@ def main(argv: list[str] | None = None) -> None:
             for i in range(count):
                 print(f"{workload} {system} rep {i + 1}/{count}", file=sys.stderr, flush=True)
                 reps.append(run_one(workload, system, args.quick))
+                if "skipped" in reps[-1]:
+                    print(f"  skipped: {reps[-1]['skipped']}", file=sys.stderr, flush=True)
+                    break
             results[workload][system] = aggregate(reps)
+    load_after = os.getloadavg()
     report = {
         "when": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "seconds": round(time.time() - started, 1),
@@ -98,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in load_after],
         },
         "results": results,
     }

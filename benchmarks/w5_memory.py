@@ -4,12 +4,15 @@ Every key is a DM channel (one key per turn, so no message is shared between
 keys) filled with a full window of 120- and 240-character messages. "Beyond
 the message text" subtracts the UTF-8 bytes of the message contents held.
 The capped run creates the same keys with ``cache_max_keys`` at a fifth of
-them: least recently used entries are evicted and memory stays bounded.
+them: least recently used entries are evicted and memory stays bounded. The
+floor is a dict of bounded deques holding the same fields per key and per
+message as the library's cache entries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import tracemalloc
 from collections import deque
 from typing import Any
@@ -92,22 +95,33 @@ async def run_stm(keys: int, cap: int | None, trace: bool) -> dict[str, Any]:
 
 
 async def run_deque(keys: int) -> dict[str, Any]:
-    # The floor: each key's window as a bounded deque of (role, content, author) tuples.
+    # The floor holds what an entry holds for this workload, in plain containers: per key
+    # its scope, ids, last update and turn counter, and a bounded deque of messages with
+    # every field of the library's StoredMessage (role, content, speaker name, author id,
+    # timestamp, the user whose turn it was).
     settle()
     base = rss_bytes()
-    store: dict[str, deque[tuple[str, str, int]]] = {}
+    now = time.time
+    store: dict[str, list[Any]] = {}
     for k in range(keys):
-        window = store[f"shortterm:user:{1_000_000 + k}:{2_000_000 + k}"] = deque(maxlen=WINDOW)
+        user, channel, name = 1_000_000 + k, 2_000_000 + k, f"u{k}"
+        window: deque[tuple[str, str, str, int | None, float, int]] = deque(maxlen=WINDOW)
+        record = store[f"shortterm:user:{user}:{channel}"] = [
+            "user", None, user, channel, 0.0, 0, window,
+        ]  # fmt: skip
         for user_text, reply in _contents(k):
-            window.append(("user", user_text, 1_000_000 + k))
-            window.append(("assistant", reply, 1))
+            window.append(("user", user_text, name, user, now(), user))
+            window.append(("assistant", reply, "", 1, now(), user))
+            record[4] = now()
+            record[5] += 1
     settle()
     grown = rss_bytes() - base
-    text_bytes = sum(len(c.encode()) for w in store.values() for _, c, _ in w)
+    windows = [r[6] for r in store.values()]
+    text_bytes = sum(len(m[1].encode()) for w in windows for m in w)
     return {
         "keys_created": keys,
         "keys_held": len(store),
-        "full_windows": sum(len(w) == WINDOW for w in store.values()),
+        "full_windows": sum(len(w) == WINDOW for w in windows),
         "bytes_grown": grown,
         "text_bytes": text_bytes,
         "mb_per_100k_keys": grown / keys * 100_000 / 2**20,
