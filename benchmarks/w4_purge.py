@@ -55,7 +55,7 @@ class Population:
 
 
 async def _durable_deletes(
-    memory: Any, population: Population, rng: random.Random, count: int
+    memory: Any, population: Population, targets: list[int], count: int, rng: random.Random
 ) -> dict[str, Any]:
     writer_flush = getattr(memory.writer, "flush", None)
     no_scrub = writer_flush is not None and "scrub" in inspect.signature(writer_flush).parameters
@@ -67,7 +67,6 @@ async def _durable_deletes(
             await memory.flush()
 
     times: dict[str, list[float]] = {"user": [], "user_in_server": [], "channel": []}
-    targets = rng.sample(range(1, population.users + 1), 2 * count)
     for user in targets[:count]:
         t0 = time.perf_counter()
         await memory.clear_short_term_memory_for_user(user)
@@ -92,7 +91,7 @@ async def _durable_deletes(
     return out
 
 
-async def _stalls(memory: Any, population: Population, rng: random.Random) -> dict[str, Any]:
+async def _stalls(memory: Any, targets: list[int]) -> dict[str, Any]:
     from stm import TurnContext
 
     upgrades: list[tuple[float, float]] = []
@@ -119,7 +118,7 @@ async def _stalls(memory: Any, population: Population, rng: random.Random) -> di
     windows: list[tuple[float, float]] = []
     try:
         await asyncio.sleep(0.5)  # the undisturbed rate first
-        for user in rng.sample(range(1, population.users + 1), PURGES):
+        for user in targets:
             t0 = time.perf_counter()
             await memory.clear_short_term_memory_for_user(user)
             await memory.flush()
@@ -149,9 +148,12 @@ async def _stalls(memory: Any, population: Population, rng: random.Random) -> di
 
 async def _measure(memory: Any, population: Population, quick: bool) -> dict[str, Any]:
     rng = random.Random(4)
-    out: dict[str, Any] = {"rows": population.rows, "purges_each": 10 if quick else 30}
-    out.update(await _durable_deletes(memory, population, rng, out["purges_each"]))
-    out.update(await _stalls(memory, population, rng))
+    count = 10 if quick else 30
+    # Users nobody purged yet, so every timed purge has rows to delete and text to erase.
+    targets = rng.sample(range(1, population.users + 1), 2 * count + PURGES)
+    out: dict[str, Any] = {"rows": population.rows, "purges_each": count}
+    out.update(await _durable_deletes(memory, population, targets[: 2 * count], count, rng))
+    out.update(await _stalls(memory, targets[2 * count :]))
     out["purges_with_flush"] = PURGES
     out["upgraders"] = UPGRADERS
     return out
