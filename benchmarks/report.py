@@ -354,7 +354,7 @@ def chart(report: dict[str, Any], path: Path) -> None:
         if w == "W1":
             bars(
                 ax,
-                [label(w, n).split(" (")[0].split(",")[0] for n in names],
+                [label(w, n).split(" (")[0].split(", a ")[0] for n in names],
                 [data[n]["p50_us"] for n in names],
                 "W1 chat turn, p50 (log)",
                 "µs per turn",
