@@ -56,7 +56,8 @@ class Layout:
 def _migration() -> tuple[list[str], list[str], int]:
     from stm.store.sqlite import MIGRATIONS
 
-    tables, indexes = [], []
+    tables: list[str] = []
+    indexes: list[str] = []
     for migration in MIGRATIONS:
         for statement in migration.split(";"):
             if statement.strip():

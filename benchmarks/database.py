@@ -51,7 +51,7 @@ def _with_database(url: str, name: str) -> str:
 async def _admin(url: str, statement: str) -> None:
     """Run one statement against the server's maintenance database (asyncpg, else psql)."""
     try:
-        import asyncpg  # type: ignore[import-untyped]
+        import asyncpg
     except ImportError:
         asyncpg = None
     if asyncpg is not None:

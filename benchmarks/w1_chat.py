@@ -15,7 +15,7 @@ import asyncio
 import sqlite3
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,7 +185,7 @@ async def run_langgraph(channels: int, per_channel: int) -> dict[str, Any]:
     def keep_window(state: MessagesState) -> dict[str, Any]:
         # The node a chat bot would have: it sees the window and keeps it bounded.
         old = state["messages"][:-WINDOW]
-        return {"messages": [RemoveMessage(id=m.id) for m in old]} if old else {}
+        return {"messages": [RemoveMessage(id=str(m.id)) for m in old]} if old else {}
 
     builder = StateGraph(MessagesState)
     builder.add_node("remember", keep_window)
@@ -200,9 +200,9 @@ async def run_langgraph(channels: int, per_channel: int) -> dict[str, Any]:
 
             def step(turn: Turn) -> Callable[[], Awaitable[Any]]:
                 async def run() -> None:
-                    payload = {"messages": [HumanMessage(turn.user), AIMessage(turn.reply)]}
-                    config = {"configurable": {"thread_id": str(turn.channel)}}
-                    state = await graph.ainvoke(payload, config)  # type: ignore[arg-type]
+                    payload: Any = {"messages": [HumanMessage(turn.user), AIMessage(turn.reply)]}
+                    config: Any = {"configurable": {"thread_id": str(turn.channel)}}
+                    state = await graph.ainvoke(payload, config)
                     windows[turn.channel] = [str(m.content) for m in state["messages"]]
 
                 return run
@@ -336,7 +336,7 @@ def _check(
     return out
 
 
-SYSTEMS: dict[str, Callable[[int, int], Awaitable[dict[str, Any]]]] = {
+SYSTEMS: dict[str, Callable[[int, int], Coroutine[Any, Any, dict[str, Any]]]] = {
     "stm": run_stm,
     "stm-restarted": run_stm_restarted,
     "stm-postgresql": run_stm_postgresql,

@@ -25,7 +25,7 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from subprocess import PIPE
@@ -341,7 +341,7 @@ async def run_sqlite3_per_row(callers: int, per_caller: int) -> dict[str, Any]:
     }
 
 
-SYSTEMS: dict[str, Callable[[int, int], Awaitable[dict[str, Any]]]] = {
+SYSTEMS: dict[str, Callable[[int, int], Coroutine[Any, Any, dict[str, Any]]]] = {
     "stm": run_stm,
     "stm-2proc": run_stm_two_processes,
     "stm-postgresql": run_stm_postgresql,

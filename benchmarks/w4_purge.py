@@ -61,7 +61,7 @@ async def _durable_deletes(
     no_scrub = writer_flush is not None and "scrub" in inspect.signature(writer_flush).parameters
 
     async def durable() -> None:
-        if no_scrub:
+        if no_scrub and writer_flush is not None:
             await writer_flush(scrub=False)
         else:
             await memory.flush()
