@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 from typing import Literal
 
 import pydantic
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PrivateAttr, StrictBool
 
 from .config import RenderMode
+from .ids import Id, Name
 
 __all__ = [
     "DEFAULT_CATEGORY",
@@ -34,21 +35,23 @@ def utcnow() -> datetime:
 class TurnContext(BaseModel):
     """Who and where one generation happens, and that generation's flags."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Assignment is validated too: a host that changes a field after construction
+    # cannot slip past the checks.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    user_id: int
-    channel_id: int
-    server_id: int | None = None
-    persona_id: int | None = None
-    user_name: str = ""
-    bot_name: str = "Assistant"
-    channel_name: str | None = None
-    server_name: str | None = None
-    parent_channel_id: int | None = None
-    channel_is_private: bool = False
+    user_id: Id
+    channel_id: Id
+    server_id: Id | None = None
+    persona_id: Id | None = None
+    user_name: Name = ""
+    bot_name: Name = "Assistant"
+    channel_name: Name | None = None
+    server_name: Name | None = None
+    parent_channel_id: Id | None = None
+    channel_is_private: StrictBool = False
     user_text: str = ""
-    explicit_memory_intent: bool = False
-    disable_short_term_memory_update: bool = False
+    explicit_memory_intent: StrictBool = False
+    disable_short_term_memory_update: StrictBool = False
     # How many deletions the memory had made when this turn first reached it.
     _deletion_seq: int | None = PrivateAttr(default=None)
 
@@ -65,8 +68,8 @@ class DialogueMessage(BaseModel):
 
     role: Literal["user", "assistant"]
     content: str
-    author_id: int | None = None
-    speaker_name: str = ""
+    author_id: Id | None = None
+    speaker_name: Name = ""
     timestamp: AwareDatetime = Field(default_factory=utcnow)
 
 
@@ -77,7 +80,7 @@ class GenerationFinished(BaseModel):
 
     context: TurnContext
     messages: list[DialogueMessage]
-    stopped: bool = False
+    stopped: StrictBool = False
 
 
 class ToolResult(BaseModel):

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from .config import STMConfig
 from .errors import InvalidInput
+from .ids import check_id
 from .models import DEFAULT_CATEGORY, Category, ServerSettings
 
 __all__ = ["SettingsBook", "invalid_input"]
@@ -74,6 +75,8 @@ class SettingsBook:
     def with_categories(self, server_id: int, categories: Iterable[Category]) -> ServerSettings:
         """The server's settings with these categories (none: the default ``summary``)."""
         current = self._configurable(server_id)
+        if isinstance(categories, str | bytes) or not isinstance(categories, Iterable):
+            raise InvalidInput(f"categories must be a list of Category, not {categories!r:.40}")
         chosen = tuple(categories)
         for category in chosen:
             if not isinstance(category, Category):
@@ -86,9 +89,9 @@ class SettingsBook:
         return current.model_copy(update={"categories": chosen or (DEFAULT_CATEGORY,)})
 
     def _configurable(self, server_id: int | None) -> ServerSettings:
-        if server_id is None or isinstance(server_id, bool) or not isinstance(server_id, int):
+        if server_id is None:
             raise InvalidInput("server settings need a server id (DMs use the global defaults)")
-        return self.for_server(server_id)
+        return self.for_server(check_id(server_id, "server_id"))
 
     def set(self, server_id: int, settings: ServerSettings) -> None:
         """Put saved settings in force."""
