@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PrivateAttr, StrictBool
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictInt,
+)
 
 from .config import RenderMode
 from .ids import Id, Name
+from .text import clean_name
 
 __all__ = [
     "DEFAULT_CATEGORY",
@@ -118,12 +129,18 @@ class PromptContext:
         return bool(self.blocks) or self.nudge is not None
 
 
+def _one_line(limit: int) -> Callable[[str], str]:
+    return lambda text: clean_name(text, limit)
+
+
 @pydantic.dataclasses.dataclass(frozen=True)
 class Category:
     """A named field of the distilled memory of a server: ``Category(label, description)``."""
 
-    label: str = Field(min_length=1, max_length=100)
-    description: str = Field("", max_length=1000)
+    # Labels and descriptions reach the prompt (as labels and in the tool's schema): one
+    # line each, cleaned like a tool argument.
+    label: Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_one_line(100))]
+    description: Annotated[str, Field(max_length=1000), AfterValidator(_one_line(1000))] = ""
 
     def __post_init__(self) -> None:
         if not self.label.strip():
@@ -147,14 +164,14 @@ class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
     render_mode: RenderMode = "crude_summary"
-    refresh_cadence: int = Field(5, ge=1, le=10_000)
-    crude_message_count: int = Field(6, ge=0, le=1000)
+    refresh_cadence: StrictInt = Field(5, ge=1, le=10_000)
+    crude_message_count: StrictInt = Field(6, ge=0, le=1000)
     categories: tuple[Category, ...] = (DEFAULT_CATEGORY,)
     tool_description: str | None = Field(None, max_length=1024)
     nudge_text: str | None = Field(None, max_length=1024)
-    nudge_depth: int = Field(2, ge=-1, le=100)
-    content_depth: int = Field(-1, ge=-1, le=100)
-    enabled: bool = True
+    nudge_depth: StrictInt = Field(2, ge=-1, le=100)
+    content_depth: StrictInt = Field(-1, ge=-1, le=100)
+    enabled: StrictBool = True
 
     @property
     def summary_mode(self) -> bool:

@@ -16,6 +16,7 @@ from .config import STMConfig
 from .errors import InvalidInput
 from .ids import check_id
 from .models import DEFAULT_CATEGORY, Category, ServerSettings
+from .slugs import slugify
 
 __all__ = ["SettingsBook", "invalid_input"]
 
@@ -86,6 +87,18 @@ class SettingsBook:
                 f"at most {self.max_categories} categories per server "
                 f"(got {len(chosen)}; see STM_MAX_CATEGORIES)"
             )
+        # Stored values are keyed by slug. Were two labels to share one, the second would
+        # get a numbered slug that changes when the first is removed, and the removed
+        # category's values would then show under the other's label.
+        seen: dict[str, str] = {}
+        for category in chosen:
+            slug = slugify(category.label)
+            if slug in seen:
+                raise ValueError(
+                    f"categories {seen[slug]!r} and {category.label!r} would share the tool "
+                    f"field {slug!r}: give them labels that differ in letters or digits"
+                )
+            seen[slug] = category.label
         return current.model_copy(update={"categories": chosen or (DEFAULT_CATEGORY,)})
 
     def _configurable(self, server_id: int | None) -> ServerSettings:
