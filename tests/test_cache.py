@@ -79,7 +79,6 @@ async def test_evicted_durable_entries_rehydrate_on_demand(open_memory: Opener) 
     assert "S0" in str(await memory.build_context(ctx(channel=0)))
 
 
-
 def capture(cache: MemoryCache, user: int, key: str, now: float, window: int) -> None:
     """What the facade does with one turn's messages under one key."""
     entry = cache.get(key, now)
