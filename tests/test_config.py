@@ -58,11 +58,7 @@ def test_config_error_is_a_value_error() -> None:
         STMConfig(max_categories=0)
 
 
-NUMERIC = [
-    name
-    for name, info in STMConfig.model_fields.items()
-    if info.annotation in (int, float)
-]
+NUMERIC = [name for name, info in STMConfig.model_fields.items() if info.annotation in (int, float)]
 
 
 @pytest.mark.parametrize("field", NUMERIC)
