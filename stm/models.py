@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 import pydantic
 from pydantic import (
-    AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -129,8 +128,10 @@ class PromptContext:
         return bool(self.blocks) or self.nudge is not None
 
 
-def _one_line(limit: int) -> Callable[[str], str]:
-    return lambda text: clean_name(text, limit)
+def _one_line(value: object) -> object:
+    # Before the length checks, so that a lone surrogate is dropped, not refused; too long
+    # is still refused rather than cut.
+    return clean_name(value, len(value)) if isinstance(value, str) else value
 
 
 @pydantic.dataclasses.dataclass(frozen=True)
@@ -139,8 +140,8 @@ class Category:
 
     # Labels and descriptions reach the prompt (as labels and in the tool's schema): one
     # line each, cleaned like a tool argument.
-    label: Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_one_line(100))]
-    description: Annotated[str, Field(max_length=1000), AfterValidator(_one_line(1000))] = ""
+    label: Annotated[str, Field(min_length=1, max_length=100), BeforeValidator(_one_line)]
+    description: Annotated[str, Field(max_length=1000), BeforeValidator(_one_line)] = ""
 
     def __post_init__(self) -> None:
         if not self.label.strip():
