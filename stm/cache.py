@@ -89,12 +89,19 @@ class Entry:
         self.messages.extend(messages)
         excess = len(self.messages) - limit
         if excess > 0:
-            # The newest turn's user is still in the window; most windows hold one user.
-            newest = self.messages[-1].turn_user_id
-            gone = [m.turn_user_id for m in self.messages[:excess] if m.turn_user_id != newest]
-            if gone:
-                self.scrolled = gone if self.scrolled is None else self.scrolled + gone
-            del self.messages[:excess]
+            # The newest turn's user is still in the window, and most windows hold one user:
+            # only a different user scrolling out is noted. This runs on every capture.
+            window = self.messages
+            newest = window[-1].turn_user_id
+            if (
+                window[0].turn_user_id != newest
+                or window[excess - 1].turn_user_id != newest
+                or excess > 2  # a turn is usually two messages: then the two tests cover it
+            ):
+                gone = [m.turn_user_id for m in window[:excess] if m.turn_user_id != newest]
+                if gone:
+                    self.scrolled = gone if self.scrolled is None else self.scrolled + gone
+            del window[:excess]
 
     def turn_users(self) -> set[int]:
         """Users whose turns are in the crude window."""

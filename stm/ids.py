@@ -50,10 +50,13 @@ def check_bool(value: object, what: str) -> bool:
 
 
 def _name(text: str) -> str:
+    # clean_name's own fast path, inlined: this runs for every name of every turn.
+    if len(text) <= MAX_NAME_LENGTH and text.isprintable():
+        return text
     return clean_name(text, MAX_NAME_LENGTH)
 
 
-Id = Annotated[int, Strict(), Field(ge=0, lt=ID_LIMIT)]
+Id = Annotated[int, Strict(), Field(ge=0, le=ID_LIMIT - 1)]
 """An id field of a model: strictly an int (no bool, str or float), 0 <= id < 2**63."""
 
 Name = Annotated[str, AfterValidator(_name)]
