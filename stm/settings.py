@@ -94,7 +94,7 @@ class SettingsBook:
         for category in chosen:
             slug = slugify(category.label)
             if slug in seen:
-                raise ValueError(
+                raise InvalidInput(
                     f"categories {seen[slug]!r} and {category.label!r} would share the tool "
                     f"field {slug!r}: give them labels that differ in letters or digits"
                 )
