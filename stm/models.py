@@ -168,8 +168,11 @@ class ServerSettings(BaseModel):
     refresh_cadence: StrictInt = Field(5, ge=1, le=10_000)
     crude_message_count: StrictInt = Field(6, ge=0, le=1000)
     categories: tuple[Category, ...] = (DEFAULT_CATEGORY,)
-    tool_description: str | None = Field(None, max_length=1024)
-    nudge_text: str | None = Field(None, max_length=1024)
+    # Both reach the model as text (the tool's description, a system line): one line each.
+    tool_description: Annotated[str, BeforeValidator(_one_line)] | None = Field(
+        None, max_length=1024
+    )
+    nudge_text: Annotated[str, BeforeValidator(_one_line)] | None = Field(None, max_length=1024)
     nudge_depth: StrictInt = Field(2, ge=-1, le=100)
     content_depth: StrictInt = Field(-1, ge=-1, le=100)
     enabled: StrictBool = True
