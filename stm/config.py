@@ -57,10 +57,11 @@ class STMConfig(BaseSettings):
     )
     busy_timeout_ms: int = Field(5000, ge=0, le=600_000)
     scrub_delay_seconds: float = Field(
-        30.0,
+        1.0,
         gt=0,
         le=86_400,
-        description="How soon after a purge or clear the file is rewritten to erase deleted text.",
+        description="How soon after a delete its erased data is emptied from the WAL "
+        "(bursts of deletes share one erasure).",
     )
     delete_retry_seconds: float = Field(
         1.0, gt=0, le=3600, description="First wait before a failed durable delete is retried."

@@ -27,6 +27,7 @@ from .config import STMConfig
 from .convert import snapshot
 from .ids import check_bool, check_id, check_optional_id
 from .intent import IntentGate
+from .journal import Journal
 from .keys import parse_key, turn_keys
 from .models import (
     Category,
@@ -150,6 +151,7 @@ class ShortTermMemory:
             retry_delay=self.config.delete_retry_seconds,
             scrub_delay=self.config.scrub_delay_seconds,
             scheduler=self.scheduler,
+            journal=Journal.for_database(self.config.database),
         )
         self._background.every(
             self.config.janitor_interval_minutes * 60, self.run_janitor, "stm-janitor"

@@ -21,6 +21,7 @@ import pytest
 from conftest import Opener, ctx, turn
 
 from stm import DurabilityError, SchemaVersionError, ShortTermMemory, StoreError
+from stm.store.shred import readable
 
 NOT_SAVED = "Nothing was s"  # "saved" or "stored", as the tool words it
 
@@ -36,7 +37,7 @@ db.execute("ROLLBACK")
 
 def summaries(db_path: Path) -> dict[str, str | None]:
     with contextlib.closing(sqlite3.connect(str(db_path))) as db:
-        return dict(db.execute("SELECT key, summary FROM short_term_memories").fetchall())
+        return dict(db.execute(f"SELECT key, summary FROM {readable(db)}").fetchall())
 
 
 async def remember(memory: ShortTermMemory, text: str, channel: int = 10) -> None:

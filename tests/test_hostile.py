@@ -34,6 +34,7 @@ from stm import (
     TurnContext,
 )
 from stm.slugs import slugify
+from stm.store.shred import readable
 
 LIMIT = 300
 SUMMARY_SERVER, CATEGORY_SERVER = 100, 200
@@ -288,7 +289,8 @@ def test_stored_rows_stay_within_limits(harness: Harness) -> None:
             check_case(harness, server, {"mood": payload, "plans_everyone": f"x{payload}y"})
     harness.runner.run(harness.memory.flush())
     store: Any = harness.memory.store
-    rows = harness.runner.run(store.execute("SELECT summary, categories FROM short_term_memories"))
+    view = harness.runner.run(store._call(readable, store._db))
+    rows = harness.runner.run(store.execute(f"SELECT summary, categories FROM {view}"))
     assert rows
     for summary, categories in rows:
         if summary is not None:

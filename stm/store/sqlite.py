@@ -1,4 +1,4 @@
-"""The SQLite store: WAL, forward-only migrations, secure delete.
+"""The SQLite store: WAL, forward-only migrations, secure delete, crypto-shredding.
 
 This is the only module that speaks SQL to SQLite. One connection, on one
 thread of its own, serves the whole process; the facade's writer hands it one
@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from ..errors import SchemaVersionError, StoreError
 from ..expiry import EXPIRED_SQL
+from . import shred
 from .base import (
     DeleteChannel,
     DeleteExpired,
@@ -78,6 +79,7 @@ MIGRATIONS: tuple[str, ...] = (
         since REAL NOT NULL
     );
     """,
+    shred.MIGRATION,
 )
 
 _COLUMNS = (
@@ -101,7 +103,8 @@ _TOUCH = (
     "last_refreshed_turn = excluded.last_refreshed_turn"
 )
 _SAVE = (
-    f"INSERT INTO short_term_memories ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+    f"INSERT INTO short_term_memories ({_COLUMNS}, key_slot) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
     "ON CONFLICT (key) DO UPDATE SET "
     "parent_channel_id = excluded.parent_channel_id, "
     "channel_name = coalesce(excluded.channel_name, channel_name), "
@@ -109,7 +112,7 @@ _SAVE = (
     "channel_private = excluded.channel_private, "
     "summary = excluded.summary, categories = excluded.categories, "
     "turns_since_refresh = excluded.turns_since_refresh, "
-    "last_refreshed_turn = excluded.last_refreshed_turn, "
+    "last_refreshed_turn = excluded.last_refreshed_turn, key_slot = excluded.key_slot, "
     "updated_at = max(updated_at, excluded.updated_at) RETURNING id"
 )
 # Rows past their TTL, by the rule the cache applies (stm/expiry.py): a row exactly at
@@ -265,48 +268,81 @@ def migrate(db: sqlite3.Connection, path: str = "") -> None:
             f"{path!r} has schema version {version}, newer than this version of the "
             f"library understands ({len(MIGRATIONS)}); upgrade the library or use another file"
         )
+    sealed = 0
     for number in range(version, len(MIGRATIONS)):
         db.execute("BEGIN IMMEDIATE")
         try:
-            for statement in MIGRATIONS[number].split(";"):
-                if statement.strip():
-                    db.execute(statement)
+            if MIGRATIONS[number] is shred.MIGRATION:
+                _run_script(db, MIGRATIONS[number])
+                sealed = shred.seal_legacy(db)
+            else:
+                for statement in MIGRATIONS[number].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
             db.execute(f"PRAGMA user_version = {number + 1}")
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+    if sealed and _on_disk(db):
+        # Once: the plain text written by earlier versions may survive in page gaps.
+        db.execute("VACUUM")
 
 
 def run_batch(db: sqlite3.Connection, ops: Sequence[Op], checkpoint: bool = True) -> list[object]:
-    """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op."""
+    """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op.
+
+    A batch of only ``Scrub`` erases instead, outside any transaction."""
+    if ops and all(isinstance(op, Scrub) for op in ops):
+        if checkpoint and _on_disk(db):
+            _erase(db)
+        return [None] * len(ops)
     results: list[object] = []
-    deleted = scrub = False
     db.execute("BEGIN IMMEDIATE")
     try:
         for op in ops:
             results.append(apply(db, op))
-            deleted = deleted or isinstance(op, DeleteChannel | PurgeUser | DeleteExpired)
-            scrub = scrub or isinstance(op, Scrub)
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
-    if scrub and _on_disk(db):
-        db.execute("VACUUM")
-        busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        if busy:
-            # Another connection reads an old snapshot: the WAL, and the deleted text in
-            # it, cannot be emptied yet. Failing makes the writer try the scrub again.
-            raise StoreError(
-                "the WAL could not be emptied: another connection holds a read transaction"
-            )
-    elif deleted and checkpoint:
-        # Old page images in the WAL still hold deleted text: fold them into the
-        # (securely deleted) file and empty the WAL.
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return results
+
+
+# How long erasing may wait for another connection's read transaction to end before it
+# gives up (and is tried again later): the writer waits for the erasure.
+ERASE_WAIT_MS = 20
+
+
+def _erase(db: sqlite3.Connection) -> None:
+    """Empty the WAL, whose old page images still hold destroyed keys, into the file.
+
+    The cost is that of the pages written since the last checkpoint (at most the
+    auto-checkpoint's 1000), whatever the size of the file."""
+    timeout = int(_scalar(db, "PRAGMA busy_timeout"))
+    db.execute(f"PRAGMA busy_timeout = {ERASE_WAIT_MS}")
+    try:
+        busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        db.execute(f"PRAGMA busy_timeout = {timeout}")
+    if busy:
+        # Another connection reads an old snapshot: the WAL cannot be emptied yet.
+        raise StoreError(
+            "the WAL could not be emptied: another connection holds a read transaction"
+        )
+
+
+def _run_script(db: sqlite3.Connection, script: str) -> None:
+    """Run each complete statement of ``script`` (a trigger body holds semicolons)."""
+    statement = ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            db.execute(statement)
+            statement = ""
+    if statement.strip():
+        raise ValueError(f"incomplete statement in a migration: {statement!r}")
 
 
 def _on_disk(db: sqlite3.Connection) -> bool:
@@ -327,7 +363,10 @@ def apply(db: sqlite3.Connection, op: Op) -> object:
                 db.executemany(_IDENTITY, unknown)
             return len(rows)
         case SaveDistilled(row):
-            memory_id = _scalar(db, _SAVE, _row_params(row))
+            params = _row_params(row)
+            # Distilled text is stored encrypted under the row's own key (see shred.py).
+            sealed = shred.seal_params(db, row.key, row.summary, params[11])
+            memory_id = _scalar(db, _SAVE, (*params[:10], *sealed[:2], *params[12:], sealed[2]))
             db.execute(
                 "DELETE FROM short_term_memory_contributors WHERE memory_id = ?", (memory_id,)
             )
@@ -446,7 +485,10 @@ def _select(db: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[St
         ids,
     ):
         contributors.setdefault(memory_id, set()).add(user)
-    return [_row_from(row, frozenset(contributors.get(row[0], ()))) for row in rows]
+    keys = shred.keys_of(db, ids)
+    return [
+        _row_from(row, frozenset(contributors.get(row[0], ())), keys.get(row[0])) for row in rows
+    ]
 
 
 def _make_folder(path: str) -> None:
@@ -470,9 +512,11 @@ def _row_params(row: StoredRow) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def _row_from(row: Any, contributors: frozenset[int]) -> StoredRow:
+def _row_from(row: Any, contributors: frozenset[int], secret: bytes | None = None) -> StoredRow:
     (_, key, scope, server_id, user_id, channel_id, persona_id, parent, channel_name,
      server_name, private, summary, categories, turns, refreshed, updated_at) = row  # fmt: skip
+    summary = shred.open_text(secret, key, summary)
+    categories = shred.open_text(secret, key, categories)
     loaded = json.loads(categories) if categories else {}
     return StoredRow(
         key=key,
