@@ -35,7 +35,7 @@ from .base import (
     Touch,
 )
 
-__all__ = ["MIGRATIONS", "SQLiteStore", "apply", "migrate", "run_batch"]
+__all__ = ["MIGRATIONS", "SQLiteStore", "apply", "migrate", "run_batch", "statements"]
 
 _T = TypeVar("_T")
 
@@ -334,15 +334,24 @@ def _erase(db: sqlite3.Connection) -> None:
 
 
 def _run_script(db: sqlite3.Connection, script: str) -> None:
-    """Run each complete statement of ``script`` (a trigger body holds semicolons)."""
-    statement = ""
+    """Run each statement of ``script``."""
+    for statement in statements(script):
+        db.execute(statement)
+
+
+def statements(script: str) -> list[str]:
+    """The complete statements of ``script`` (a trigger's body holds semicolons, so
+    splitting on them does not work)."""
+    found, statement = [], ""
     for line in script.splitlines(keepends=True):
         statement += line
         if sqlite3.complete_statement(statement):
-            db.execute(statement)
+            if statement.strip(" \n\t;"):
+                found.append(statement)
             statement = ""
     if statement.strip():
         raise ValueError(f"incomplete statement in a migration: {statement!r}")
+    return found
 
 
 def _on_disk(db: sqlite3.Connection) -> bool:
