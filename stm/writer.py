@@ -13,8 +13,9 @@ queued behind a delete can overtake it, so a delete that is late is never
 undone by a write that came after it. A failure that can never pass (a value
 the store cannot hold) is told apart: the operation is dropped and reported,
 and what was queued behind it goes ahead, so one poison operation cannot jam
-the queue. While deletes wait out a backoff, a caller waiting for an answer
-hears at once that nothing was saved rather than waiting for the next retry.
+the queue. While deletes wait out a backoff, an operation whose caller waits
+for an answer brings the retry forward: its caller hears after one attempt,
+not after the backoff, whether it was saved.
 
 Erasure (emptying the WAL of what deletes left in it, see ``Scrub``) is not
 queued work: it is coalesced into one step that runs between batches after
