@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import sqlite3
 import tempfile
 from pathlib import Path
 
-from conftest import Opener, ctx, turn
+from conftest import Clock, Opener, ctx, turn
 from fakes import faulty_memory
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -160,3 +161,49 @@ def test_a_destroyed_key_leaves_no_copy_in_the_files(
     expiry: after erasure each live key is in the files exactly once, each destroyed key
     nowhere, and no key outlives its row."""
     asyncio.run(_keys_leave_no_copy(ops))
+
+
+async def test_a_file_of_the_previous_version_is_encrypted_once(
+    open_memory: Opener, db_path: Path, clock: Clock
+) -> None:
+    """A file written before encryption (schema 1, notes in the clear) is migrated at open:
+    its notes still read back, and no plain copy of them is left in the files."""
+    from stm.store.sqlite import MIGRATIONS, statements
+
+    with contextlib.closing(sqlite3.connect(db_path, isolation_level=None)) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        for statement in statements(MIGRATIONS[0]):
+            db.execute(statement)
+        db.execute("PRAGMA user_version = 1")
+        rng = random.Random(1)
+        for n in range(200):
+            db.execute(
+                "INSERT INTO short_term_memories (key, scope, server_id, channel_id, "
+                "categories, updated_at) VALUES (?, 'server', 100, ?, ?, ?)",
+                (
+                    f"shortterm:server:100:{n}",
+                    n,
+                    '{"mood": "LEGACY-CATEGORY"}' if n == 7 else "{}",
+                    clock(),
+                ),
+            )
+            # Rows that grow make pages split, which leaves stale copies of cells in the gaps.
+            grown = rng.randrange(n + 1)
+            db.execute(
+                "UPDATE short_term_memories SET summary = ? WHERE channel_id = ?",
+                (f"LEGACY-PLAIN-{grown} " + "z" * rng.randint(50, 600), grown),
+            )
+        db.execute("UPDATE short_term_memories SET summary = 'LEGACY-PLAIN-07 changed' "
+                   "WHERE channel_id = 7")  # fmt: skip
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (live,) = db.execute(
+            "SELECT count(*) FROM short_term_memories WHERE summary IS NOT NULL"
+        ).fetchone()
+    assert file_bytes(db_path).count(b"LEGACY-PLAIN") > live  # stale copies are there
+    memory = await open_memory()
+    entry = await memory.get_entry("shortterm:server:100:7")
+    assert entry is not None and entry.summary == "LEGACY-PLAIN-07 changed"
+    assert entry.categories == {"mood": "LEGACY-CATEGORY"}
+    await memory.close()
+    data = file_bytes(db_path)
+    assert b"LEGACY-PLAIN" not in data and b"LEGACY-CATEGORY" not in data
