@@ -13,8 +13,11 @@ import sqlite3
 __all__ = ["is_permanent"]
 
 # Result codes (low byte) of a condition that belongs to the moment, not to the operation.
+# A generic SQLITE_ERROR ("no such table", a schema another process is changing) is
+# counted here too: dropping a purge for it would be worse than retrying it.
 _TRANSIENT_CODES = frozenset(
     {
+        sqlite3.SQLITE_ERROR,
         sqlite3.SQLITE_BUSY,
         sqlite3.SQLITE_LOCKED,
         sqlite3.SQLITE_FULL,
