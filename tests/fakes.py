@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from stm import ShortTermMemory, STMConfig
-from stm.store.base import LoadRows, Op
-from stm.store.sqlite import SQLiteStore
+from stm.store import open_store
+from stm.store.base import LoadRows, Op, Store
 
 __all__ = ["FaultyStore", "ManualScheduler", "faulty_memory"]
 
@@ -19,7 +19,7 @@ class FaultyStore:
     ``failures`` batches, and whose reads answer garbage while ``garbage_reads`` is set.
     ``batches`` records the operation names of every batch it was given."""
 
-    def __init__(self, inner: SQLiteStore) -> None:
+    def __init__(self, inner: Store) -> None:
         self.inner = inner
         self.broken = False
         self.failures = 0
@@ -89,12 +89,16 @@ class FaultyStore:
     async def close(self) -> None:
         await self.inner.close()
 
+    def __getattr__(self, name: str) -> object:
+        # The rest of the store (the change feed, inspection) is the real one's.
+        return getattr(self.inner, name)
+
 
 async def faulty_memory(
     config: STMConfig, **memory_options: object
 ) -> tuple[ShortTermMemory, FaultyStore]:
-    """An open memory on a FaultyStore over ``config.database``."""
-    store = FaultyStore(await SQLiteStore.open(config.database))
+    """An open memory on a FaultyStore over the store ``config.database`` names."""
+    store = FaultyStore(await open_store(config))
     memory = await ShortTermMemory.open(config, store=store, **memory_options)  # type: ignore[arg-type]
     return memory, store
 
