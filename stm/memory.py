@@ -38,8 +38,9 @@ from .models import (
     ToolResult,
     TurnContext,
 )
+from .provenance import Shown
 from .readthrough import AGAIN, Again, ReadThrough, Unavailable, Unsettled, describe, settle
-from .render import RenderCache, nudge, other_channels_blocks, same_channel_block
+from .render import RenderCache, nudge, other_channels_blocks, same_channel_block, shown_by
 from .settings import SettingsBook
 from .store import open_store
 from .store.base import (
@@ -265,18 +266,32 @@ class ShortTermMemory:
     async def capture(self, event: GenerationFinished) -> None:
         """Remember the turn's messages under its keys; no database round trip on this path."""
         ctx = event.context
-        if event.stopped or self.closed or self.settings.is_opted_out(ctx.user_id):
+        opted_out = self.settings.is_opted_out
+        if event.stopped or self.closed or opted_out(ctx.user_id):
             return
         if not self.settings_for(ctx.server_id).enabled:
             return
+        if self._reads.overtaken(ctx):
+            return  # its messages were written from words deleted during the turn
         now = self.clock()
-        messages = [
-            StoredMessage(
-                m.role, m.content, m.speaker_name, m.author_id, m.timestamp.timestamp(), ctx.user_id
+        user_id = ctx.user_id
+        users = {user_id}
+        messages = []
+        for m in event.messages:
+            if not m.content or m.content.isspace():  # strip() would copy every message
+                continue
+            author = m.author_id
+            if author is not None and author != user_id:
+                # Another author's message in this turn (a host that batches a busy
+                # channel): their opt-out holds, and their purge must find it.
+                if opted_out(author):
+                    continue
+                users.add(author)
+            messages.append(
+                StoredMessage(
+                    m.role, m.content, m.speaker_name, author, m.timestamp.timestamp(), user_id
+                )
             )
-            for m in event.messages
-            if m.content and not m.content.isspace()  # strip() would copy every message
-        ]
         if not messages:
             return
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
@@ -294,7 +309,7 @@ class ShortTermMemory:
             entry.remember(messages, self.config.max_messages_per_channel)
             describe(entry, ctx)
             self.cache.touch(entry, now)
-            self.cache.index_users(entry, {ctx.user_id})
+            self.cache.index_users(entry, users)
             if key == (server_k or user_k):
                 entry.turns_since_refresh += 1
             writer.mark_dirty(entry)
@@ -349,6 +364,9 @@ class ShortTermMemory:
         if entry is not None and self.cache.is_expired(entry, now):
             entry = None
         others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
+        shown = Shown.own(ctx.user_id, ctx.channel_id)
+        shown_by(entry, others, settings, shown)
+        self._reads.note_shown(ctx, shown)
         context = PromptContext(nudge_depth=settings.nudge_depth)
         block = same_channel_block(entry, settings, ctx.bot_name, now, self._render_cache)
         if block is not None:
@@ -393,12 +411,12 @@ class ShortTermMemory:
         """
         check_id(user_id, "user_id")
         check_optional_id(server_id, "server_id")
-        touched = 0
+        touched: list[str] = []
         for key in self.cache.keys_of_user(user_id):
             entry = self.cache.peek(key)
             if entry is None or (server_id is not None and entry.server_id != server_id):
                 continue
-            touched += 1
+            touched.append(key)
             if entry.scope == "user" and entry.user_id == user_id:
                 self.cache.remove(key)
                 entry.deleted = True
@@ -411,10 +429,11 @@ class ShortTermMemory:
                 entry.summary, entry.categories, entry.contributors = None, {}, frozenset()
                 entry.version += 1
         op = PurgeUser(user_id, server_id)
-        self._reads.deletions.record(op)
+        # The keys it changed: a turn in one of them was overtaken (see ``overtaken``).
+        self._reads.deletions.record(op, frozenset(touched))
         where = "everywhere" if server_id is None else f"in server {server_id}"
         self.writer.submit_delete(op, what=f"purging user {user_id} {where}")
-        return touched
+        return len(touched)
 
     # -- expiry ---------------------------------------------------------------
     async def run_janitor(self) -> int:
