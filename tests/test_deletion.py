@@ -194,7 +194,7 @@ async def test_no_stale_copies_in_live_pages_after_a_purge(
         await remember(memory, f"STALE-NEEDLE-{i:03d} " + "pad " * 120, channel=1000 + i)
         await memory.flush()
         witness.look()
-    await remember(memory, "OTHER-USER-KEEPS-THIS", user=2, channel=999)
+    await remember(memory, "OTHER-USER-KEEPS-THIS", user=2, channel=999, server=200)
     await memory.flush()
     witness.look()
     await memory.clear_short_term_memory_for_user(1)
