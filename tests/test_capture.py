@@ -130,3 +130,43 @@ async def test_crude_messages_never_reach_the_file(
         assert db.execute(
             f"SELECT count(*) FROM {readable(db)} WHERE summary = ?", ("distilled only",)
         ).fetchone() == (2,)
+
+
+def batched(context: object, said: list[tuple[int, str]], reply: str) -> GenerationFinished:
+    """One turn carrying several authors' messages (a host that batches a busy channel)."""
+    return GenerationFinished(
+        context=context,  # type: ignore[arg-type]
+        messages=[
+            *(DialogueMessage(role="user", content=text, author_id=a) for a, text in said),
+            DialogueMessage(role="assistant", content=reply),
+        ],
+    )
+
+
+async def test_a_purge_reaches_another_authors_message_in_a_turn(
+    memory: ShortTermMemory,
+) -> None:
+    """Bob wrote a message inside Alice's turn: purging Bob removes it, and drops the
+    summary made from it, while Alice's own words stay."""
+    alice = ctx(user=1)
+    await memory.capture(batched(alice, [(1, "ALICE-ASKS"), (2, "BOB-INTERJECTS")], "REPLY"))
+    assert (await memory.run_tool(alice, {"summary": "Bob said BOB-INTERJECTS"})).success
+    await memory.clear_short_term_memory_for_user(2)
+    for key in ("shortterm:server:100:10", "shortterm:user:1:10"):
+        entry = await memory.get_entry(key)
+        assert entry is not None
+        assert [m.content for m in entry.messages] == ["ALICE-ASKS", "REPLY"]
+        assert entry.summary is None
+    assert "BOB-INTERJECTS" not in str(await memory.build_context(ctx(user=3, channel=11)))
+
+
+async def test_an_opted_out_authors_message_is_not_captured_in_anyones_turn(
+    memory: ShortTermMemory,
+) -> None:
+    """Bob paused memory: his message inside Alice's turn is left out, the rest is kept."""
+    await memory.set_user_opt_out(2, True)
+    await memory.capture(batched(ctx(user=1), [(1, "ALICE"), (2, "BOB-PAUSED")], "REPLY"))
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["ALICE", "REPLY"]
+    assert memory.cache.keys_of_user(2) == []
