@@ -151,7 +151,12 @@ async def test_a_purge_reaches_another_authors_message_in_a_turn(
     alice = ctx(user=1)
     await memory.capture(batched(alice, [(1, "ALICE-ASKS"), (2, "BOB-INTERJECTS")], "REPLY"))
     assert (await memory.run_tool(alice, {"summary": "Bob said BOB-INTERJECTS"})).success
+    # And a turn no upgrade followed: only the capture can have indexed Bob's message.
+    await memory.capture(batched(ctx(user=1, channel=12), [(2, "BOB-AGAIN")], "REPLY-12"))
     await memory.clear_short_term_memory_for_user(2)
+    for key in ("shortterm:server:100:12", "shortterm:user:1:12"):
+        entry = await memory.get_entry(key)
+        assert entry is not None and [m.content for m in entry.messages] == ["REPLY-12"]
     for key in ("shortterm:server:100:10", "shortterm:user:1:10"):
         entry = await memory.get_entry(key)
         assert entry is not None
