@@ -271,8 +271,10 @@ class ShortTermMemory:
             return
         if not self.settings_for(ctx.server_id).enabled:
             return
-        if self._reads.overtaken(ctx):
-            return  # its messages were written from words deleted during the turn
+        if self._reads.overtaken(ctx, event.messages):
+            # The turn began before a deletion of what its prompt showed, of its scope or
+            # of one of its authors: its messages would bring deleted words back.
+            return
         now = self.clock()
         user_id = ctx.user_id
         users = {user_id}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Literal, TypeVar
 
 from .cache import Entry, GroupKey, MemoryCache
@@ -24,7 +24,7 @@ from .convert import entry_from
 from .deletions import DeletionLog, apply_to_row, overtakes
 from .expiry import Expiry, Thresholds, row_expired
 from .keys import parse_key, turn_keys
-from .models import TurnContext
+from .models import DialogueMessage, TurnContext
 from .provenance import Shown
 from .store.base import LoadRecent, LoadRows, StoredRow
 from .writer import Writer
@@ -176,10 +176,11 @@ class ReadThrough:
             held.channels |= shown.channels
             held.users |= shown.users
 
-    def overtaken(self, ctx: TurnContext) -> bool:
-        """Did a deletion since the turn began touch what its prompt showed, or its own
-        entries? Its summary or its reply, written from what the model saw, must not bring
-        the deleted words back. False for a turn whose beginning is unknown."""
+    def overtaken(self, ctx: TurnContext, messages: Iterable[DialogueMessage] = ()) -> bool:
+        """Did a deletion since the turn began touch what its prompt showed, its own
+        entries, or the authors of ``messages`` (the turn's own, when it is captured)? Its
+        summary or its reply, written from what the model saw, must not bring the deleted
+        words back. False for a turn whose beginning is unknown."""
         private = ctx.__pydantic_private__
         seq = None if private is None else private.get("_deletion_seq")
         if seq is None or seq == self.deletions.seq:
@@ -191,6 +192,7 @@ class ReadThrough:
         own = Shown.own(ctx.user_id, ctx.channel_id)
         own.channels |= shown.channels
         own.users |= shown.users
+        own.users.update(m.author_id for m in messages if m.author_id is not None)
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
         keys = (user_k,) if server_k is None else (user_k, server_k)
         return overtakes(later, own, keys, ctx.server_id)

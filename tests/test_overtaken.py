@@ -115,7 +115,7 @@ async def test_a_capture_of_a_turn_begun_before_its_channels_refresh_is_dropped(
         # A turn that begins after the refresh is new memory.
         await memory.capture(turn(ctx(user=BOB, channel=GENERAL), "AFTER-REFRESH"))
         entry = await memory.get_entry(f"shortterm:server:100:{GENERAL}")
-        assert entry is not None and [m.content for m in entry.messages][0] == "AFTER-REFRESH"
+        assert entry is not None and entry.messages[0].content == "AFTER-REFRESH"
 
 
 async def test_a_reply_quoting_recalled_words_purged_during_the_turn_is_not_captured(
