@@ -277,23 +277,24 @@ class ShortTermMemory:
             return
         now = self.clock()
         user_id = ctx.user_id
-        users = {user_id}
-        messages = []
-        for m in event.messages:
-            if not m.content or m.content.isspace():  # strip() would copy every message
-                continue
-            author = m.author_id
-            if author is not None and author != user_id:
-                # Another author's message in this turn (a host that batches a busy
-                # channel): their opt-out holds, and their purge must find it.
-                if opted_out(author):
-                    continue
-                users.add(author)
-            messages.append(
-                StoredMessage(
-                    m.role, m.content, m.speaker_name, author, m.timestamp.timestamp(), user_id
-                )
+        messages = [
+            StoredMessage(
+                m.role, m.content, m.speaker_name, m.author_id, m.timestamp.timestamp(), user_id
             )
+            for m in event.messages
+            if m.content and not m.content.isspace()  # strip() would copy every message
+        ]
+        # Other authors' messages in this turn (a host that batches a busy channel): their
+        # purge must find them, and their opt-out holds whoever's turn it is.
+        users = {user_id}
+        for message in messages:
+            if message.author_id is not None:
+                users.add(message.author_id)
+        if len(users) > 1:
+            paused = {user for user in users if opted_out(user)}
+            if paused:
+                messages = [m for m in messages if m.author_id not in paused]
+                users -= paused
         if not messages:
             return
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)

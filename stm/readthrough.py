@@ -173,8 +173,7 @@ class ReadThrough:
         if held is None:
             private["_shown"] = shown
         else:
-            held.channels |= shown.channels
-            held.users |= shown.users
+            held.add(shown)
 
     def overtaken(self, ctx: TurnContext, messages: Iterable[DialogueMessage] = ()) -> bool:
         """Did a deletion since the turn began touch what its prompt showed, its own
@@ -190,9 +189,8 @@ class ReadThrough:
             return True
         shown: Shown = private.get("_shown") or Shown()  # type: ignore[union-attr]
         own = Shown.own(ctx.user_id, ctx.channel_id)
-        own.channels |= shown.channels
-        own.users |= shown.users
-        own.users.update(m.author_id for m in messages if m.author_id is not None)
+        own.add(shown)
+        own.add_users([m.author_id for m in messages if m.author_id is not None])
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
         keys = (user_k,) if server_k is None else (user_k, server_k)
         return overtakes(later, own, keys, ctx.server_id)

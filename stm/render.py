@@ -259,13 +259,13 @@ def shown_by(
     these entries: their channels, the contributors of distilled memory shown, and the turn
     users and authors of crude messages shown."""
     if entry is not None and entry.distilled:
-        shown.users.update(entry.contributors)
+        shown.add_users(entry.contributors)
     count = settings.crude_message_count
     crude_summary = settings.render_mode == "crude_summary"
+    channels = shown.channels
     for other in others:
-        shown.channels.add(other.channel_id)
-        if other.distilled:
-            shown.users.update(other.contributors)
-        if count > 0 and (crude_summary or not other.distilled):
-            window = other.messages[-count:]
-            shown.add_window([m.turn_user_id for m in window], [m.author_id for m in window])
+        channels.add(other.channel_id)
+        if other.contributors:  # cleared with the distilled memory they produced
+            shown.add_users(other.contributors)
+        if count > 0 and (crude_summary or not (other.summary or other.categories)):
+            shown.add_window(other.messages[-count:])
