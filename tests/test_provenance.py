@@ -145,9 +145,15 @@ turns = st.lists(
 
 
 async def _play(
-    db: Path, plan: list[tuple[int, int, list[int], str]], target: int, server: int | None
+    db: Path,
+    plan: list[tuple[int, int, list[int], str]],
+    target: int,
+    server: int | None,
+    mode: str,
 ) -> None:
-    config = STMConfig(database=str(db), max_messages_per_channel=4, crude_message_count=2)
+    config = STMConfig(
+        database=str(db), max_messages_per_channel=4, crude_message_count=2, render_mode=mode
+    )
     async with ShortTermMemory.open(config) as memory:
         n = 0
         for user, channel, authors, upgrade in plan:
@@ -193,15 +199,20 @@ async def _play(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
-@given(plan=turns, target=st.sampled_from(USERS), server=st.sampled_from([None, 100]))
+@given(
+    plan=turns,
+    target=st.sampled_from(USERS),
+    server=st.sampled_from([None, 100]),
+    mode=st.sampled_from(["crude_summary", "supersede"]),
+)
 def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
-    plan: list[tuple[int, int, list[int], str]], target: int, server: int | None
+    plan: list[tuple[int, int, list[int], str]], target: int, server: int | None, mode: str
 ) -> None:
     """Any assignment of authors to turns and channels, upgrades with and without a prompt,
-    any purge target (everywhere or in the server): none of the purged user's words (their
+    any purge target (everywhere or in the server), either render mode: none of the purged user's words (their
     messages, the replies to their turns, summaries that copied either) remain in the cache,
     get_entry, any prompt or any row."""
     # In RAM where there is a RAM disk: every upgrade waits for a durable commit.
     shm = Path("/dev/shm")
     with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as folder:
-        asyncio.run(_play(Path(folder) / "stm.sqlite3", plan, target, server))
+        asyncio.run(_play(Path(folder) / "stm.sqlite3", plan, target, server, mode))
