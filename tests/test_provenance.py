@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from conftest import ctx, turn
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
@@ -161,6 +161,10 @@ async def _play(
             seen = ""
             if upgrade == "built":
                 seen = str(await memory.build_context(here))
+            elif upgrade == "blind":
+                # The host built the prompt through another context object.
+                twin = TurnContext(user_id=user, channel_id=channel, server_id=100)
+                seen = str(await memory.build_context(twin))
             messages = []
             for author in authors:
                 n += 1
@@ -205,13 +209,21 @@ async def _play(
     server=st.sampled_from([None, 100]),
     mode=st.sampled_from(["crude_summary", "supersede"]),
 )
+# Members of the class that a search may not reach in its budget, named outright: words
+# recalled from another channel, with and without a prompt built; distilled memory recalled
+# in supersede mode; another author's message inside someone else's turn.
+@example([(1, 11, [1], "none"), (2, 10, [2], "built")], 1, None, "crude_summary")
+@example([(1, 11, [1], "none"), (2, 10, [2], "blind")], 1, 100, "crude_summary")
+@example([(1, 11, [1], "built"), (2, 11, [2], "none"), (2, 10, [2], "built")], 1, None, "supersede")
+@example([(1, 10, [1, 3], "built")], 3, None, "crude_summary")
 def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
     plan: list[tuple[int, int, list[int], str]], target: int, server: int | None, mode: str
 ) -> None:
-    """Any assignment of authors to turns and channels, upgrades with and without a prompt,
-    any purge target (everywhere or in the server), either render mode: none of the purged user's words (their
-    messages, the replies to their turns, summaries that copied either) remain in the cache,
-    get_entry, any prompt or any row."""
+    """Any assignment of authors to turns and channels, upgrades after a prompt built on
+    their context or on another, any purge target (everywhere or in the server), either
+    render mode: none of the purged user's words (their messages, the replies to their
+    turns, summaries that copied either) remain in the cache, get_entry, any prompt or any
+    row."""
     # In RAM where there is a RAM disk: every upgrade waits for a durable commit.
     shm = Path("/dev/shm")
     with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as folder:
