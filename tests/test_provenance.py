@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sqlite3
 import tempfile
 from pathlib import Path
 
 from conftest import ctx, turn
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from shredding import KeyWitness, file_bytes, plain_text
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 
@@ -24,19 +24,9 @@ GENERAL, RANDOM = 10, 11
 ALICE, BOB, CAROL = 1, 2, 3
 
 
-def file_bytes(db_path: Path) -> bytes:
-    data = b""
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        path = Path(f"{db_path}{suffix}")
-        if path.exists():
-            data += path.read_bytes()
-    return data
-
-
 def row_text(db_path: Path) -> str:
-    with sqlite3.connect(str(db_path)) as db:
-        rows = db.execute("SELECT summary, categories FROM short_term_memories").fetchall()
-    return " ".join(f"{summary} {categories}" for summary, categories in rows)
+    """Every row's distilled text, decrypted."""
+    return plain_text(db_path)
 
 
 async def everything_shown(memory: ShortTermMemory, users: tuple[int, ...]) -> str:
@@ -60,8 +50,10 @@ async def test_words_recalled_from_another_channel_are_purged_from_its_summary(
     tmp_path: Path,
 ) -> None:
     """Alice's words in #random are shown in Bob's prompt in #general; the model copies them
-    into #general's summary; purging Alice drops that summary everywhere, bytes included."""
+    into #general's summary; purging Alice drops that summary everywhere, and no key that
+    encrypted it is left in the files."""
     db = tmp_path / "stm.sqlite3"
+    witness = KeyWitness(db)
     async with ShortTermMemory.open(STMConfig(database=str(db))) as memory:
         await memory.capture(turn(ctx(user=ALICE, channel=RANDOM), "ALICE-SECRET-PLAN"))
         bob = ctx(user=BOB, channel=GENERAL)
@@ -70,12 +62,16 @@ async def test_words_recalled_from_another_channel_are_purged_from_its_summary(
         assert "ALICE-SECRET-PLAN" in prompt
         assert (await memory.run_tool(bob, {"summary": "Copied: ALICE-SECRET-PLAN"})).success
         await memory.flush()
-        assert b"ALICE-SECRET-PLAN" in file_bytes(db)
+        witness.look()
+        assert "ALICE-SECRET-PLAN" in row_text(db)
+        copied = witness.rows(f":{GENERAL}")
+        assert copied and witness.left_in_files(copied) == len(copied)
         await memory.clear_short_term_memory_for_user(ALICE)
         assert "ALICE-SECRET-PLAN" not in await everything_shown(memory, (ALICE, BOB))
         await memory.flush()
         assert "ALICE-SECRET-PLAN" not in row_text(db)
         assert b"ALICE-SECRET-PLAN" not in file_bytes(db)
+        assert witness.left_in_files(copied) == 0
 
 
 async def test_distilled_memory_recalled_passes_its_contributors_on(tmp_path: Path) -> None:
