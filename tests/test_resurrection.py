@@ -51,6 +51,7 @@ from fakes import FaultyStore
 
 from stm import (
     DialogueMessage,
+    DurabilityError,
     GenerationFinished,
     ShortTermMemory,
     STMConfig,
@@ -119,8 +120,14 @@ class Model:
         self.t += 1
         return self.t
 
+    def server_of(self, key: str) -> int | None:
+        """The server a key's entry belongs to: a user key of a server channel has one."""
+        return self.key_servers.get(key, key_server(key))
+
     def token(self, kind: str, keys: tuple[str, ...], ctx: TurnContext) -> Token:
         n = len(self.tokens) + 1
+        for key in keys:
+            self.key_servers[key] = ctx.server_id
         token = Token(n, kind, keys, ctx.channel_id, ctx.server_id, ctx.user_id, self.tick())
         self.tokens[n] = token
         return token
@@ -130,7 +137,7 @@ class Model:
         if event.kind == "channel":
             return event.channel == key_channel(key)
         if event.kind == "purge":
-            return event.server is None or event.server == key_server(key)
+            return event.server is None or event.server == self.server_of(key)
         if event.kind == "expire":
             return event.key == key
         if event.kind in ("restart", "removed"):
@@ -194,7 +201,7 @@ class Model:
                 return True
             if event.kind == "expire" and event.key == key:
                 return True
-            if event.kind == "purge" and (event.server is None or event.server == key_server(key)):
+            if event.kind == "purge" and event.server in (None, self.server_of(key)):
                 if token.kind == "crude" and event.user in (token.user, token.author):
                     return True
                 if token.kind == "summary" and event.user in token.contrib.get(key, set()):
@@ -224,7 +231,7 @@ class Model:
                 continue
             if event.kind == "channel" and event.channel == token.channel:
                 return True
-            if event.kind == "purge" and (event.server is None or event.server == key_server(key)):
+            if event.kind == "purge" and event.server in (None, self.server_of(key)):
                 if token.kind == "crude" and event.user in (token.user, token.author):
                     return True
                 if token.kind == "summary" and event.user in token.contrib.get(key, set()):
@@ -277,11 +284,13 @@ class Run:
             write_behind_seconds=0.01,
             delete_retry_seconds=0.01,
             janitor_interval_minutes=10_000,
+            busy_timeout_ms=50,  # a restart with the database locked gives up quickly
         )
         self.db_path = db_path
         self.model = Model()
         self.memory: ShortTermMemory | None = None
         self.batches = self.operations = self.restarts = 0
+        self.pending_restarts = self.poisons = 0
         self.failures: list[str] = []
 
     # -- the memory under test ------------------------------------------------
@@ -438,6 +447,38 @@ class Run:
                 text += " ".join(entry.categories.values())
                 self.failures += self.model.violations(text, [key], self.model.tick(), key)
 
+    async def poison(self) -> None:
+        """A value the boundary must refuse with ValueError (or clean, for a name); nothing
+        of it may reach the writer and block what is queued behind it."""
+        await self.jitter()
+        bad = self.rng.choice([-1, 2**63, 2**64, True])
+        choice = self.rng.randrange(5)
+        self.poisons += 1
+        try:
+            if choice == 0:
+                await self.m.clear_short_term_memory_for_user(bad)
+            elif choice == 1:
+                await self.m.clear_short_term_memory_for_user(1, bad)
+            elif choice == 2:
+                await self.m.clear_short_term_memory_for_channel(bad)
+            elif choice == 3:
+                ctx = TurnContext(user_id=1, channel_id=10, server_id=100)
+                message = DialogueMessage(role="user", content="poison", author_id=bad)
+                await self.m.capture(GenerationFinished(context=ctx, messages=[message]))
+            else:
+                # A lone surrogate in a name is cleaned, not refused.
+                ctx = TurnContext(user_id=1, channel_id=10, server_id=100, channel_name="a\ud800b")
+                await self.m.capture(
+                    GenerationFinished(
+                        context=ctx,
+                        messages=[DialogueMessage(role="user", content="named", author_id=1)],
+                    )
+                )
+                return
+        except ValueError:
+            return
+        self.failures.append(f"poison value {bad!r} accepted (case {choice})")
+
     def check(self, text: str, ctx: TurnContext, where: str) -> None:
         # A server channel renders server-scope memory; a DM renders the user's own.
         scope = "user" if ctx.server_id is None else "server"
@@ -447,7 +488,7 @@ class Run:
     # -- steps ----------------------------------------------------------------
     async def batch(self) -> None:
         ops = [self.capture, self.capture, self.upgrade, self.upgrade, self.read, self.read]
-        ops += [self.clear, self.purge]
+        ops += [self.clear, self.purge, self.poison]
         chosen = [self.rng.choice(ops) for _ in range(self.rng.randint(1, 4))]
         await asyncio.gather(*(op() for op in chosen))
         self.batches += 1
@@ -482,11 +523,30 @@ class Run:
             self.failures += self.model.violations(text, [key], at, f"row {key}")
 
     async def restart(self) -> None:
-        await self.m.close()
+        if self.rng.random() < 0.5:
+            await self.m.close()
+        else:
+            await self.restart_with_pending_deletes()
         self.model.events.append(Deletion(self.model.tick(), "restart"))
         await self.open()
         self.restarts += 1
         await self.flush_and_check_rows()
+
+    async def restart_with_pending_deletes(self) -> None:
+        """Another connection holds the write lock while a purge (and maybe a clear) is made
+        and the memory closes: they stay pending, and the next open must apply them before
+        anything is served."""
+        await self.m.flush()
+        with contextlib.closing(sqlite3.connect(str(self.db_path), timeout=5)) as lock:
+            lock.execute("BEGIN IMMEDIATE")
+            await self.purge()
+            if self.rng.random() < 0.5:
+                await self.clear()
+            try:
+                await self.m.close()
+            except DurabilityError:
+                self.pending_restarts += 1
+            lock.rollback()
 
     async def go(self, batches: int) -> None:
         await self.open()
@@ -517,6 +577,7 @@ async def test_nothing_deleted_comes_back(
     base = seed_for("resurrection")
     runs, per_run = scaled(6, 40), scaled(500, 1500)
     totals = {"batches": 0, "operations": 0, "restarts": 0, "tokens": 0, "deletions": 0}
+    totals |= {"pending": 0, "poisons": 0}
     for i in range(runs):
         run = Run(tmp_path / f"run{i}.sqlite3", base + i)
         await run.go(per_run)
@@ -526,13 +587,16 @@ async def test_nothing_deleted_comes_back(
         totals["batches"] += run.batches
         totals["operations"] += run.operations
         totals["restarts"] += run.restarts
+        totals["pending"] += run.pending_restarts
+        totals["poisons"] += run.poisons
         totals["tokens"] += len(run.model.tokens)
         totals["deletions"] += sum(e.kind in ("channel", "purge") for e in run.model.events)
     with capsys.disabled():
         print(
             f"\nno resurrection: {totals['batches']} concurrent interleavings "
             f"({totals['operations']} operations, {totals['deletions']} clears and purges, "
-            f"{totals['restarts']} restarts, {totals['tokens']} tokens) over {runs} seeds "
+            f"{totals['restarts']} restarts ({totals['pending']} with deletes left pending), "
+            f"{totals['poisons']} poison values, {totals['tokens']} tokens) over {runs} seeds "
             f"from {base}"
         )
 
