@@ -3,9 +3,14 @@ while the turn runs, refuses its upgrade and keeps its capture from bringing wor
 
 from __future__ import annotations
 
+import asyncio
+import re
+import tempfile
 from pathlib import Path
 
 from conftest import ctx, turn
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig
 
@@ -147,3 +152,112 @@ async def test_a_capture_overtaken_by_an_unrelated_delete_is_kept(tmp_path: Path
         await memory.capture(turn(bob, "BOB-KEPT"))
         entry = await memory.get_entry(f"shortterm:server:100:{GENERAL}")
         assert entry is not None and entry.messages[0].content == "BOB-KEPT"
+
+
+# -- the class: any state, any turn, any deletion during it ----------------------------
+
+TOKEN = re.compile(r"w(\d)t(\d)c(\d+)n(\d+)")  # author, turn user, channel, number
+CHANNELS = (GENERAL, RANDOM, 12)
+
+said = st.lists(
+    st.tuples(
+        st.sampled_from((ALICE, BOB, CAROL)),  # whose turn
+        st.sampled_from(CHANNELS),
+        st.lists(st.sampled_from((ALICE, BOB, CAROL)), min_size=1, max_size=2),  # authors
+    ),
+    max_size=6,
+)
+deletions = st.one_of(
+    st.tuples(st.just("clear"), st.sampled_from(CHANNELS), st.none()),
+    st.tuples(
+        st.just("purge"), st.sampled_from((ALICE, BOB, CAROL)), st.sampled_from([None, 100, 200])
+    ),
+)
+
+
+async def _race(
+    db: Path,
+    before: list[tuple[int, int, list[int]]],
+    turn_of: tuple[int, int],
+    deletion: tuple[str, int, int | None],
+) -> None:
+    config = STMConfig(database=str(db), crude_message_count=2, max_messages_per_channel=4)
+    async with ShortTermMemory.open(config) as memory:
+        n = 0
+        for user, channel, authors in before:
+            messages = []
+            for author in authors:
+                n += 1
+                text = f"w{author}t{user}c{channel}n{n}"
+                messages.append(DialogueMessage(role="user", content=text, author_id=author))
+            here = ctx(user=user, channel=channel)
+            await memory.capture(GenerationFinished(context=here, messages=messages))
+        user, channel = turn_of
+        here = ctx(user=user, channel=channel)
+        prompt = str(await memory.build_context(here))
+        shown = [tuple(map(int, m.groups())) for m in TOKEN.finditer(prompt)]
+        window = await memory.get_entry(f"shortterm:server:100:{channel}")
+        own = [
+            tuple(map(int, found.groups()))
+            for m in (window.messages if window else [])
+            if (found := TOKEN.fullmatch(m.content))
+        ]
+        kind, target, server = deletion
+        if kind == "clear":
+            touched = target == channel or any(c == target for _, _, c, _ in shown)
+            await memory.clear_short_term_memory_for_channel(target)
+        else:
+            touched = server in (None, 100) and (
+                target == user or any(target in (a, t) for a, t, _, _ in shown + own)
+            )
+            await memory.clear_short_term_memory_for_user(target, server)
+        # The model copies what its prompt showed into the summary and the reply.
+        copied = " ".join(m.group() for m in TOKEN.finditer(prompt))
+        result = await memory.run_tool(here, {"summary": f"notes {copied}"})
+        await memory.capture(
+            GenerationFinished(
+                context=here,
+                messages=[DialogueMessage(role="assistant", content=f"reply {copied}")],
+            )
+        )
+        if touched:
+            assert not result.success, "an overtaken turn's upgrade was accepted"
+        else:
+            assert result.success, f"refused though nothing it showed was deleted: {result}"
+
+        def dead(found: tuple[int, ...]) -> bool:
+            author, turn_user, where, _ = found
+            if kind == "clear":
+                return where == target
+            return server in (None, 100) and target in (author, turn_user)
+
+        text = await everywhere(memory)
+        assert not [m.group() for m in TOKEN.finditer(text) if dead(tuple(map(int, m.groups())))]
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@example([(ALICE, RANDOM, [ALICE])], (BOB, GENERAL), ("clear", RANDOM, None))
+@example([(ALICE, RANDOM, [ALICE])], (BOB, GENERAL), ("purge", ALICE, 100))
+@example([(CAROL, GENERAL, [CAROL])], (BOB, GENERAL), ("purge", CAROL, None))
+@example([(ALICE, GENERAL, [ALICE, CAROL])], (BOB, GENERAL), ("purge", CAROL, None))
+@example([(CAROL, 12, [CAROL])], (BOB, GENERAL), ("purge", CAROL, 200))
+@given(before=said, turn_of=st.tuples(st.sampled_from((ALICE, BOB)), st.sampled_from(CHANNELS)),
+       deletion=deletions)  # fmt: skip
+def test_any_deletion_during_a_turn_overtakes_it_exactly_when_it_touched_what_it_showed(
+    before: list[tuple[int, int, list[int]]],
+    turn_of: tuple[int, int],
+    deletion: tuple[str, int, int | None],
+) -> None:
+    """Any windows, any turn, any clear or purge between its prompt and its tool call and
+    capture: the upgrade is refused exactly when the deletion touched a channel or a
+    user's words its prompt showed or its own scope, and nothing deleted shows anywhere
+    afterwards (the summary and the reply copied the prompt)."""
+    shm = Path("/dev/shm")
+    with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as folder:
+        asyncio.run(_race(Path(folder) / "stm.sqlite3", before, turn_of, deletion))
