@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 from pathlib import Path
 
 from conftest import Opener, ctx, turn
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from stm import DialogueMessage, GenerationFinished, ShortTermMemory
+from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig
 from stm.store.shred import readable
 
 
@@ -175,3 +178,38 @@ async def test_an_opted_out_authors_message_is_not_captured_in_anyones_turn(
     assert entry is not None
     assert [m.content for m in entry.messages] == ["ALICE", "REPLY"]
     assert memory.cache.keys_of_user(2) == []
+
+
+@settings(max_examples=100, deadline=None, database=None, derandomize=True)
+@given(
+    turns=st.lists(
+        st.tuples(st.sampled_from((1, 2, 3)), st.lists(st.sampled_from((1, 2, 3)), max_size=3)),
+        min_size=1,
+        max_size=5,
+    ),
+    paused=st.sets(st.sampled_from((1, 2, 3))),
+)
+def test_opted_out_authors_are_left_out_of_any_turn(
+    turns: list[tuple[int, list[int]]], paused: set[int]
+) -> None:
+    """Any turns with any authors, any users paused: no paused author's message and no
+    turn of a paused user is captured; every other message is."""
+
+    async def play() -> None:
+        config = STMConfig(database=":memory:", max_messages_per_channel=1000)
+        async with ShortTermMemory.open(config) as memory:
+            for user in paused:
+                await memory.set_user_opt_out(user, True)
+            expected: list[str] = []
+            for n, (user, authors) in enumerate(turns):
+                said = [(a, f"w{a}t{user}n{n}{i}") for i, a in enumerate(authors)]
+                await memory.capture(batched(ctx(user=user), said, f"reply{n}"))
+                if user not in paused:
+                    expected += [text for a, text in said if a not in paused] + [f"reply{n}"]
+            entry = await memory.get_entry("shortterm:server:100:10")
+            held = [m.content for m in entry.messages] if entry else []
+            assert held == expected
+            for user in paused:
+                assert memory.cache.keys_of_user(user) == []
+
+    asyncio.run(play())
