@@ -468,6 +468,7 @@ class Run:
             else:
                 # A lone surrogate in a name is cleaned, not refused.
                 ctx = TurnContext(user_id=1, channel_id=10, server_id=100, channel_name="a\ud800b")
+                self.active(self.keys(ctx))  # it keeps the keys alive like any capture
                 await self.m.capture(
                     GenerationFinished(
                         context=ctx,
