@@ -188,7 +188,9 @@ class Model:
             if u.kind == "summary" and key in u.keys and u is not token and u is not previous
             and u.begin < token.end and (u.end is None or u.end > previous.begin)
         ]  # fmt: skip
-        if others or self.broken(key, previous.end, token.end, window=False):
+        # From the previous upgrade's beginning: a delete while it ran may have landed
+        # after its commit, and then this one rolled over nothing.
+        if others or self.broken(key, previous.begin, token.end, window=False):
             return None
         return previous
 
