@@ -278,9 +278,7 @@ class ShortTermMemory:
         now = self.clock()
         user_id = ctx.user_id
         messages = [
-            StoredMessage(
-                m.role, m.content, m.speaker_name, m.author_id, m.timestamp.timestamp(), user_id
-            )
+            StoredMessage(m.role, m.content, m.speaker_name, m.author_id, m._epoch, user_id)
             for m in event.messages
             if m.content and not m.content.isspace()  # strip() would copy every message
         ]

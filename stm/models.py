@@ -4,23 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 import pydantic
 from pydantic import (
-    AwareDatetime,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    PrivateAttr,
     StrictBool,
     StrictInt,
 )
 
 from .config import RenderMode
-from .ids import Id, Name
-from .provenance import Shown
+from .inputs import DialogueMessage, GenerationFinished, TurnContext
 from .text import clean_name
 
 __all__ = [
@@ -41,61 +38,6 @@ __all__ = [
 def utcnow() -> datetime:
     """Now, as an aware UTC datetime."""
     return datetime.now(UTC)
-
-
-class TurnContext(BaseModel):
-    """Who and where one generation happens, and that generation's flags."""
-
-    # Assignment is validated too: a host that changes a field after construction
-    # cannot slip past the checks.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    user_id: Id
-    channel_id: Id
-    server_id: Id | None = None
-    persona_id: Id | None = None
-    user_name: Name = ""
-    bot_name: Name = "Assistant"
-    channel_name: Name | None = None
-    server_name: Name | None = None
-    parent_channel_id: Id | None = None
-    channel_is_private: StrictBool = False
-    user_text: str = ""
-    explicit_memory_intent: StrictBool = False
-    disable_short_term_memory_update: StrictBool = False
-    # How many deletions the memory had made when this turn first reached it.
-    _deletion_seq: int | None = PrivateAttr(default=None)
-    # What this turn's prompt showed from memory (its upgrade credits it), and whether an
-    # upgrade of this turn is in flight (one per turn).
-    _shown: Shown | None = PrivateAttr(default=None)
-    _upgrading: bool = PrivateAttr(default=False)
-
-    @property
-    def is_dm(self) -> bool:
-        """True when the turn happens in a direct message."""
-        return self.server_id is None
-
-
-class DialogueMessage(BaseModel):
-    """One message of a turn: the user's or the bot's."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    role: Literal["user", "assistant"]
-    content: str
-    author_id: Id | None = None
-    speaker_name: Name = ""
-    timestamp: AwareDatetime = Field(default_factory=utcnow)
-
-
-class GenerationFinished(BaseModel):
-    """The event a host dispatches after it answered: the turn's messages and how it ended."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    context: TurnContext
-    messages: list[DialogueMessage]
-    stopped: StrictBool = False
 
 
 class ToolResult(BaseModel):

@@ -159,19 +159,14 @@ class ReadThrough:
     # -- turns and deletions ----------------------------------------------------
     def mark_turn_start(self, ctx: TurnContext) -> None:
         """Remember how many deletions preceded this turn's first call (once per turn)."""
-        # Read through the private-attribute dict: the attribute path goes through
-        # BaseModel.__getattr__ and costs about a microsecond on every turn.
-        private = ctx.__pydantic_private__
-        if private is None or private.get("_deletion_seq") is None:
+        if ctx._deletion_seq is None:
             ctx._deletion_seq = self.deletions.seq
 
     def note_shown(self, ctx: TurnContext, shown: Shown) -> None:
         """Record what this turn's prompt showed (added to what an earlier build showed)."""
-        private = ctx.__pydantic_private__
-        assert private is not None  # TurnContext has private attributes
-        held: Shown | None = private.get("_shown")
+        held = ctx._shown
         if held is None:
-            private["_shown"] = shown
+            ctx._shown = shown
         else:
             held.add(shown)
 
@@ -180,14 +175,13 @@ class ReadThrough:
         entries, or the authors of ``messages`` (the turn's own, when it is captured)? Its
         summary or its reply, written from what the model saw, must not bring the deleted
         words back. False for a turn whose beginning is unknown."""
-        private = ctx.__pydantic_private__
-        seq = None if private is None else private.get("_deletion_seq")
+        seq = ctx._deletion_seq
         if seq is None or seq == self.deletions.seq:
             return False
         later = self.deletions.touched_since(seq)
         if later is None:
             return True
-        shown: Shown = private.get("_shown") or Shown()  # type: ignore[union-attr]
+        shown = ctx._shown or Shown()
         own = Shown.own(ctx.user_id, ctx.channel_id)
         own.add(shown)
         own.add_users([m.author_id for m in messages if m.author_id is not None])

@@ -155,28 +155,25 @@ class Upgrades:
         values = parse_arguments(arguments_model(settings.categories, limit), arguments, limit)
         if isinstance(values, str):
             return _refused(values)
-        private = ctx.__pydantic_private__
-        assert private is not None  # TurnContext has private attributes
         # Claimed before the first await: of two calls racing in one turn, one upgrades.
-        if private.get("_upgrading"):
+        if ctx._upgrading:
             return _refused(
                 f"{TOOL_NAME} is already being applied in this turn; do not call it again."
             )
-        private["_upgrading"] = True
+        ctx._upgrading = True
         result = None
         try:
             result = await self._run(ctx, settings, values)
         finally:
             if result is None or not result.success:
-                private["_upgrading"] = False  # failed: the model may try again
+                ctx._upgrading = False  # failed: the model may try again
         return result
 
     async def _run(
         self, ctx: TurnContext, settings: ServerSettings, values: dict[str, str]
     ) -> ToolResult:
         self.reads.mark_turn_start(ctx)
-        private = ctx.__pydantic_private__
-        if private is None or private.get("_shown") is None:
+        if ctx._shown is None:
             await self._note_what_a_prompt_would_show(ctx, settings)
         keys = [
             k
@@ -253,8 +250,7 @@ class Upgrades:
         now = self.clock()
         # Everyone whose words the prompt could show the model: what build_context
         # rendered (or would have), and the turns and authors of the turn's own windows.
-        private = ctx.__pydantic_private__
-        shown: Shown | None = None if private is None else private.get("_shown")
+        shown = ctx._shown
         contributors = {ctx.user_id}
         if shown is not None:
             contributors |= shown.users
