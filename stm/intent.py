@@ -83,6 +83,9 @@ class IntentGate:
     def __init__(self, phrases: Mapping[str, tuple[Iterable[str], bool]] = DEFAULT_PHRASES) -> None:
         self._phrases = {lang: (tuple(words), spaced) for lang, (words, spaced) in phrases.items()}
         self._pattern = self._compile()
+        # The last text asked about and the answer. A host asks about a turn's text and the
+        # library asks again about the same string object: the second answer is free.
+        self._last: tuple[str, bool] = ("", False)
 
     def extended(self, language: str, phrases: Iterable[str], spaced: bool = True) -> IntentGate:
         """A new gate with ``phrases`` added to ``language``."""
@@ -93,6 +96,14 @@ class IntentGate:
 
     def matches(self, text: str) -> bool:
         """True when ``text`` asks, in so many words, to be remembered."""
+        last = self._last
+        if text is last[0]:
+            return last[1]
+        answer = self._matches(text)
+        self._last = (text, answer)
+        return answer
+
+    def _matches(self, text: str) -> bool:
         if not text:
             return False
         normalized = normalize(text)

@@ -127,7 +127,7 @@ class Upgrades:
             return "short-term memory is turned off in this server"
         if ctx.disable_short_term_memory_update:
             return "short-term memory was already updated in this turn; do not call it again"
-        if ctx.explicit_memory_intent or self.intent_gate.matches(ctx.user_text):
+        if ctx.explicit_memory_intent or self._asks_to_remember(ctx):
             return (
                 "the user explicitly asked to remember something; that belongs to long-term "
                 "memory, not this tool"
@@ -135,6 +135,15 @@ class Upgrades:
         if self.settings.is_opted_out(ctx.user_id):
             return "the user asked not to be remembered"
         return None
+
+    def _asks_to_remember(self, ctx: TurnContext) -> bool:
+        # Asked once per turn: the tool's definition, the nudge and the upgrade all ask.
+        text, gate, asked = ctx.user_text, self.intent_gate, ctx._intent
+        if asked is not None and asked[0] is gate and asked[1] is text:
+            return asked[2]
+        answer = gate.matches(text)
+        ctx._intent = (gate, text, answer)
+        return answer
 
     def definition(self, ctx: TurnContext) -> dict[str, Any] | None:
         """The tool for this turn, or None when unavailable."""
