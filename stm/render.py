@@ -74,6 +74,8 @@ class RenderCache:
     def __init__(self, max_entries: int = 1024) -> None:
         self.max_entries = max_entries
         self._held: OrderedDict[tuple[str, str], tuple[object, list[str]]] = OrderedDict()
+        # An entry's whole other-channel segment, joined, under the values it shows.
+        self._segments: OrderedDict[str, tuple[tuple[object, ...], tuple[str, str]]] = OrderedDict()
 
     def lines(
         self, key: str, kind: str, source: object, render: Callable[[], list[str]]
@@ -115,6 +117,30 @@ class RenderCache:
             reuse = {id(m): line for m, line in zip(held[0][1], held[1], strict=True)}
         made = [reuse.get(id(m)) or render_one(m) for m in messages]
         return self._store(slot, source, made)  # ``source`` is already known to differ
+
+    def segment(self, entry: Entry, source: tuple[object, ...]) -> tuple[str, str] | None:
+        """The segment of ``entry`` kept with ``source`` (every value it shows), if that still
+        compares equal; None otherwise.
+
+        The comparison is cheap because an unchanged entry holds the very same objects
+        (the window's messages, its summary): tuple equality tests identity first."""
+        held = self._segments.get(entry.key)
+        if held is not None and held[0] == source:
+            self._segments.move_to_end(entry.key)
+            return held[1]
+        return None
+
+    def keep_segment(
+        self, entry: Entry, source: tuple[object, ...], made: tuple[str, str]
+    ) -> tuple[str, str]:
+        """Keep ``made``, the segment rendered from ``source``."""
+        # A copy of the categories: the entry's own dict may change in place later.
+        kept = (*source[:_CATEGORIES], dict(entry.categories), *source[_CATEGORIES + 1 :])
+        self._segments[entry.key] = (kept, made)
+        self._segments.move_to_end(entry.key)
+        if len(self._segments) > self.max_entries:
+            self._segments.popitem(last=False)
+        return made
 
     def __len__(self) -> int:
         return len(self._held)
@@ -206,23 +232,22 @@ def other_channels_blocks(
         return []
     labels = category_labels(settings)
     bot = one_line(bot_name)
-    count = settings.crude_message_count
     memory: list[str] = []
     crude: list[str] = []
     for entry in entries:
-        when = relative_time(now - entry.updated_at)
-        if entry.distilled:
-            body = _distilled_lines(entry, labels, cache)
-            if settings.render_mode == "crude_summary":
-                recent = _crude_lines(entry, count, bot_name, cache)
-                if recent:
-                    crude.append(f"In {_place(entry)} ({when}):")
-                    crude.extend(recent)
+        if cache is None:
+            said, recent = _segment(entry, settings, labels, bot, bot_name, now, None)
         else:
-            body = _crude_lines(entry, count, bot_name, cache)
-        if body:
-            memory.append(f"{bot} remembers a recent conversation in {_place(entry)} ({when}):")
-            memory.extend(body)
+            source = _segment_source(entry, settings, bot_name, now)
+            reused = cache.segment(entry, source)
+            if reused is None:
+                made = _segment(entry, settings, labels, bot, bot_name, now, cache)
+                reused = cache.keep_segment(entry, source, made)
+            said, recent = reused
+        if said:
+            memory.append(said)
+        if recent:
+            crude.append(recent)
     blocks = []
     depth = content_depth(settings, entries, now)
     if memory:
@@ -240,6 +265,58 @@ def other_channels_blocks(
         )
         blocks.append(PromptBlock("\n".join([header, *crude, "[End of recent messages]"]), depth))
     return blocks
+
+
+# Where the categories sit in a segment's source (copied when it is kept).
+_CATEGORIES = 7
+
+
+def _segment_source(
+    entry: Entry, settings: ServerSettings, bot_name: str, now: float
+) -> tuple[object, ...]:
+    """Every value an entry's other-channel segment is rendered from."""
+    count = settings.crude_message_count
+    return (
+        bot_name,
+        count,
+        settings.render_mode,
+        _labels(settings.categories),
+        entry.channel_name,
+        entry.channel_id,
+        entry.summary,
+        entry.categories,  # _CATEGORIES
+        entry.messages[-count:] if count > 0 else None,
+        # relative_time() of the entry's age changes only from one whole minute to the next.
+        int(max(0.0, now - entry.updated_at) // 60),
+    )
+
+
+def _segment(
+    entry: Entry,
+    settings: ServerSettings,
+    labels: dict[str, str],
+    bot: str,
+    bot_name: str,
+    now: float,
+    cache: RenderCache | None,
+) -> tuple[str, str]:
+    """One other channel's lines for the memory block and for the recent-messages block,
+    each joined ("" when it has none)."""
+    when = relative_time(now - entry.updated_at)
+    count = settings.crude_message_count
+    said: list[str] = []
+    recent: list[str] = []
+    if entry.distilled:
+        body = _distilled_lines(entry, labels, cache)
+        if settings.render_mode == "crude_summary":
+            lines = _crude_lines(entry, count, bot_name, cache)
+            if lines:
+                recent = [f"In {_place(entry)} ({when}):", *lines]
+    else:
+        body = _crude_lines(entry, count, bot_name, cache)
+    if body:
+        said = [f"{bot} remembers a recent conversation in {_place(entry)} ({when}):", *body]
+    return "\n".join(said), "\n".join(recent)
 
 
 def nudge(settings: ServerSettings) -> str:
