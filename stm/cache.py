@@ -258,6 +258,14 @@ class MemoryCache:
         else:
             group.live.move_to_end(entry.key)
 
+    def index_user(self, entry: Entry, user: int) -> None:
+        """``index_users`` for one user (every capture's)."""
+        keys = self._by_user.get(user)
+        if keys is None:
+            self._by_user[user] = {entry.key}
+        else:
+            keys.add(entry.key)
+
     def index_users(self, entry: Entry, users: set[int] | frozenset[int]) -> None:
         """Record that ``users`` have words in ``entry`` (so a purge finds it without a scan)."""
         if entry.scrolled is not None:

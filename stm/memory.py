@@ -39,7 +39,16 @@ from .models import (
     TurnContext,
 )
 from .provenance import Shown
-from .readthrough import AGAIN, Again, ReadThrough, Unavailable, Unsettled, describe, settle
+from .readthrough import (
+    AGAIN,
+    NO_ROW,
+    Again,
+    ReadThrough,
+    Unavailable,
+    Unsettled,
+    describe,
+    settle,
+)
 from .render import RenderCache, nudge, other_channels_blocks, same_channel_block, shown_by
 from .settings import SettingsBook
 from .store import open_store
@@ -310,7 +319,10 @@ class ShortTermMemory:
             entry.remember(messages, self.config.max_messages_per_channel)
             describe(entry, ctx)
             self.cache.touch(entry, now)
-            self.cache.index_users(entry, users)
+            if len(users) == 1:
+                self.cache.index_user(entry, user_id)  # most turns: no set to walk
+            else:
+                self.cache.index_users(entry, users)
             if key == (server_k or user_k):
                 entry.turns_since_refresh += 1
             writer.mark_dirty(entry)
@@ -357,10 +369,15 @@ class ShortTermMemory:
                 return entry
             return AGAIN
 
-        try:
-            entry = await settle(read)
-        except Unsettled:
-            entry = None
+        known = self._reads.settled(live_key, group)
+        entry: Entry | None
+        if known is None:
+            try:
+                entry = await settle(read)
+            except Unsettled:
+                entry = None
+        else:
+            entry = None if known is NO_ROW else known
         now = self.clock()
         if entry is not None and self.cache.is_expired(entry, now):
             entry = None

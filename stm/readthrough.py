@@ -32,6 +32,7 @@ from .writer import Writer
 __all__ = [
     "AGAIN",
     "ATTEMPTS",
+    "NO_ROW",
     "Again",
     "ReadThrough",
     "Unavailable",
@@ -60,6 +61,14 @@ class _Again(enum.Enum):
 
 
 AGAIN = _Again.AGAIN
+
+
+class _NoRow(enum.Enum):
+    NO_ROW = "no row"
+
+
+# What ``settled`` answers for a key that has neither an entry nor a row.
+NO_ROW = _NoRow.NO_ROW
 # What an attempt returns to be run again.
 Again = Literal[_Again.AGAIN]
 
@@ -289,6 +298,19 @@ class ReadThrough:
         if entry is None or entry.hydrated:
             return entry
         return AGAIN
+
+    def settled(self, key: str, group: GroupKey) -> Entry | Literal[_NoRow.NO_ROW] | None:
+        """What a turn's read of ``key`` and of its recall group would find, when it can be
+        known without waiting: the hydrated entry, or NO_ROW; None when it must be read."""
+        # Most turns: the entry is in the cache with its row merged, nothing is being read
+        # for it, and its group was warmed. Then the read is a cache look-up, and the
+        # coroutines of ``live`` and ``warm`` would only cost their set-up.
+        if group not in self._warmed or key in self._hydrating:
+            return None
+        entry = self.cache.get(key)
+        if entry is not None:
+            return entry if entry.hydrated else None
+        return NO_ROW if self.no_row_elsewhere() else None
 
     # -- warming ----------------------------------------------------------------
     def warm(self, group: GroupKey) -> Coroutine[Any, Any, None] | None:
