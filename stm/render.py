@@ -149,9 +149,12 @@ class RenderCache:
 def content_depth(settings: ServerSettings, entries: Sequence[Entry], now: float) -> int:
     """The configured content depth, but no higher than 2 when touched in the last hour."""
     depth = settings.content_depth
-    recent = any(now - entry.updated_at < RECENT_SECONDS for entry in entries)
-    if recent and (depth < 0 or depth > 2):
-        return 2
+    if 0 <= depth <= 2:
+        return depth
+    # A plain loop: a generator under any() costs about as much again on every turn.
+    for entry in entries:
+        if now - entry.updated_at < RECENT_SECONDS:
+            return 2
     return depth
 
 
@@ -230,17 +233,18 @@ def other_channels_blocks(
     mode the recent crude messages of channels that also have distilled memory."""
     if not entries:
         return []
-    labels = category_labels(settings)
     bot = one_line(bot_name)
     memory: list[str] = []
     crude: list[str] = []
     for entry in entries:
         if cache is None:
-            said, recent = _segment(entry, settings, labels, bot, bot_name, now, None)
+            made = _segment(entry, settings, category_labels(settings), bot, bot_name, now, None)
+            said, recent = made
         else:
             source = _segment_source(entry, settings, bot_name, now)
             reused = cache.segment(entry, source)
             if reused is None:
+                labels = category_labels(settings)
                 made = _segment(entry, settings, labels, bot, bot_name, now, cache)
                 reused = cache.keep_segment(entry, source, made)
             said, recent = reused
@@ -280,7 +284,8 @@ def _segment_source(
         bot_name,
         count,
         settings.render_mode,
-        _labels(settings.categories),
+        # The categories, not their labels: the same tuple object while they are unchanged.
+        settings.categories,
         entry.channel_name,
         entry.channel_id,
         entry.summary,
