@@ -153,14 +153,72 @@ class WarmedGroups(dict[GroupKey, None]):
         self.pop(group, None)
 
 
+# An index from an id to the keys that belong to it: most ids (a DM user, a channel of one
+# scope) have one key, held bare; a set is made when a second key arrives. At 100,000
+# keys the two indexes' one-key sets were about 500 bytes per key.
+_Index = dict[int, str | set[str]]
+
+
+def _index_add(index: _Index, owner: int, key: str) -> None:
+    held = index.get(owner)
+    if held is None:
+        index[owner] = key
+    elif type(held) is str:
+        if held != key:
+            index[owner] = {held, key}
+    else:
+        held.add(key)  # type: ignore[union-attr]
+
+
+def _index_discard(index: _Index, owner: int, key: str) -> None:
+    held = index.get(owner)
+    if held is None:
+        return
+    if type(held) is str:
+        if held == key:
+            del index[owner]
+        return
+    held.discard(key)  # type: ignore[union-attr]
+    if len(held) <= 1:
+        if held:
+            index[owner] = next(iter(held))
+        else:
+            del index[owner]
+
+
+def _index_keys(index: _Index, owner: int) -> list[str]:
+    held = index.get(owner)
+    if held is None:
+        return []
+    return [held] if type(held) is str else list(held)
+
+
 @dataclass(slots=True)
 class _Group:
-    # Entries touched in this process, oldest first; hydrated ones not yet touched apart.
-    live: OrderedDict[str, Entry] = field(default_factory=OrderedDict)
-    cold: dict[str, Entry] = field(default_factory=dict)
+    # Entries touched in this process, oldest first (a plain dict: an OrderedDict costs
+    # about twice the memory, and a group is one per DM user); hydrated entries not yet
+    # touched apart, in a dict made when the first one arrives.
+    live: dict[str, Entry] = field(default_factory=dict)
+    cold: dict[str, Entry] | None = None
 
     def __len__(self) -> int:
-        return len(self.live) + len(self.cold)
+        return len(self.live) + (len(self.cold) if self.cold else 0)
+
+    def make_live(self, entry: Entry) -> None:
+        """``entry`` is the group's newest."""
+        key = entry.key
+        if self.cold is not None and self.cold.pop(key, None) is not None and not self.cold:
+            self.cold = None
+        self.live.pop(key, None)  # to the end: a plain dict keeps insertion order
+        self.live[key] = entry
+
+    def drop(self, key: str) -> None:
+        """Forget ``key``."""
+        self.live.pop(key, None)
+        if self.cold is not None:
+            self.cold.pop(key, None)
+            if not self.cold:
+                self.cold = None
 
 
 class MemoryCache:
@@ -178,8 +236,8 @@ class MemoryCache:
         self.expiry = Expiry.hours(crude_ttl_hours, summary_ttl_hours)
         self.clock = clock
         self._entries: OrderedDict[str, Entry] = OrderedDict()
-        self._by_channel: dict[int, set[str]] = {}
-        self._by_user: dict[int, set[str]] = {}
+        self._by_channel: _Index = {}
+        self._by_user: _Index = {}
         self._groups: dict[GroupKey, _Group] = {}
         # Kept here so that it shrinks with the cache: a group is forgotten when one of
         # its keys is evicted (its row must be read again) or its last key leaves.
@@ -226,16 +284,18 @@ class MemoryCache:
             self.remove(entry.key)
         self._entries[entry.key] = entry
         self._entries.move_to_end(entry.key)
-        self._by_channel.setdefault(entry.channel_id, set()).add(entry.key)
+        _index_add(self._by_channel, entry.channel_id, entry.key)
         self.index_users(entry, entry.window_users() | entry.contributors)
         if entry.scope == "user" and entry.user_id is not None:
-            self._by_user.setdefault(entry.user_id, set()).add(entry.key)
-        group = self._groups.setdefault(entry.group, _Group())
+            _index_add(self._by_user, entry.user_id, entry.key)
+        group = self._groups.get(entry.group)
+        if group is None:
+            group = self._groups[entry.group] = _Group()
         if touched:
-            group.cold.pop(entry.key, None)
-            group.live[entry.key] = entry
-            group.live.move_to_end(entry.key)
+            group.make_live(entry)
         elif entry.key not in group.live:
+            if group.cold is None:
+                group.cold = {}
             group.cold[entry.key] = entry
         evicted = []
         while len(self._entries) > self.max_keys:
@@ -252,26 +312,18 @@ class MemoryCache:
         if entry.scrolled is not None:
             self._unindex_scrolled(entry)
         self._entries.move_to_end(entry.key)
-        group = self._groups[entry.group]
-        if group.cold.pop(entry.key, None) is not None:
-            group.live[entry.key] = entry
-        else:
-            group.live.move_to_end(entry.key)
+        self._groups[entry.group].make_live(entry)
 
     def index_user(self, entry: Entry, user: int) -> None:
         """``index_users`` for one user (every capture's)."""
-        keys = self._by_user.get(user)
-        if keys is None:
-            self._by_user[user] = {entry.key}
-        else:
-            keys.add(entry.key)
+        _index_add(self._by_user, user, entry.key)
 
     def index_users(self, entry: Entry, users: set[int] | frozenset[int]) -> None:
         """Record that ``users`` have words in ``entry`` (so a purge finds it without a scan)."""
         if entry.scrolled is not None:
             self._unindex_scrolled(entry)
         for user in users:
-            self._by_user.setdefault(user, set()).add(entry.key)
+            _index_add(self._by_user, user, entry.key)
 
     def _unindex_scrolled(self, entry: Entry) -> None:
         gone, entry.scrolled = entry.scrolled or (), None
@@ -281,30 +333,21 @@ class MemoryCache:
                 self._unindex_user(user, entry.key)
 
     def _unindex_user(self, user: int, key: str) -> None:
-        keys = self._by_user.get(user)
-        if keys is not None:
-            keys.discard(key)
-            if not keys:
-                del self._by_user[user]
+        _index_discard(self._by_user, user, key)
 
     def remove(self, key: str) -> Entry | None:
         """Drop ``key`` and its index entries; return what was held."""
         entry = self._entries.pop(key, None)
         if entry is None:
             return None
-        keys = self._by_channel.get(entry.channel_id)
-        if keys is not None:
-            keys.discard(key)
-            if not keys:
-                del self._by_channel[entry.channel_id]
+        _index_discard(self._by_channel, entry.channel_id, key)
         owners = {entry.user_id} if entry.user_id is not None else set()
         for user in entry.window_users() | entry.contributors | owners | set(entry.scrolled or ()):
             self._unindex_user(user, key)
         entry.scrolled = None
         group = self._groups.get(entry.group)
         if group is not None:
-            group.live.pop(key, None)
-            group.cold.pop(key, None)
+            group.drop(key)
             if not group:
                 del self._groups[entry.group]
                 self.warmed.discard(entry.group)
@@ -312,7 +355,7 @@ class MemoryCache:
 
     def keys_of_channel(self, channel_id: int) -> list[str]:
         """Every held key of ``channel_id``, any scope or persona."""
-        return list(self._by_channel.get(channel_id, ()))
+        return _index_keys(self._by_channel, channel_id)
 
     def index_sizes(self) -> dict[str, int]:
         """How many items each structure holds (each is bounded by ``max_keys``)."""
@@ -320,14 +363,16 @@ class MemoryCache:
             "entries": len(self._entries),
             "channels": len(self._by_channel),
             "users": len(self._by_user),
-            "user_keys": sum(len(keys) for keys in self._by_user.values()),
+            "user_keys": sum(
+                1 if type(keys) is str else len(keys) for keys in self._by_user.values()
+            ),
             "groups": len(self._groups),
             "warmed": len(self.warmed),
         }
 
     def keys_of_user(self, user_id: int) -> list[str]:
         """Every held key that is the user's own or holds the user's words."""
-        return list(self._by_user.get(user_id, ()))
+        return _index_keys(self._by_user, user_id)
 
     def recall(self, group: GroupKey, exclude_channel: int, limit: int, now: float) -> list[Entry]:
         """Up to ``limit`` live entries of ``group`` other than ``exclude_channel``, newest first,
