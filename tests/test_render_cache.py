@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from stm.cache import Entry, StoredMessage
-from stm.models import ServerSettings
-from stm.render import RenderCache, other_channels_blocks
+from stm.models import Category, ServerSettings
+from stm.render import RenderCache, _segment_source, other_channels_blocks
 
 NOW = 1_700_000_000.0
 
@@ -63,3 +68,71 @@ def test_cache_is_bounded() -> None:
         e.key = f"shortterm:server:1:{n}"
         render(e, cache)
     assert len(cache) == 2
+
+
+Change = Callable[[Entry], None]
+CHANGES: dict[str, Change] = {
+    "message added": lambda e: e.messages.append(message(f"new {len(e.messages)}", 2)),
+    "window moved": lambda e: e.remember([message("moved in", 3)], 4),
+    "message purged": lambda e: setattr(e, "messages", e.messages[1:]),
+    "summary set": lambda e: setattr(e, "summary", f"SUMMARY {e.version}"),
+    "summary cleared": lambda e: setattr(e, "summary", None),
+    "categories set": lambda e: setattr(e, "categories", {"plans": "PLANS", "mood": "calm"}),
+    "category changed in place": lambda e: e.categories.update(plans="CHANGED IN PLACE"),
+    "categories cleared": lambda e: setattr(e, "categories", {}),
+    "channel renamed": lambda e: setattr(e, "channel_name", f"renamed-{len(e.messages)}"),
+    "channel name lost": lambda e: setattr(e, "channel_name", None),
+    "a minute passes": lambda e: setattr(e, "updated_at", e.updated_at - 61),
+    "an hour passes": lambda e: setattr(e, "updated_at", e.updated_at - 3600),
+    "touched": lambda e: setattr(e, "updated_at", NOW),
+}
+SETTINGS = [
+    ServerSettings(),
+    ServerSettings(render_mode="supersede"),
+    ServerSettings(crude_message_count=2),
+    ServerSettings(crude_message_count=0),
+    ServerSettings(categories=(Category("Plans", "what"), Category("Mood", "how"))),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(sorted(CHANGES)),
+            st.sampled_from(range(len(SETTINGS))),
+            st.sampled_from(["Bot", "Other-Bot"]),
+        ),
+        max_size=12,
+    )
+)
+def test_reused_segments_always_match_a_fresh_render(steps: list[tuple[str, int, str]]) -> None:
+    """Whatever changes in an entry (its window, distilled content, in-place category
+    edits, its channel's name, its age) or in the settings and bot name, the context
+    rendered with reused segments is exactly the one rendered from scratch."""
+    cache = RenderCache()
+    e = entry("one", "two", "three")
+    e.summary = "FIRST SUMMARY"
+    for change, which, bot in steps:
+        CHANGES[change](e)
+        e.version += 1
+        now_settings = SETTINGS[which]
+        with_cache = other_channels_blocks([e], now_settings, bot, NOW, cache)
+        fresh = other_channels_blocks([e], now_settings, bot, NOW, None)
+        assert with_cache == fresh, change
+        again = other_channels_blocks([e], now_settings, bot, NOW, cache)
+        assert again == fresh
+
+
+def test_an_unchanged_segment_is_reused_not_rendered_again() -> None:
+    """The second render of an unchanged entry returns the kept segment itself."""
+    cache = RenderCache()
+    e = entry("one", "two")
+    first = other_channels_blocks([e], ServerSettings(), "Bot", NOW, cache)
+    second = other_channels_blocks([e], ServerSettings(), "Bot", NOW, cache)
+    assert first == second
+    source = _segment_source(e, ServerSettings(), "Bot", NOW)
+    kept = cache.segment(e, source)
+    assert kept is not None and kept[0] in first[0].text
+    e.messages.append(message("three"))
+    assert cache.segment(e, _segment_source(e, ServerSettings(), "Bot", NOW)) is None

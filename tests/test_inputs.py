@@ -1,0 +1,214 @@
+"""The turn's input types: checked by hand, as strict as models, and cheap to build."""
+
+from __future__ import annotations
+
+import unicodedata
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stm import DialogueMessage, GenerationFinished, MemoryEntry, TurnContext
+
+ID_FIELDS = ["user_id", "channel_id", "server_id", "persona_id", "parent_channel_id"]
+FLAG_FIELDS = ["channel_is_private", "explicit_memory_intent", "disable_short_term_memory_update"]
+NAME_FIELDS = ["user_name", "bot_name", "channel_name", "server_name"]
+BIDI = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+bad_ids = st.one_of(
+    st.integers(max_value=-1),
+    st.integers(min_value=2**63),
+    st.booleans(),
+    st.floats(),
+    st.text(max_size=4),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+def base(**fields: Any) -> TurnContext:
+    return TurnContext(**{"user_id": 1, "channel_id": 2, **fields})
+
+
+def test_defaults_are_the_contracts() -> None:
+    """Every field not given has the default the contract names."""
+    ctx = base()
+    assert ctx.model_dump() == {
+        "user_id": 1,
+        "channel_id": 2,
+        "server_id": None,
+        "persona_id": None,
+        "user_name": "",
+        "bot_name": "Assistant",
+        "channel_name": None,
+        "server_name": None,
+        "parent_channel_id": None,
+        "channel_is_private": False,
+        "user_text": "",
+        "explicit_memory_intent": False,
+        "disable_short_term_memory_update": False,
+    }
+    said = DialogueMessage(role="user", content="hi")
+    assert (said.author_id, said.speaker_name) == (None, "")
+    assert said.timestamp.tzinfo is UTC
+    assert abs(said.timestamp - datetime.now(UTC)) < timedelta(seconds=5)
+    assert GenerationFinished(context=ctx, messages=[said]).stopped is False
+
+
+@settings(max_examples=200, deadline=None)
+@given(field=st.sampled_from(ID_FIELDS), value=bad_ids)
+def test_bad_ids_are_refused_in_the_constructor_and_on_assignment(field: str, value: Any) -> None:
+    """An id is an int in [0, 2**63), whether given at construction or assigned later."""
+    with pytest.raises(ValueError):
+        base(**{field: value})
+    ctx = base()
+    with pytest.raises(ValueError):
+        setattr(ctx, field, value)
+    assert getattr(ctx, field) == {"user_id": 1, "channel_id": 2}.get(field)
+    with pytest.raises(ValueError):
+        DialogueMessage(role="user", content="x", author_id=value)
+
+
+@pytest.mark.parametrize("value", [0, 1, "yes", None, 1.0])
+@pytest.mark.parametrize("field", FLAG_FIELDS)
+def test_flags_must_be_bools(field: str, value: object) -> None:
+    """A flag is True or False, in the constructor and on assignment."""
+    with pytest.raises(ValueError):
+        base(**{field: value})
+    ctx = base()
+    with pytest.raises(ValueError):
+        setattr(ctx, field, value)
+    with pytest.raises(ValueError):
+        GenerationFinished(context=ctx, messages=[], stopped=value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(field=st.sampled_from(NAME_FIELDS), name=st.text(max_size=150))
+def test_names_are_one_printable_line(field: str, name: str) -> None:
+    """A name keeps no line break or control and at most 100 characters, however it
+    arrives."""
+    for ctx in (base(**{field: name}), base()):
+        setattr(ctx, field, name)
+        assert_clean_name(getattr(ctx, field))
+    assert_clean_name(DialogueMessage(role="user", content="x", speaker_name=name).speaker_name)
+
+
+def assert_clean_name(name: str) -> None:
+    assert len(name) <= 100
+    assert len(name.splitlines()) <= 1, repr(name)
+    name.encode("utf-8")  # no lone surrogates
+    assert all(unicodedata.category(ch) != "Cc" and ch not in BIDI for ch in name), repr(name)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: base(nope=1),
+        lambda: base(user_text=5),
+        lambda: base(user_name=b"bytes"),
+        lambda: DialogueMessage(role="system", content="x"),
+        lambda: DialogueMessage(role="user", content=None),
+        lambda: DialogueMessage(role="user", content="x", timestamp=datetime(2024, 1, 1)),
+        lambda: DialogueMessage(role="user", content="x", timestamp="2024-01-01T00:00:00Z"),
+        lambda: DialogueMessage(role="user", content="x", extra=1),
+        lambda: GenerationFinished(context={"user_id": -1, "channel_id": 2}, messages=[]),
+        lambda: GenerationFinished(context=base(), messages="not a list"),
+        lambda: GenerationFinished(context=base(), messages=[{"role": "bot", "content": "x"}]),
+        lambda: GenerationFinished(context=base(), messages=[object()]),
+        lambda: GenerationFinished(context=object(), messages=[]),
+        lambda: GenerationFinished(context=base(), messages=[], more=1),
+    ],
+)
+def test_bad_input_raises_value_error(build: Any) -> None:
+    """Unknown fields, wrong types and bad values raise ValueError, as the models did."""
+    with pytest.raises(ValueError):
+        build()
+
+
+def test_assignments_are_checked_and_messages_are_frozen() -> None:
+    """A context's fields change only to valid values; a message never changes."""
+    ctx = base()
+    ctx.explicit_memory_intent = True
+    ctx.user_text = "remember this"
+    assert ctx.explicit_memory_intent and ctx.user_text == "remember this"
+    with pytest.raises(ValueError):
+        ctx.not_a_field = 1
+    said = DialogueMessage(role="user", content="x")
+    with pytest.raises(ValueError):
+        said.content = "changed"  # type: ignore[misc]
+    assert said.content == "x"
+    event = GenerationFinished(context=ctx, messages=[])
+    with pytest.raises(ValueError):
+        event.messages = [1]  # type: ignore[list-item]
+
+
+def test_dicts_and_sequences_are_accepted_where_models_accepted_them() -> None:
+    """A dict for a nested context or message, and a tuple of messages, are checked and
+    converted; the event holds a list of its own."""
+    messages = [DialogueMessage(role="user", content="a")]
+    event = GenerationFinished(
+        context={"user_id": 1, "channel_id": 2},  # type: ignore[arg-type]
+        messages=(messages[0], {"role": "assistant", "content": "b"}),  # type: ignore[arg-type]
+    )
+    assert event.context == base()
+    assert [m.content for m in event.messages] == ["a", "b"]
+    own = GenerationFinished(context=base(), messages=messages)
+    messages.append(DialogueMessage(role="user", content="later"))
+    assert len(own.messages) == 1
+
+
+def test_timestamps_keep_their_instant() -> None:
+    """A given timestamp in any zone is kept as given; the default one is UTC now."""
+    when = datetime(2024, 5, 1, 12, 0, tzinfo=timezone(timedelta(hours=2)))
+    said = DialogueMessage(role="assistant", content="x", timestamp=when)
+    assert said.timestamp == when
+    assert said._epoch == when.timestamp()
+    default = DialogueMessage(role="user", content="y")
+    assert default.timestamp == datetime.fromtimestamp(default._epoch, UTC)
+
+
+def test_copies_equality_and_repr() -> None:
+    """model_copy checks its update and keeps the turn's notes; equal fields compare equal;
+    messages hash; repr names the fields."""
+    ctx = base(server_id=3)
+    ctx._deletion_seq = 7
+    moved = ctx.model_copy(update={"channel_id": 9})
+    assert (moved.channel_id, moved.server_id, moved._deletion_seq) == (9, 3, 7)
+    assert ctx.channel_id == 2
+    with pytest.raises(ValueError):
+        ctx.model_copy(update={"channel_id": -1})
+    with pytest.raises(ValueError):
+        ctx.model_copy(update={"nope": 1})
+    assert base() == base() and base() != base(user_id=5)
+    when = datetime(2024, 1, 1, tzinfo=UTC)
+    a = DialogueMessage(role="user", content="x", timestamp=when)
+    assert a == DialogueMessage(role="user", content="x", timestamp=when)
+    assert len({a, DialogueMessage(role="user", content="x", timestamp=when)}) == 1
+    assert a.model_copy(update={"content": "y"}).content == "y"
+    assert "user_id=1" in repr(base())
+
+
+def test_memory_entries_hold_and_dump_messages() -> None:
+    """The pydantic MemoryEntry takes these messages (or dicts of them) and dumps them."""
+    when = datetime(2024, 1, 1, tzinfo=UTC)
+    said = DialogueMessage(role="user", content="x", author_id=4, timestamp=when)
+    entry = MemoryEntry(
+        key="shortterm:user:1:2",
+        messages=[said, {"role": "assistant", "content": "y", "timestamp": when}],
+        summary=None,
+        categories={},
+        turns_since_refresh=0,
+    )
+    assert entry.messages[0] is said
+    assert entry.model_dump()["messages"][0] == {
+        "role": "user",
+        "content": "x",
+        "author_id": 4,
+        "speaker_name": "",
+        "timestamp": when,
+    }
+    with pytest.raises(ValueError):
+        MemoryEntry(
+            key="k", messages=[1], summary=None, categories={}, turns_since_refresh=0
+        )
