@@ -7,6 +7,8 @@ import tracemalloc
 from collections import deque
 
 from conftest import Opener, ctx, turn
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stm.cache import Entry, MemoryCache, StoredMessage
 
@@ -186,3 +188,59 @@ def test_a_user_leaves_the_index_only_when_their_last_turn_scrolls_out() -> None
     cache.touch(entry, 100.0)
     cache.index_users(entry, {5})
     assert {u for u in range(1, 6) if cache.keys_of_user(u)} == {1, 3, 5}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["put", "remove", "touch", "index"]),
+            st.integers(0, 3),  # owner (user) of a user-scope key, or server
+            st.integers(0, 2),  # channel
+            st.booleans(),  # user scope or server scope
+            st.integers(0, 3),  # a user whose words the entry holds
+        ),
+        max_size=40,
+    )
+)
+def test_indexes_list_exactly_the_held_keys_of_each_id(
+    ops: list[tuple[str, int, int, bool, int]],
+) -> None:
+    """Whatever is put, touched, indexed and removed, the channel and user indexes (one
+    bare key or a set per id) list exactly the held keys of that id."""
+    cache = MemoryCache(max_keys=6, crude_ttl_hours=1, summary_ttl_hours=1, clock=lambda: 0.0)
+    words: dict[str, set[int]] = {}
+    for op, owner, channel, user_scope, speaker in ops:
+        scope = "user" if user_scope else "server"
+        key = f"shortterm:{scope}:{owner}:{channel}"
+        held = cache.peek(key)
+        if op == "put" and held is None:
+            e = Entry(
+                key=key,
+                scope=scope,
+                server_id=None if user_scope else owner,
+                user_id=owner if user_scope else None,
+                channel_id=channel,
+                persona_id=None,
+                messages=[],
+                updated_at=0.0,
+            )
+            for victim in cache.put(e):
+                words.pop(victim.key, None)
+        elif op == "remove":
+            cache.remove(key)
+            words.pop(key, None)
+        elif op == "touch" and held is not None:
+            cache.touch(held, 0.0)
+        elif op == "index" and held is not None:
+            # As a capture does: the speaker's words are in the window, and indexed.
+            held.messages.append(StoredMessage("user", "x", "", speaker, 0.0, speaker))
+            cache.index_user(held, speaker)
+            words.setdefault(key, set()).add(speaker)
+    entries = list(cache)
+    for channel in range(3):
+        expected = {e.key for e in entries if e.channel_id == channel}
+        assert sorted(cache.keys_of_channel(channel)) == sorted(expected)
+    for user in range(4):
+        expected = {e.key for e in entries if e.user_id == user or user in words.get(e.key, set())}
+        assert sorted(cache.keys_of_user(user)) == sorted(expected)

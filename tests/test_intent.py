@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from stm import ShortTermMemory, TurnContext
 from stm.intent import IntentGate
 
 
@@ -54,3 +55,27 @@ def test_phrase_packs_can_be_extended() -> None:
     assert gate.matches("Onthoud dit alsjeblieft")
     assert gate.matches("remember this")
     assert not IntentGate().matches("Onthoud dit alsjeblieft")
+
+
+def test_the_last_answer_is_reused_only_for_the_same_text() -> None:
+    """The gate answers a repeated question about the same text without asking again, and
+    a new text always gets its own answer."""
+    gate = IntentGate()
+    asks = "".join(["please remember ", "this"])  # built at run time: not an interned literal
+    assert gate.matches(asks) is True
+    assert gate.matches(asks) is True
+    assert gate.matches("just chatting") is False
+    assert gate.matches(asks) is True
+    assert gate.matches("".join(["just ", "chatting"])) is False
+
+
+async def test_the_turn_decides_once_but_follows_a_changed_text(memory: ShortTermMemory) -> None:
+    """The tool is withheld for a turn that asks to be remembered, and offered again when
+    the host changes the turn's text, even after the decision was made once."""
+    ctx = TurnContext(user_id=1, channel_id=10, server_id=100, user_text="remember this")
+    assert memory.tool_schema(ctx) is None
+    assert memory.tool_schema(ctx) is None
+    ctx.user_text = "what a nice day"
+    assert memory.tool_schema(ctx) is not None
+    ctx.user_text = "don't forget my birthday"
+    assert memory.tool_schema(ctx) is None
