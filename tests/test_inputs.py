@@ -209,6 +209,4 @@ def test_memory_entries_hold_and_dump_messages() -> None:
         "timestamp": when,
     }
     with pytest.raises(ValueError):
-        MemoryEntry(
-            key="k", messages=[1], summary=None, categories={}, turns_since_refresh=0
-        )
+        MemoryEntry(key="k", messages=[1], summary=None, categories={}, turns_since_refresh=0)
