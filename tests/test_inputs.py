@@ -210,3 +210,23 @@ def test_memory_entries_hold_and_dump_messages() -> None:
     }
     with pytest.raises(ValueError):
         MemoryEntry(key="k", messages=[1], summary=None, categories={}, turns_since_refresh=0)
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_copied_and_pickled_values_are_equal(how: str) -> None:
+    """copy, deepcopy and pickle keep every field (and the turn's notes)."""
+    import copy
+    import pickle
+
+    dup = {
+        "copy": copy.copy,
+        "deepcopy": copy.deepcopy,
+        "pickle": lambda x: pickle.loads(pickle.dumps(x)),
+    }[how]
+    ctx = base(user_text="hi", server_id=4)
+    ctx._deletion_seq = 3
+    said = DialogueMessage(role="user", content="x", author_id=1)
+    event = GenerationFinished(context=ctx, messages=[said])
+    assert dup(ctx) == ctx and dup(ctx)._deletion_seq == 3
+    assert dup(said) == said and dup(said).timestamp == said.timestamp
+    assert dup(event) == event
