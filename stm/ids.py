@@ -7,17 +7,9 @@ whatever is queued behind it waits.
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from pydantic import AfterValidator, Field, Strict
-
-from .text import clean_name
-
 __all__ = [
     "ID_LIMIT",
     "MAX_NAME_LENGTH",
-    "Id",
-    "Name",
     "check_bool",
     "check_id",
     "check_optional_id",
@@ -47,17 +39,3 @@ def check_bool(value: object, what: str) -> bool:
     if type(value) is not bool:
         raise ValueError(f"{what} must be True or False, not {value!r:.40}")
     return value
-
-
-def _name(text: str) -> str:
-    # clean_name's own fast path, inlined: this runs for every name of every turn.
-    if len(text) <= MAX_NAME_LENGTH and text.isprintable():
-        return text
-    return clean_name(text, MAX_NAME_LENGTH)
-
-
-Id = Annotated[int, Strict(), Field(ge=0, le=ID_LIMIT - 1)]
-"""An id field of a model: strictly an int (no bool, str or float), 0 <= id < 2**63."""
-
-Name = Annotated[str, AfterValidator(_name)]
-"""A name field of a model: one line, cleaned like a tool argument, at most 100 characters."""
