@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stm import ShortTermMemory, TurnContext
-from stm.intent import IntentGate
+from stm.intent import DEFAULT_PHRASES, IntentGate, normalize
 
 
 @pytest.mark.parametrize(
@@ -79,3 +81,37 @@ async def test_the_turn_decides_once_but_follows_a_changed_text(memory: ShortTer
     assert memory.tool_schema(ctx) is not None
     ctx.user_text = "don't forget my birthday"
     assert memory.tool_schema(ctx) is None
+
+
+GATE = IntentGate()
+PHRASE_WORDS = sorted(
+    {w for words, _ in DEFAULT_PHRASES.values() for p in words for w in p.split()}
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(PHRASE_WORDS),
+            st.sampled_from([p for words, _ in DEFAULT_PHRASES.values() for p in words]),
+            st.text(max_size=8),
+        ),
+        max_size=8,
+    ),
+    st.sampled_from([" ", "  ", "-", "", ", "]),
+)
+def test_the_prefilter_never_hides_a_match(parts: list[str], glue: str) -> None:
+    """The substring prefilter answers exactly as the full pattern does, for text made of
+    the phrases, their words and anything else."""
+    text = glue.join(parts)
+    assert GATE.matches(text) == (GATE._pattern.search(normalize(text)) is not None)
+
+
+@pytest.mark.parametrize(
+    "phrase", sorted({p for words, _ in DEFAULT_PHRASES.values() for p in words})
+)
+def test_every_phrase_passes_the_prefilter(phrase: str) -> None:
+    """Each phrase of every pack, alone or inside a sentence, is recognized."""
+    assert GATE.matches(phrase)
+    assert GATE.matches(f"well, {phrase}: tuesday at noon")
