@@ -148,14 +148,19 @@ class TurnContext(_Plain):
     user_text: str
     explicit_memory_intent: bool
     disable_short_term_memory_update: bool
+    # The library's own notes about this turn: private attributes, defaults here, set on
+    # the instance when first noted (and copied with it, as pydantic copied them).
     # How many deletions the memory had made when this turn first reached it.
-    _deletion_seq: int | None
+    _deletion_seq: int | None = None
     # (gate, text, answer) of the intent check of this turn's text: asked once per turn.
-    _intent: tuple[object, str, bool] | None
+    _intent: tuple[object, str, bool] | None = None
     # What this turn's prompt showed from memory (its upgrade credits it), and whether an
     # upgrade of this turn is in flight (one per turn).
-    _shown: Shown | None
-    _upgrading: bool
+    _shown: Shown | None = None
+    _upgrading: bool = False
+    _notes: ClassVar[frozenset[str]] = frozenset(
+        {"_deletion_seq", "_intent", "_shown", "_upgrading"}
+    )
 
     _checks: ClassVar[dict[str, Callable[[Any, str], Any]]] = {
         "user_id": _id,
@@ -242,16 +247,12 @@ class TurnContext(_Plain):
                 "user_text": user_text,
                 "explicit_memory_intent": explicit_memory_intent,
                 "disable_short_term_memory_update": disable_short_term_memory_update,
-                "_deletion_seq": None,
-                "_intent": None,
-                "_shown": None,
-                "_upgrading": False,
             },
         )
 
     def __setattr__(self, name: str, value: object) -> None:
-        if name in ("_deletion_seq", "_intent", "_shown", "_upgrading"):
-            self.__dict__[name] = value  # the library's own notes about this turn
+        if name in self._notes:
+            self.__dict__[name] = value  # one of the library's notes (declared above)
         else:
             super().__setattr__(name, value)
 
