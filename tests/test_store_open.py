@@ -13,10 +13,15 @@ from store_open_worker import open_in_step
 from stm.store.sqlite import MIGRATIONS, SQLiteStore
 
 PROCESSES = 4
-TRIALS = 40
 
 
-def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "trials",
+    # A file that another process is switching to WAL answers "locked" without waiting
+    # for the busy timeout about once in 300 openings: the slow run sees that case.
+    [40, pytest.param(300, marks=pytest.mark.slow)],
+)
+def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path, trials: int) -> None:
     """Any number of processes may create and migrate one new file at the same moment:
     none fails, every one sees the newest schema, and exactly one (the one that made the
     schema) reports the file as empty at open."""
@@ -25,12 +30,12 @@ def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> Non
     results = context.Queue()
     base = str(tmp_path / "race")
     workers = [
-        context.Process(target=open_in_step, args=(base, TRIALS, barrier, results))
+        context.Process(target=open_in_step, args=(base, trials, barrier, results))
         for _ in range(PROCESSES)
     ]
     for worker in workers:
         worker.start()
-    reports = [results.get(timeout=120) for _ in range(PROCESSES * TRIALS)]
+    reports = [results.get(timeout=120) for _ in range(PROCESSES * trials)]
     for worker in workers:
         worker.join(timeout=60)
         assert worker.exitcode == 0
@@ -38,8 +43,8 @@ def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> Non
     assert errors == []
     assert {version for *_, version, _ in reports} == {len(MIGRATIONS)}
     creators = Counter(trial for trial, empty, _, _ in reports if empty)
-    assert creators == Counter(range(TRIALS))
-    for trial in range(TRIALS):
+    assert creators == Counter(range(trials))
+    for trial in range(trials):
         with sqlite3.connect(f"{base}-{trial}.sqlite3") as db:
             assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
             assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
