@@ -1,12 +1,16 @@
-"""Shared fixtures: a controllable clock, a config on a temporary SQLite file, an open memory."""
+"""Shared fixtures: a controllable clock, a config on a temporary SQLite file, an open memory,
+a throwaway PostgreSQL database, and a store of either kind."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import secrets
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,3 +123,125 @@ def seed_for(name: str) -> int:
     if chosen:
         return int(chosen)
     return zlib.crc32(name.encode())
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------
+# The tests of both stores create one database per run on the server STM_TEST_POSTGRES
+# names (default: the local server, trust authentication), one schema per test in it, and
+# drop the database at the end. Without a reachable server those tests skip.
+POSTGRES_ADMIN = os.environ.get(
+    "STM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+POSTGRES_HOW = (
+    "PostgreSQL tests need a server: start one (e.g. `pg_ctlcluster 15 main start`) with "
+    "trust authentication on 127.0.0.1:5432, or set STM_TEST_POSTGRES to a superuser DSN, "
+    "and `pip install asyncpg`"
+)
+
+
+def _with_database(dsn: str, database: str) -> str:
+    base, _, query = dsn.partition("?")
+    head, sep, rest = base.partition("://")
+    host = rest.partition("/")[0]
+    return f"{head}{sep}{host}/{database}" + (f"?{query}" if query else "")
+
+
+def _with_search_path(dsn: str, schema: str) -> str:
+    return dsn + ("&" if "?" in dsn else "?") + f"search_path={schema}"
+
+
+def _run(coroutine: Any) -> Any:
+    """Run ``coroutine`` on a loop of its own, leaving the test's loop alone."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
+
+
+async def _admin(sql: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(POSTGRES_ADMIN, timeout=5)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str | None]:
+    """The DSN of a database made for this run (dropped at the end), or None."""
+    name = f"stm_test_{secrets.token_hex(6)}"
+    try:
+        _run(_admin(f"CREATE DATABASE {name}"))
+    except Exception as exc:  # no asyncpg, no server, no rights: the PG tests skip
+        yield None
+        print(f"PostgreSQL tests skipped: {type(exc).__name__}: {exc}")
+        return
+    try:
+        yield _with_database(POSTGRES_ADMIN, name)
+    finally:
+        _run(_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@pytest.fixture
+def postgres_url(postgres_database: str | None) -> str:
+    """A DSN whose tables live in a schema of their own, for this test only."""
+    if postgres_database is None:
+        pytest.skip(POSTGRES_HOW)
+    schema = f"t_{secrets.token_hex(6)}"
+
+    async def create() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(postgres_database)
+        try:
+            await conn.execute(f"CREATE SCHEMA {schema}")
+        finally:
+            await conn.close()
+
+    _run(create())
+    return _with_search_path(postgres_database, schema)
+
+
+STORE_KINDS = ["sqlite", "postgres"]
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store_database(store_kind: str, request: pytest.FixtureRequest, db_path: Path) -> str:
+    """The ``database`` setting of a fresh store of the test's kind."""
+    if store_kind == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(db_path)
+
+
+StoreOpener = Callable[[], Awaitable[Any]]
+
+
+@pytest.fixture
+async def open_store_(store_database: str) -> AsyncIterator[StoreOpener]:
+    """Open a store on the test's database (again for a second process's view)."""
+    from stm.store import open_store
+
+    opened: list[Any] = []
+
+    async def opener() -> Any:
+        store = await open_store(STMConfig(database=store_database))
+        opened.append(store)
+        return store
+
+    yield opener
+    for store in opened:
+        await store.close()
+
+
+@pytest.fixture
+async def store(open_store_: StoreOpener) -> Any:
+    """An open store of each kind (the test runs once per kind)."""
+    return await open_store_()

@@ -48,9 +48,11 @@ __all__ = [
     "DeleteChannel",
     "DeleteExpired",
     "FeedPage",
+    "Guard",
     "LoadRecent",
     "LoadRows",
     "Op",
+    "Overtaken",
     "PurgeUser",
     "SaveDistilled",
     "SaveOptOut",
@@ -100,10 +102,42 @@ class Touch:
 
 
 @dataclass(frozen=True, slots=True)
+class Guard:
+    """What an upgrade's prompt showed, to refuse it when another process deleted some of it.
+
+    ``after`` is the feed position the turn's view was current with (the follower's
+    position when the turn began). The save is refused when a change after it, from
+    any process, cleared one of ``channels`` (the channels whose memory the prompt
+    showed, its own included) or purged one of ``users`` (everyone whose words it
+    could show: the row's contributors) everywhere or in ``server_id``. The check
+    runs inside the writing transaction, where the feed cannot move, so it is exact.
+    """
+
+    after: int
+    channels: frozenset[int]
+    users: frozenset[int]
+    server_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Overtaken:
+    """The result of a guarded :class:`SaveDistilled` that was refused; nothing was written.
+
+    ``position`` is the change that overtook it.
+    """
+
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
 class SaveDistilled:
-    """Write a whole row, its distilled content and its contributors."""
+    """Write a whole row, its distilled content and its contributors.
+
+    Its result is the row's id, or :class:`Overtaken` when ``guard`` refused it.
+    """
 
     row: StoredRow
+    guard: Guard | None = None
 
 
 @dataclass(frozen=True, slots=True)

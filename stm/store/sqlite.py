@@ -34,9 +34,11 @@ from .base import (
     DeleteChannel,
     DeleteExpired,
     FeedPage,
+    Guard,
     LoadRecent,
     LoadRows,
     Op,
+    Overtaken,
     PurgeUser,
     SaveDistilled,
     SaveOptOut,
@@ -500,7 +502,9 @@ def apply(db: sqlite3.Connection, op: Op, changes: list[_Pending] | None = None)
             if unknown:
                 db.executemany(_IDENTITY, unknown)
             return len(rows)
-        case SaveDistilled(row):
+        case SaveDistilled(row, guard):
+            if guard is not None and (overtaken := _overtaken(db, guard)) is not None:
+                return overtaken
             memory_id, version = db.execute(_SAVE, _row_params(row)).fetchone()
             feed.append(("upgrade", row.key, version, None, None, None))
             db.execute(
@@ -550,6 +554,24 @@ def apply(db: sqlite3.Connection, op: Op, changes: list[_Pending] | None = None)
             feed.append(("opt_out", None, None, None, user_id, None))
             return None
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+
+
+def _overtaken(db: sqlite3.Connection, guard: Guard) -> Overtaken | None:
+    """The first delete after ``guard.after`` that touched what the guarded prompt showed."""
+    pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
+    if guard.after < pruned_through:
+        return Overtaken(pruned_through)  # what came after it is no longer known: refuse
+    channels = ",".join(str(int(c)) for c in guard.channels) or "NULL"
+    users = ",".join(str(int(u)) for u in guard.users) or "NULL"
+    position = _scalar(
+        db,
+        "SELECT min(position) FROM stm_changes WHERE position > ? AND ("
+        f"(kind = 'clear_channel' AND channel_id IN ({channels})) OR "
+        f"(kind = 'purge_user' AND user_id IN ({users}) "
+        "AND (server_id IS NULL OR server_id IS ?)))",
+        (guard.after, guard.server_id),
+    )
+    return None if position is None else Overtaken(int(position))
 
 
 def _purge_user(db: sqlite3.Connection, user_id: int, server_id: int | None) -> int:
