@@ -368,17 +368,17 @@ def migrate(db: sqlite3.Connection, path: str = "") -> int:
     """Bring the schema to the newest version; return the version found.
 
     Every pending migration runs in one ``BEGIN IMMEDIATE`` transaction, and
-    ``user_version`` is read inside it, under the write lock: a process that
-    waited for another's migration finds it done, never half done.
+    ``user_version`` is read again inside it, under the write lock: a process that
+    waited for another's migration finds it done, never half done. A file already
+    at the newest version needs no lock (the version only ever grows), so opening
+    it works while another process writes.
     """
+    version = _checked_version(db, path)
+    if version == len(MIGRATIONS):
+        return version
     db.execute("BEGIN IMMEDIATE")
     try:
-        version = int(_scalar(db, "PRAGMA user_version"))
-        if version > len(MIGRATIONS):
-            raise SchemaVersionError(
-                f"{path!r} has schema version {version}, newer than this version of the library "
-                f"understands ({len(MIGRATIONS)}); upgrade the library or use another file"
-            )
+        version = _checked_version(db, path)
         for number in range(version, len(MIGRATIONS)):
             for statement in MIGRATIONS[number].split(";"):
                 if statement.strip():
@@ -390,6 +390,16 @@ def migrate(db: sqlite3.Connection, path: str = "") -> int:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
+    return version
+
+
+def _checked_version(db: sqlite3.Connection, path: str) -> int:
+    version = int(_scalar(db, "PRAGMA user_version"))
+    if version > len(MIGRATIONS):
+        raise SchemaVersionError(
+            f"{path!r} has schema version {version}, newer than this version of the library "
+            f"understands ({len(MIGRATIONS)}); upgrade the library or use another file"
+        )
     return version
 
 
