@@ -36,7 +36,7 @@ A follower's loop, in outline::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -61,6 +61,7 @@ __all__ = [
     "Store",
     "StoredRow",
     "Touch",
+    "overtaking",
 ]
 
 
@@ -127,6 +128,25 @@ class Overtaken:
     """
 
     position: int
+
+
+def overtaking(guard: Guard, deletes: Iterable[Change]) -> Overtaken | None:
+    """The first of ``deletes`` (in position order) that refuses ``guard``'s upgrade.
+
+    The one definition of "overtaken by another process" both stores use.
+    """
+    for change in deletes:
+        if change.position <= guard.after:
+            continue
+        if change.kind == "clear_channel" and change.channel_id in guard.channels:
+            return Overtaken(change.position)
+        if (
+            change.kind == "purge_user"
+            and change.user_id in guard.users
+            and (change.server_id is None or change.server_id == guard.server_id)
+        ):
+            return Overtaken(change.position)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

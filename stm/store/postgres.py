@@ -43,7 +43,6 @@ from .base import (
     DeleteChannel,
     DeleteExpired,
     FeedPage,
-    Guard,
     LoadRecent,
     LoadRows,
     Op,
@@ -55,6 +54,7 @@ from .base import (
     Scrub,
     StoredRow,
     Touch,
+    overtaking,
 )
 
 __all__ = ["CHANNEL", "MIGRATIONS", "PostgresStore"]
@@ -445,8 +445,27 @@ async def _save_many(conn: Any, saves: list[SaveDistilled], feed: list[_Pending]
     """A run of upgrades in a handful of round trips, whatever its length."""
     results: list[object] = [None] * len(saves)
     kept: list[tuple[int, SaveDistilled]] = []
+    # One read of the deletes for every guarded upgrade of the run.
+    guards = [save.guard for save in saves if save.guard is not None]
+    deletes: list[Change] = []
+    pruned_through = 0
+    if guards:
+        pruned_through = int(
+            await conn.fetchval("SELECT pruned_through FROM stm_feed WHERE id = 1")
+        )
+        rows = await conn.fetch(
+            f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > $1 "
+            "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
+            min(g.after for g in guards),
+        )
+        deletes = [Change(*row) for row in rows]
     for i, save in enumerate(saves):
-        overtaken = None if save.guard is None else await _overtaken(conn, save.guard)
+        overtaken: Overtaken | None = None
+        if save.guard is not None:
+            if save.guard.after < pruned_through:
+                overtaken = Overtaken(pruned_through)  # what came after it is unknown
+            else:
+                overtaken = overtaking(save.guard, deletes)
         if overtaken is not None:
             results[i] = overtaken
         else:
@@ -490,24 +509,6 @@ async def _save_many(conn: Any, saves: list[SaveDistilled], feed: list[_Pending]
             [p[1] for p in pairs],
         )
     return results
-
-
-async def _overtaken(conn: Any, guard: Guard) -> Overtaken | None:
-    """The first delete after ``guard.after`` that touched what the guarded prompt showed."""
-    pruned_through = int(await conn.fetchval("SELECT pruned_through FROM stm_feed WHERE id = 1"))
-    if guard.after < pruned_through:
-        return Overtaken(pruned_through)
-    position = await conn.fetchval(
-        "SELECT min(position) FROM stm_changes WHERE position > $1 AND ("
-        "(kind = 'clear_channel' AND channel_id = ANY($2::bigint[])) OR "
-        "(kind = 'purge_user' AND user_id = ANY($3::bigint[]) "
-        "AND (server_id IS NULL OR server_id IS NOT DISTINCT FROM $4::bigint)))",
-        guard.after,
-        sorted(guard.channels),
-        sorted(guard.users),
-        guard.server_id,
-    )
-    return None if position is None else Overtaken(int(position))
 
 
 async def _apply(conn: Any, op: Op, feed: list[_Pending]) -> object:

@@ -46,6 +46,7 @@ from .base import (
     Scrub,
     StoredRow,
     Touch,
+    overtaking,
 )
 
 __all__ = [
@@ -571,17 +572,12 @@ def _overtaken(db: sqlite3.Connection, guard: Guard) -> Overtaken | None:
     pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
     if guard.after < pruned_through:
         return Overtaken(pruned_through)  # what came after it is no longer known: refuse
-    channels = ",".join(str(int(c)) for c in guard.channels) or "NULL"
-    users = ",".join(str(int(u)) for u in guard.users) or "NULL"
-    position = _scalar(
-        db,
-        "SELECT min(position) FROM stm_changes WHERE position > ? AND ("
-        f"(kind = 'clear_channel' AND channel_id IN ({channels})) OR "
-        f"(kind = 'purge_user' AND user_id IN ({users}) "
-        "AND (server_id IS NULL OR server_id IS ?)))",
-        (guard.after, guard.server_id),
+    rows = db.execute(
+        f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
+        "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
+        (guard.after,),
     )
-    return None if position is None else Overtaken(int(position))
+    return overtaking(guard, (Change(*row) for row in rows))
 
 
 def _purge_user(db: sqlite3.Connection, user_id: int, server_id: int | None) -> int:
