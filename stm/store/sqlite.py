@@ -1,10 +1,18 @@
 """The SQLite store: WAL, forward-only migrations, secure delete.
 
-This is the only module that speaks SQL to SQLite. One connection, on one
-thread of its own, serves the whole process; the facade's writer hands it one
-batch at a time, so no two tasks ever share a transaction. The functions
-below the class run on that thread (and take a plain ``sqlite3`` connection,
-so tests can inspect the very statements they issue).
+This is the only module that speaks SQL to SQLite. One aiosqlite connection,
+on the thread aiosqlite gives it, serves the whole process; the facade's
+writer hands it one batch at a time, so no two tasks ever share a transaction.
+The functions below the class run on that thread (and take a plain
+``sqlite3`` connection, so tests can inspect the very statements they issue).
+
+A whole batch runs there as one function: one hop between the event loop and
+the thread per transaction, whatever its number of statements (one await per
+statement costs several times more under an upgrade storm). aiosqlite's
+public methods each run one statement; they are all built on
+``Connection._execute(fn, *args)``, which runs any function on the
+connection's thread in queue order, and this store uses it the same way
+(``tests/test_store.py`` fails if a release of aiosqlite drops it).
 
 Several processes may open the same file at once. Opening migrates inside
 one ``BEGIN IMMEDIATE`` transaction that reads ``user_version`` only once it
@@ -21,10 +29,11 @@ import json
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+
+import aiosqlite
 
 from ..errors import SchemaVersionError, StoreError
 from ..expiry import EXPIRED_SQL
@@ -176,14 +185,15 @@ _LIVE = f"NOT ({_EXPIRED})"
 class SQLiteStore:
     """A store in one SQLite file (or ``:memory:``).
 
-    The connection lives on one dedicated thread, and a whole batch runs there
+    The connection lives on aiosqlite's thread, and a whole batch runs there
     in one hop: a transaction of many statements costs the event loop one
     wake-up, not one per statement.
     """
 
-    def __init__(self, executor: ThreadPoolExecutor, connection: sqlite3.Connection, path: str):
-        self._executor = executor
-        self._db = connection
+    def __init__(self, connection: aiosqlite.Connection, path: str):
+        self._connection = connection
+        # The sqlite3 connection under it, for the functions that run on its thread.
+        self._db: sqlite3.Connection = connection._conn
         self.path = path
         self.closed = False
         self.origin = secrets.token_hex(8)
@@ -199,17 +209,17 @@ class SQLiteStore:
                 await asyncio.to_thread(_make_folder, path)
             except OSError as exc:
                 raise StoreError(f"cannot create the folder of {path!r}: {exc}") from exc
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stm-sqlite")
-        loop = asyncio.get_running_loop()
+        connection = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
         try:
-            db = await loop.run_in_executor(executor, _connect, path, busy_timeout_ms)
+            await connection
         except sqlite3.Error as exc:
-            executor.shutdown(wait=False)
+            await connection.close()
             raise StoreError(f"cannot open short-term memory database {path!r}: {exc}") from exc
         except BaseException:
-            executor.shutdown(wait=False)
+            await connection.close()
             raise
-        store = cls(executor, db, path)
+        store = cls(connection, path)
+        db = store._db
         try:
             created = await store._call(_prepare, db, path, busy_timeout_ms)
             store.empty_at_open = created or path == ":memory:"
@@ -223,7 +233,8 @@ class SQLiteStore:
         """Run ``fn(*args)`` on the connection's thread."""
         if self.closed:
             raise StoreError(f"short-term memory database {self.path!r} is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        on_thread = cast(Callable[..., Awaitable[_T]], self._connection._execute)
+        return await on_thread(fn, *args)
 
     async def schema_version(self) -> int:
         """The ``PRAGMA user_version`` of the file."""
@@ -292,18 +303,11 @@ class SQLiteStore:
     async def close(self) -> None:
         """Close the connection."""
         if not self.closed:
-            try:
-                await asyncio.get_running_loop().run_in_executor(self._executor, self._db.close)
-            finally:
-                self.closed = True
-                self._executor.shutdown(wait=False)
+            self.closed = True
+            await self._connection.close()
 
 
 # -- on the connection's thread ------------------------------------------------------
-def _connect(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
-    return sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
-
-
 def _scalar(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
     row = db.execute(sql, params).fetchone()
     return None if row is None else row[0]
