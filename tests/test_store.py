@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 from pathlib import Path
@@ -107,3 +108,23 @@ async def test_open_is_awaitable_and_a_context_manager(
     assert memory.closed
     awaited = await open_memory()
     assert isinstance(awaited, ShortTermMemory)
+
+
+async def test_a_batch_runs_as_one_function_on_the_connections_thread(db_path: Path) -> None:
+    """The store hands aiosqlite whole functions (Connection._execute, the primitive its
+    own methods use): each runs on the connection's thread, in queue order."""
+    import threading
+
+    store = await SQLiteStore.open(str(db_path))
+    try:
+        seen: list[tuple[str, bool]] = []
+
+        def record(db: sqlite3.Connection, name: str) -> str:
+            seen.append((name, db is store._db))
+            return threading.current_thread().name
+
+        names = await asyncio.gather(*(store._call(record, store._db, n) for n in "abc"))
+        assert seen == [("a", True), ("b", True), ("c", True)]
+        assert len(set(names)) == 1 and names[0] != threading.current_thread().name
+    finally:
+        await store.close()

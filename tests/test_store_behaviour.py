@@ -207,8 +207,10 @@ async def test_recall_groups_read_newest_public_rows_of_one_owner_and_persona(
     await store.run([SaveDistilled(r) for r in rows])
     crude, summary = NOW - 12 * HOUR, NOW - 24 * HOUR
 
-    async def recall(*args: Any, limit: int = 10) -> list[str]:
-        (got,) = await store.run([LoadRecent(*args, limit, crude, summary)])  # type: ignore[misc]
+    async def recall(
+        scope: Any, owner: int, server: int | None, persona: int | None, limit: int = 10
+    ) -> list[str]:
+        (got,) = await store.run([LoadRecent(scope, owner, server, persona, limit, crude, summary)])
         return [r.key for r in got]
 
     assert await recall("server", 100, None, None) == [

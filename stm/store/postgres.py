@@ -115,7 +115,6 @@ MIGRATIONS: tuple[str, ...] = (
         origin TEXT NOT NULL,
         at DOUBLE PRECISION NOT NULL
     );
-    CREATE INDEX stm_changes_by_at ON stm_changes (at);
     CREATE TABLE stm_feed (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         position BIGINT NOT NULL,
