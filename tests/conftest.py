@@ -4,6 +4,7 @@ a throwaway PostgreSQL database, and a store of either kind."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import secrets
 import time
@@ -47,8 +48,8 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def config(db_path: Path) -> STMConfig:
-    return STMConfig(database=str(db_path), write_behind_seconds=0.05, delete_retry_seconds=0.05)
+def config(store_database: str) -> STMConfig:
+    return STMConfig(database=store_database, write_behind_seconds=0.05, delete_retry_seconds=0.05)
 
 
 Opener = Callable[..., Awaitable[ShortTermMemory]]
@@ -208,9 +209,22 @@ def postgres_url(postgres_database: str | None) -> str:
 STORE_KINDS = ["sqlite", "postgres"]
 
 
-@pytest.fixture(params=STORE_KINDS)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module that sets ``BOTH_STORES = True`` runs each of its tests once per store:
+    those that use ``store`` or ``config`` (and so ``open_memory`` and ``memory``). A
+    test that asks for ``db_path`` inspects the SQLite file itself and runs on SQLite."""
+    if (
+        getattr(metafunc.module, "BOTH_STORES", False)
+        and "store_kind" in metafunc.fixturenames
+        and "db_path" not in inspect.signature(metafunc.function).parameters
+    ):
+        metafunc.parametrize("store_kind", STORE_KINDS, indirect=True)
+
+
+@pytest.fixture
 def store_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+    """``sqlite``, unless the module runs its tests on both stores."""
+    return str(getattr(request, "param", "sqlite"))
 
 
 @pytest.fixture

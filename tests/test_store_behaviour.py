@@ -25,6 +25,7 @@ from stm.store.base import (
     Touch,
 )
 
+BOTH_STORES = True
 NOW = time.time()
 HOUR = 3600.0
 FAR = NOW - 1e6  # thresholds that expire nothing

@@ -11,6 +11,7 @@ from conftest import StoreOpener, seed_for
 
 from stm.store.base import DeleteChannel
 
+BOTH_STORES = True
 WRITERS = 4
 BATCHES = 30
 
