@@ -32,6 +32,25 @@ A follower's loop, in outline::
         position = page.next_after
         if not page.more:
             await store.wait_for_change(coherence_seconds / 2)
+
+What else the store gives a process that shares its database:
+
+- an upgrade whose turn began at feed position ``p`` is saved with
+  ``SaveDistilled(row, Guard(after=p, ...))``: inside the writing transaction
+  the store refuses it (result :class:`Overtaken`, nothing written) when a
+  change after ``p``, from any process, cleared a channel or purged a user
+  its prompt showed; a turn that began before the follower caught up uses the
+  follower's position, which is only older, so the check errs on refusing;
+- ``empty_at_open`` (see :class:`Store`) holds at the moment of opening only:
+  the "every row is in the cache" shortcut ends at the first change another
+  process committed (a change in the feed whose origin is not ours, or
+  :meth:`Store.poll_changed` on SQLite, which also sees identity rows);
+- ``settings`` and ``opt_out`` changes name the server or user; the follower
+  reloads them with :meth:`Store.load_server_settings` and
+  :meth:`Store.load_opt_outs`;
+- the feed grows until :meth:`Store.prune_changes` is called (by one
+  process's janitor, say, keeping well over the coherence bound); changes
+  hold ids and keys, never memory text.
 """
 
 from __future__ import annotations
