@@ -175,3 +175,38 @@ async def test_postgres_unreachable_is_a_store_error_without_the_password() -> N
     with pytest.raises(StoreError, match="cannot open") as caught:
         await PostgresStore.open("postgresql://someone:s3cret@127.0.0.1:1/nowhere")
     assert "s3cret" not in str(caught.value)
+
+
+async def test_postgres_purge_sees_an_upgrade_committed_just_before_it(pg: Any) -> None:
+    """A purge that waited for another process's upgrade applies to it: the upgrade's row
+    loses the purged contributor's content. (Without the lock taken first, the purge would
+    read before the upgrade committed, yet come after it in the feed.)"""
+    from stm.keys import server_key
+    from stm.store import postgres
+    from stm.store.base import PurgeUser, SaveDistilled, StoredRow
+
+    first, second = await pg(), await pg()
+    row = StoredRow(
+        key=server_key(100, 10), scope="server", server_id=100, user_id=None, channel_id=10,
+        persona_id=None, parent_channel_id=None, channel_name=None, server_name=None,
+        channel_private=False, summary="WORDS OF 7", categories={}, contributors=frozenset({7}),
+        turns_since_refresh=1, last_refreshed_turn=1, updated_at=1e9,
+    )  # fmt: skip
+    conn = await first._pool.acquire()
+    try:
+        transaction = conn.transaction()
+        await transaction.start()
+        await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
+        changes: list[Any] = []
+        await postgres._save_many(conn, [SaveDistilled(row)], changes)
+        await postgres._write_feed(conn, changes, first.origin)
+        purge = asyncio.ensure_future(second.run([PurgeUser(7, None)]))
+        blocked = await _blocked_on_a_lock(second, purge)
+        await transaction.commit()
+    finally:
+        await first._pool.release(conn)
+    await purge
+    assert blocked
+    assert await second.execute("SELECT summary FROM short_term_memories") == [(None,)]
+    kinds = [c.kind for c in (await second.read_changes(0)).changes]
+    assert kinds == ["upgrade", "purge_user"]
