@@ -4,6 +4,7 @@ a throwaway PostgreSQL database, and a store of either kind."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import os
 import secrets
@@ -152,12 +153,10 @@ def _with_search_path(dsn: str, schema: str) -> str:
 
 
 def _run(coroutine: Any) -> Any:
-    """Run ``coroutine`` on a loop of its own, leaving the test's loop alone."""
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(coroutine)
-    finally:
-        loop.close()
+    """Run ``coroutine`` to the end on a loop of its own, in a thread of its own: callable
+    from fixtures and from inside a running test alike, leaving the test's loop alone."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 async def _admin(sql: str) -> None:
@@ -186,11 +185,8 @@ def postgres_database() -> Iterator[str | None]:
         _run(_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
-@pytest.fixture
-def postgres_url(postgres_database: str | None) -> str:
-    """A DSN whose tables live in a schema of their own, for this test only."""
-    if postgres_database is None:
-        pytest.skip(POSTGRES_HOW)
+def _new_schema(postgres_database: str) -> str:
+    """A DSN whose tables live in a new schema of their own."""
     schema = f"t_{secrets.token_hex(6)}"
 
     async def create() -> None:
@@ -204,6 +200,14 @@ def postgres_url(postgres_database: str | None) -> str:
 
     _run(create())
     return _with_search_path(postgres_database, schema)
+
+
+@pytest.fixture
+def postgres_url(postgres_database: str | None) -> str:
+    """A DSN whose tables live in a schema of their own, for this test only."""
+    if postgres_database is None:
+        pytest.skip(POSTGRES_HOW)
+    return _new_schema(postgres_database)
 
 
 STORE_KINDS = ["sqlite", "postgres"]
@@ -233,6 +237,19 @@ def store_database(store_kind: str, request: pytest.FixtureRequest, db_path: Pat
     if store_kind == "postgres":
         return str(request.getfixturevalue("postgres_url"))
     return str(db_path)
+
+
+@pytest.fixture
+def fresh_database(
+    store_kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Callable[[str], str]:
+    """Make another empty database of the test's kind; the name tells SQLite files apart."""
+    if store_kind == "postgres":
+        database = request.getfixturevalue("postgres_database")
+        if database is None:
+            pytest.skip(POSTGRES_HOW)
+        return lambda name: _new_schema(database)
+    return lambda name: str(tmp_path / f"{name}.sqlite3")
 
 
 StoreOpener = Callable[[], Awaitable[Any]]
