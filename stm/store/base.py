@@ -322,30 +322,26 @@ class FeedPage:
 class Store(Protocol):
     """A durable store. Every call of ``run`` is one transaction: all of it or none.
 
-    Attributes every store has:
-
-    ``origin``
-        A random token naming this open store; written with every change it makes.
-    ``empty_at_open``
-        True only when no durable row can exist that this process does not know
-        of: the database was created by this very open (its schema made from
-        nothing, inside the write transaction, so of many processes opening a
-        new file at once exactly one sees True) or is private to this process
-        (SQLite ``:memory:``). Reopening an existing file, even an empty one,
-        gives False: another process may have it open. It describes the moment
-        of opening; a caller that relies on it afterwards (the "every row is in
-        the cache" shortcut) must stop at the first change committed by
-        another process, which :meth:`poll_changed` and the feed reveal. On
-        PostgreSQL it is always False.
+    ``origin`` is a random token naming this open store, written with every change
+    it makes to the feed.
     """
 
     origin: str
-    empty_at_open: bool
 
     @property
     def empty_at_open(self) -> bool:
-        """True when the store held no memory rows when this process opened it, and no
-        other process writes to it: a key the cache has never held then has no row."""
+        """True only when no durable row can exist that this process does not know of.
+
+        That is: the database was created by this very open (its schema made from
+        nothing, inside the write transaction, so of many processes opening a new
+        file at once exactly one sees True) or is private to this process (SQLite
+        ``:memory:``). Reopening an existing file, even an empty one, gives False:
+        another process may have it open. It describes the moment of opening; a
+        caller that relies on it afterwards (the "every row is in the cache"
+        shortcut) must stop at the first change committed by another process,
+        which :meth:`poll_changed` and the feed reveal. On PostgreSQL it is
+        always False.
+        """
         ...
 
     async def run(self, ops: Sequence[Op]) -> list[object]:

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import SchemaVersionError, StoreError
+from ..expiry import EXPIRED_SQL
 from .base import (
     Change,
     ChangeKind,
@@ -155,10 +156,12 @@ _SAVE = (
     "turns_since_refresh = excluded.turns_since_refresh, "
     "last_refreshed_turn = excluded.last_refreshed_turn, version = m.version + 1"
 )
-# The same rule as the SQLite store's _EXPIRED ($1: crude threshold, $2: summary threshold).
+# The expiry rule of stm/expiry.py, in PostgreSQL's spelling ($1: crude threshold, $2:
+# summary threshold).
 _EXPIRED = (
-    "updated_at <= greatest($1::float8, $2::float8) AND (updated_at <= $2::float8 "
-    "OR (updated_at <= $1::float8 AND summary IS NULL AND categories = '{}'))"
+    EXPIRED_SQL.replace("max(:crude, :summary)", "greatest(:crude, :summary)")
+    .replace(":crude", "$1::float8")
+    .replace(":summary", "$2::float8")
 )
 _FEED_COLUMNS = "position, kind, origin, at, key, version, channel_id, user_id, server_id"
 _Pending = tuple[ChangeKind, str | None, int | None, int | None, int | None, int | None]
