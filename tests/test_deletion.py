@@ -11,6 +11,9 @@ from fakes import faulty_memory
 
 from stm import ShortTermMemory, STMConfig
 
+# Each test that does not inspect the SQLite file runs on both stores.
+BOTH_STORES = True
+
 
 def keys_in_file(db_path: object) -> set[str]:
     with sqlite3.connect(str(db_path)) as db:

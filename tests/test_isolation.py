@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from stm import Category, DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig
 from stm import TurnContext as Ctx
+
+# The matrix runs on both stores.
+BOTH_STORES = True
 
 
 @dataclass(frozen=True)
@@ -144,12 +147,14 @@ async def check_readers(
     return wrong
 
 
-async def test_every_pair_of_contexts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_every_pair_of_contexts(
+    fresh_database: Callable[[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
     """Each writer x each reader, live and after a restart, against the scoping rules."""
     wrong: list[str] = []
     checks = 0
     for i, writer in enumerate(CONTEXTS):
-        config = STMConfig(database=str(tmp_path / f"w{i}.sqlite3"), max_other_channels=50)
+        config = STMConfig(database=fresh_database(f"w{i}"), max_other_channels=50)
         tag = f"W{i:02d}X"
         async with ShortTermMemory.open(config) as memory:
             # Each server has its own categories; DMs keep the default summary.

@@ -19,6 +19,7 @@ from stm.keys import server_key, user_key
 from stm.store.base import (
     DeleteChannel,
     DeleteExpired,
+    Guard,
     LoadRecent,
     LoadRows,
     Op,
@@ -27,9 +28,9 @@ from stm.store.base import (
     StoredRow,
     Touch,
 )
-from stm.store.sqlite import migrate, run_batch
+from stm.store.sqlite import migrate, prune_changes, read_changes, run_batch
 
-TABLES = ("short_term_memories", "short_term_memory_contributors")
+TABLES = ("short_term_memories", "short_term_memory_contributors", "stm_changes")
 NOW = time.time()
 
 
@@ -62,6 +63,8 @@ def db(tmp_path: Path) -> Iterator[sqlite3.Connection]:
     rows = [row(server_key(1, c), 1, None, c) for c in range(20)]
     rows += [row(user_key(7, c), 1, 7, c) for c in range(20)]
     run_batch(connection, [SaveDistilled(r) for r in rows] + [Touch(tuple(rows))])
+    # A feed long enough that a scan of it would show.
+    run_batch(connection, [DeleteChannel(1000 + n) for n in range(50)])
     yield connection
     connection.close()
 
@@ -108,6 +111,10 @@ OPERATIONS: dict[str, Op] = {
     "hydrate keys": LoadRows((server_key(1, 2), user_key(7, 2)), NOW - 1e5, NOW - 1e5),
     "warm a server's recall group": LoadRecent("server", 1, None, None, 4, NOW - 1e5, NOW - 1e5),
     "warm a user's recall group": LoadRecent("user", 7, 1, None, 4, NOW - 1e5, NOW - 1e5),
+    "guarded upgrade": SaveDistilled(
+        row(server_key(1, 2), 1, None, 2),
+        Guard(after=45, channels=frozenset({2}), users=frozenset({7, 8}), server_id=1),
+    ),
 }
 
 
@@ -135,3 +142,30 @@ def test_a_missing_index_is_caught(db: sqlite3.Connection) -> None:
     db.execute("DROP INDEX stm_by_channel")
     issued = statements_of(db, DeleteChannel(3))
     assert any(scans(db, sql) for sql in issued)
+
+
+def traced(db: sqlite3.Connection, call: object) -> list[str]:
+    issued: list[str] = []
+    db.set_trace_callback(issued.append)
+    try:
+        call()  # type: ignore[operator]
+    finally:
+        db.set_trace_callback(None)
+    return [sql for sql in issued if "stm_changes" in sql]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["read the feed", "prune the feed"],
+)
+def test_feed_statements_use_indexes(db: sqlite3.Connection, name: str) -> None:
+    """A follower's read and the pruning find their rows through the position key or
+    the time index, never a scan of the feed."""
+    if name == "read the feed":
+        issued = traced(db, lambda: read_changes(db, 40, 5))
+    else:
+        issued = traced(db, lambda: prune_changes(db, time.time() - 60, 0))
+    assert issued
+    for sql in issued:
+        # sqlite_sequence holds one row per AUTOINCREMENT table (here one): nothing to find.
+        assert [s for s in scans(db, sql) if s != "SCAN sqlite_sequence"] == [], sql

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import sqlite3
 from pathlib import Path
 
@@ -67,10 +69,34 @@ async def test_in_memory_database(tmp_path: Path) -> None:
         await memory.flush()
 
 
-async def test_postgres_url_is_a_clear_error() -> None:
-    """A PostgreSQL URL is refused with a message naming the setting."""
-    with pytest.raises(ValueError, match="STM_DATABASE"):
-        await ShortTermMemory.open(STMConfig(database="postgresql://localhost/stm"))
+async def test_unreachable_postgres_url_is_a_store_error() -> None:
+    """A PostgreSQL URL selects the PostgreSQL store; a server that does not answer stops
+    the start with a StoreError naming the database."""
+    with pytest.raises(StoreError, match=re.escape("127.0.0.1:1/stm")):
+        await ShortTermMemory.open(STMConfig(database="postgresql://stm@127.0.0.1:1/stm"))
+
+
+async def test_memory_on_postgres_remembers_across_a_restart(postgres_url: str) -> None:
+    """STM_DATABASE=postgresql://... : upgrades are durable, deletes land, a restart reads
+    the rows back."""
+    config = STMConfig(database=postgres_url, write_behind_seconds=0.05)
+    async with ShortTermMemory.open(config) as memory:
+        await memory.capture(turn(ctx(), "we plan a picnic"))
+        assert (await memory.run_tool(ctx(), {"summary": "PICNIC"})).success
+        assert (await memory.run_tool(ctx(channel=11), {"summary": "CLEARED"})).success
+        await memory.clear_short_term_memory_for_channel(11)
+        await memory.flush()
+    async with ShortTermMemory.open(config) as memory:
+        entry = await memory.get_entry("shortterm:server:100:10")
+        assert entry is not None and entry.summary == "PICNIC"
+        assert await memory.get_entry("shortterm:server:100:11") is None
+        assert "PICNIC" in str(await memory.build_context(ctx(channel=12)))
+        await memory.clear_short_term_memory_for_user(1)
+        await memory.flush()
+        rows = await memory.store.execute(  # type: ignore[attr-defined]
+            "SELECT key, summary FROM short_term_memories"
+        )
+        assert all(summary is None for _, summary in rows)
 
 
 async def test_open_is_awaitable_and_a_context_manager(
@@ -82,3 +108,23 @@ async def test_open_is_awaitable_and_a_context_manager(
     assert memory.closed
     awaited = await open_memory()
     assert isinstance(awaited, ShortTermMemory)
+
+
+async def test_a_batch_runs_as_one_function_on_the_connections_thread(db_path: Path) -> None:
+    """The store hands aiosqlite whole functions (Connection._execute, the primitive its
+    own methods use): each runs on the connection's thread, in queue order."""
+    import threading
+
+    store = await SQLiteStore.open(str(db_path))
+    try:
+        seen: list[tuple[str, bool]] = []
+
+        def record(db: sqlite3.Connection, name: str) -> str:
+            seen.append((name, db is store._db))
+            return threading.current_thread().name
+
+        names = await asyncio.gather(*(store._call(record, store._db, n) for n in "abc"))
+        assert seen == [("a", True), ("b", True), ("c", True)]
+        assert len(set(names)) == 1 and names[0] != threading.current_thread().name
+    finally:
+        await store.close()

@@ -1,20 +1,25 @@
-"""Durable stores: the protocol (``base``), the SQLite store, and choosing one from the settings."""
+"""Durable stores: the protocol (``base``), SQLite, PostgreSQL, and choosing one from the
+settings."""
 
 from __future__ import annotations
 
 from ..config import STMConfig
-from ..errors import ConfigError
 from .base import Store
-from .sqlite import SQLiteStore
 
-__all__ = ["Store", "open_store"]
+__all__ = ["Store", "is_postgres_url", "open_store"]
+
+
+def is_postgres_url(database: str) -> bool:
+    """True when ``database`` names a PostgreSQL server rather than an SQLite file."""
+    return database.startswith(("postgresql://", "postgres://"))
 
 
 async def open_store(config: STMConfig) -> Store:
-    """Open the store that ``STM_DATABASE`` names."""
-    if config.database.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(
-            "STM_DATABASE: PostgreSQL is not supported by this version; "
-            "use an SQLite path or ':memory:'"
-        )
+    """Open the store that ``STM_DATABASE`` names: a ``postgresql://`` URL, else SQLite."""
+    if is_postgres_url(config.database):
+        from .postgres import PostgresStore
+
+        return await PostgresStore.open(config.database)
+    from .sqlite import SQLiteStore
+
     return await SQLiteStore.open(config.database, busy_timeout_ms=config.busy_timeout_ms)

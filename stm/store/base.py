@@ -1,19 +1,77 @@
-"""What a durable store is: the rows it keeps and the operations it runs in one transaction."""
+"""What a durable store is: the rows it keeps, the operations it runs in one transaction,
+and the change feed other processes follow.
+
+Several processes may share one database. Each keeps its own cache, so every
+change another process must honour (an upgrade, a channel clear, a user
+purge, settings, an opt-out, a janitor deletion) is also written, in the same
+transaction, as a :class:`Change` in the database's change feed. A follower
+(one per process) reads the feed in position order and applies each change
+to its cache. The contract a follower can rely on, on every store:
+
+- positions are integers that increase by one per change, are never reused,
+  and commit in position order: once a read returns position ``n``, no change
+  with a smaller position can appear later, so ``after`` never skips one;
+- a change is visible exactly when the data change it describes is;
+- :meth:`Store.read_changes` says when the follower fell behind the feed's
+  retention (changes it never saw were pruned): it must then drop its whole
+  cache and continue from the position the page gives;
+- :meth:`Store.wait_for_change` wakes a follower when something may have
+  been committed; it can wake for nothing and a wake-up can be lost (a
+  dropped connection), so a follower also reads on a timer.
+
+A follower's loop, in outline::
+
+    position = await store.current_position()  # at open, before serving
+    while True:
+        page = await store.read_changes(position)
+        if page.fell_behind:
+            drop_the_whole_cache()
+        for change in page.changes:
+            if change.origin != store.origin:
+                apply_to_cache(change)
+        position = page.next_after
+        if not page.more:
+            await store.wait_for_change(coherence_seconds / 2)
+
+What else the store gives a process that shares its database:
+
+- an upgrade whose turn began at feed position ``p`` is saved with
+  ``SaveDistilled(row, Guard(after=p, ...))``: inside the writing transaction
+  the store refuses it (result :class:`Overtaken`, nothing written) when a
+  change after ``p``, from any process, cleared a channel or purged a user
+  its prompt showed; a turn that began before the follower caught up uses the
+  follower's position, which is only older, so the check errs on refusing;
+- ``empty_at_open`` (see :class:`Store`) holds at the moment of opening only:
+  the "every row is in the cache" shortcut ends at the first change another
+  process committed (a change in the feed whose origin is not ours, or
+  :meth:`Store.poll_changed` on SQLite, which also sees identity rows);
+- ``settings`` and ``opt_out`` changes name the server or user; the follower
+  reloads them with :meth:`Store.load_server_settings` and
+  :meth:`Store.load_opt_outs`;
+- the feed grows until :meth:`Store.prune_changes` is called (by one
+  process's janitor, say, keeping well over the coherence bound); changes
+  hold ids and keys, never memory text.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from ..keys import Scope
 
 __all__ = [
+    "Change",
+    "ChangeKind",
     "DeleteChannel",
     "DeleteExpired",
+    "FeedPage",
+    "Guard",
     "LoadRecent",
     "LoadRows",
     "Op",
+    "Overtaken",
     "PurgeUser",
     "SaveDistilled",
     "SaveOptOut",
@@ -22,6 +80,7 @@ __all__ = [
     "Store",
     "StoredRow",
     "Touch",
+    "overtaking",
 ]
 
 
@@ -46,6 +105,9 @@ class StoredRow:
     last_refreshed_turn: int
     updated_at: float
     counters_known: bool = True
+    # Bumped by every write of the distilled content; the feed names it, so that a
+    # follower can tell whether the row it holds is older than a change.
+    version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +122,61 @@ class Touch:
 
 
 @dataclass(frozen=True, slots=True)
+class Guard:
+    """What an upgrade's prompt showed, to refuse it when another process deleted some of it.
+
+    ``after`` is the feed position the turn's view was current with (the follower's
+    position when the turn began). The save is refused when a change after it, from
+    any process, cleared one of ``channels`` (the channels whose memory the prompt
+    showed, its own included) or purged one of ``users`` (everyone whose words it
+    could show: the row's contributors) everywhere or in ``server_id``. The check
+    runs inside the writing transaction, where the feed cannot move, so it is exact.
+    """
+
+    after: int
+    channels: frozenset[int]
+    users: frozenset[int]
+    server_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Overtaken:
+    """The result of a guarded :class:`SaveDistilled` that was refused; nothing was written.
+
+    ``position`` is the change that overtook it.
+    """
+
+    position: int
+
+
+def overtaking(guard: Guard, deletes: Iterable[Change]) -> Overtaken | None:
+    """The first of ``deletes`` (in position order) that refuses ``guard``'s upgrade.
+
+    The one definition of "overtaken by another process" both stores use.
+    """
+    for change in deletes:
+        if change.position <= guard.after:
+            continue
+        if change.kind == "clear_channel" and change.channel_id in guard.channels:
+            return Overtaken(change.position)
+        if (
+            change.kind == "purge_user"
+            and change.user_id in guard.users
+            and (change.server_id is None or change.server_id == guard.server_id)
+        ):
+            return Overtaken(change.position)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
 class SaveDistilled:
-    """Write a whole row, its distilled content and its contributors."""
+    """Write a whole row, its distilled content and its contributors.
+
+    Its result is the row's id, or :class:`Overtaken` when ``guard`` refused it.
+    """
 
     row: StoredRow
+    guard: Guard | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,17 +265,117 @@ Op = (
 )
 
 
+ChangeKind = Literal["upgrade", "clear_channel", "purge_user", "settings", "opt_out", "expire"]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One entry of the change feed: what another process's cache must honour.
+
+    ``kind`` says which fields are set:
+
+    - ``upgrade``: ``key`` and ``version``, the row's distilled content after a
+      :class:`SaveDistilled` (reload the row, or evict the key, when the cache
+      holds an older version);
+    - ``clear_channel``: ``channel_id`` (a :class:`DeleteChannel`);
+    - ``purge_user``: ``user_id`` and ``server_id`` (None: everywhere), a
+      :class:`PurgeUser` (its own rows, its crude messages in every entry, and
+      the distilled content it contributed to);
+    - ``settings``: ``server_id`` (reload that server's settings);
+    - ``opt_out``: ``user_id`` (reload the opt-outs);
+    - ``expire``: ``key``, a row deleted for inactivity (by the janitor or a read).
+
+    ``origin`` is the :attr:`Store.origin` of the store that wrote it, so a
+    process skips its own changes; ``at`` is the writer's clock at the commit.
+    Changes hold ids and keys, never memory text.
+    """
+
+    position: int
+    kind: ChangeKind
+    origin: str
+    at: float
+    key: str | None = None
+    version: int | None = None
+    channel_id: int | None = None
+    user_id: int | None = None
+    server_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FeedPage:
+    """One read of the change feed.
+
+    ``changes`` are in position order, all after the position asked for.
+    ``next_after`` is where the next read starts. ``fell_behind`` is True when
+    changes after the position asked for were pruned before this read: the
+    follower must drop its whole cache (it cannot know what it missed);
+    ``next_after`` is then the feed's position at this read and ``changes`` are
+    empty. ``more`` is True when the page was cut at its limit.
+    """
+
+    changes: tuple[Change, ...]
+    next_after: int
+    fell_behind: bool = False
+    more: bool = False
+
+
 class Store(Protocol):
-    """A durable store. Every call of ``run`` is one transaction: all of it or none."""
+    """A durable store. Every call of ``run`` is one transaction: all of it or none.
+
+    ``origin`` is a random token naming this open store, written with every change
+    it makes to the feed.
+    """
+
+    origin: str
 
     @property
     def empty_at_open(self) -> bool:
-        """True when the store held no memory rows when this process opened it, and no
-        other process writes to it: a key the cache has never held then has no row."""
+        """True only when no durable row can exist that this process does not know of.
+
+        That is: the database was created by this very open (its schema made from
+        nothing, inside the write transaction, so of many processes opening a new
+        file at once exactly one sees True) or is private to this process (SQLite
+        ``:memory:``). Reopening an existing file, even an empty one, gives False:
+        another process may have it open. It describes the moment of opening; a
+        caller that relies on it afterwards (the "every row is in the cache"
+        shortcut) must stop at the first change committed by another process,
+        which :meth:`poll_changed` and the feed reveal. On PostgreSQL it is
+        always False.
+        """
         ...
 
     async def run(self, ops: Sequence[Op]) -> list[object]:
-        """Run ``ops`` in order in one transaction; one result per op."""
+        """Run ``ops`` in order in one transaction; one result per op.
+
+        The changes the ops make are written to the feed in the same transaction.
+        """
+        ...
+
+    async def current_position(self) -> int:
+        """The position of the newest committed change (0 when there was none)."""
+        ...
+
+    async def read_changes(self, after: int, limit: int = 1000) -> FeedPage:
+        """The committed changes after position ``after``, oldest first, at most ``limit``."""
+        ...
+
+    async def prune_changes(self, *, older_than: float, keep_last: int = 0) -> int:
+        """Delete changes committed before ``older_than`` (the writer's clock), except
+        the newest ``keep_last``; return how many went. A follower that had not read
+        them learns it from :attr:`FeedPage.fell_behind`."""
+        ...
+
+    async def poll_changed(self) -> bool:
+        """True when another connection may have committed since the previous call
+        (the first call compares with the moment of opening). Cheap: on SQLite one
+        ``PRAGMA data_version``; a change of this process's own never counts there,
+        while elsewhere it may (a spurious True is allowed, a missed change is not)."""
+        ...
+
+    async def wait_for_change(self, seconds: float) -> bool:
+        """Wait until something may have been committed by another connection, at most
+        ``seconds``; True when woken, False on timeout. A wake-up only: it may
+        come for nothing or be lost, so a follower reads the feed on a timer as well."""
         ...
 
     async def load_server_settings(self) -> dict[int, str]:

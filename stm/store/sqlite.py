@@ -1,30 +1,53 @@
 """The SQLite store: WAL, forward-only migrations, secure delete.
 
-This is the only module that speaks SQL to SQLite. One connection, on one
-thread of its own, serves the whole process; the facade's writer hands it one
-batch at a time, so no two tasks ever share a transaction. The functions
-below the class run on that thread (and take a plain ``sqlite3`` connection,
-so tests can inspect the very statements they issue).
+This is the only module that speaks SQL to SQLite. One aiosqlite connection,
+on the thread aiosqlite gives it, serves the whole process; the facade's
+writer hands it one batch at a time, so no two tasks ever share a transaction.
+The functions below the class run on that thread (and take a plain
+``sqlite3`` connection, so tests can inspect the very statements they issue).
+
+A whole batch runs there as one function: one hop between the event loop and
+the thread per transaction, whatever its number of statements (one await per
+statement costs several times more under an upgrade storm). aiosqlite's
+public methods each run one statement; they are all built on
+``Connection._execute(fn, *args)``, which runs any function on the
+connection's thread in queue order, and this store uses it the same way
+(``tests/test_store.py`` fails if a release of aiosqlite drops it).
+
+Several processes may open the same file at once. Opening migrates inside
+one ``BEGIN IMMEDIATE`` transaction that reads ``user_version`` only once it
+holds the write lock, so of many processes opening a new file exactly one
+creates the schema and the others find it made. SQLite lets one writer
+commit at a time, so the change feed's positions (an ``AUTOINCREMENT`` key,
+never reused, even after pruning) commit in order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import sqlite3
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+
+import aiosqlite
 
 from ..errors import SchemaVersionError, StoreError
 from ..expiry import EXPIRED_SQL
 from .base import (
+    Change,
+    ChangeKind,
     DeleteChannel,
     DeleteExpired,
+    FeedPage,
+    Guard,
     LoadRecent,
     LoadRows,
     Op,
+    Overtaken,
     PurgeUser,
     SaveDistilled,
     SaveOptOut,
@@ -32,11 +55,22 @@ from .base import (
     Scrub,
     StoredRow,
     Touch,
+    overtaking,
 )
 
-__all__ = ["MIGRATIONS", "SQLiteStore", "apply", "migrate", "run_batch"]
+__all__ = [
+    "MIGRATIONS",
+    "SQLiteStore",
+    "apply",
+    "migrate",
+    "prune_changes",
+    "read_changes",
+    "run_batch",
+]
 
 _T = TypeVar("_T")
+# How often wait_for_change looks at data_version.
+POLL_SECONDS = 0.05
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -78,6 +112,26 @@ MIGRATIONS: tuple[str, ...] = (
         since REAL NOT NULL
     );
     """,
+    # The change feed other processes follow, and a version per row that it names.
+    """
+    ALTER TABLE short_term_memories ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE stm_changes (
+        position INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        key TEXT,
+        version INTEGER,
+        channel_id INTEGER,
+        user_id INTEGER,
+        server_id INTEGER,
+        origin TEXT NOT NULL,
+        at REAL NOT NULL
+    );
+    CREATE TABLE stm_feed (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        pruned_through INTEGER NOT NULL
+    );
+    INSERT INTO stm_feed (id, pruned_through) VALUES (1, 0);
+    """,
 )
 
 _COLUMNS = (
@@ -101,7 +155,8 @@ _TOUCH = (
     "last_refreshed_turn = excluded.last_refreshed_turn"
 )
 _SAVE = (
-    f"INSERT INTO short_term_memories ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+    f"INSERT INTO short_term_memories ({_COLUMNS}, version) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1) "
     "ON CONFLICT (key) DO UPDATE SET "
     "parent_channel_id = excluded.parent_channel_id, "
     "channel_name = coalesce(excluded.channel_name, channel_name), "
@@ -110,8 +165,16 @@ _SAVE = (
     "summary = excluded.summary, categories = excluded.categories, "
     "turns_since_refresh = excluded.turns_since_refresh, "
     "last_refreshed_turn = excluded.last_refreshed_turn, "
-    "updated_at = max(updated_at, excluded.updated_at) RETURNING id"
+    "updated_at = max(updated_at, excluded.updated_at), version = version + 1 "
+    "RETURNING id, version"
 )
+_FEED = (
+    "INSERT INTO stm_changes (kind, key, version, channel_id, user_id, server_id, origin, at) "
+    "VALUES (?,?,?,?,?,?,?,?)"
+)
+_FEED_COLUMNS = "position, kind, origin, at, key, version, channel_id, user_id, server_id"
+# A change as the feed stores it, before it has a position.
+_Pending = tuple[ChangeKind, str | None, int | None, int | None, int | None, int | None]
 # Rows past their TTL, by the rule the cache applies (stm/expiry.py): a row exactly at
 # its TTL goes in the same janitor pass as its cache entry.
 _EXPIRED = EXPIRED_SQL
@@ -121,18 +184,21 @@ _LIVE = f"NOT ({_EXPIRED})"
 class SQLiteStore:
     """A store in one SQLite file (or ``:memory:``).
 
-    The connection lives on one dedicated thread, and a whole batch runs there
+    The connection lives on aiosqlite's thread, and a whole batch runs there
     in one hop: a transaction of many statements costs the event loop one
     wake-up, not one per statement.
     """
 
-    def __init__(self, executor: ThreadPoolExecutor, connection: sqlite3.Connection, path: str):
-        self._executor = executor
-        self._db = connection
+    def __init__(self, connection: aiosqlite.Connection, path: str):
+        self._connection = connection
+        # The sqlite3 connection under it, for the functions that run on its thread.
+        self._db: sqlite3.Connection = connection._conn
         self.path = path
         self.closed = False
-        # True when the table held no row at open: nothing durable predates this process.
+        self.origin = secrets.token_hex(8)
+        # See Store.empty_at_open: this open created the schema, or the file is private.
         self.empty_at_open = False
+        self._data_version = 0
 
     @classmethod
     async def open(cls, path: str, *, busy_timeout_ms: int = 5000) -> SQLiteStore:
@@ -142,19 +208,21 @@ class SQLiteStore:
                 await asyncio.to_thread(_make_folder, path)
             except OSError as exc:
                 raise StoreError(f"cannot create the folder of {path!r}: {exc}") from exc
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stm-sqlite")
-        loop = asyncio.get_running_loop()
+        connection = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
         try:
-            db = await loop.run_in_executor(executor, _connect, path, busy_timeout_ms)
+            await connection
         except sqlite3.Error as exc:
-            executor.shutdown(wait=False)
+            await connection.close()
             raise StoreError(f"cannot open short-term memory database {path!r}: {exc}") from exc
         except BaseException:
-            executor.shutdown(wait=False)
+            await connection.close()
             raise
-        store = cls(executor, db, path)
+        store = cls(connection, path)
+        db = store._db
         try:
-            store.empty_at_open = await store._call(_prepare, db, path, busy_timeout_ms)
+            created = await store._call(_prepare, db, path, busy_timeout_ms)
+            store.empty_at_open = created or path == ":memory:"
+            store._data_version = int(await store._call(_scalar, db, "PRAGMA data_version"))
         except BaseException:
             await store.close()
             raise
@@ -164,7 +232,8 @@ class SQLiteStore:
         """Run ``fn(*args)`` on the connection's thread."""
         if self.closed:
             raise StoreError(f"short-term memory database {self.path!r} is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        on_thread = cast(Callable[..., Awaitable[_T]], self._connection._execute)
+        return await on_thread(fn, *args)
 
     async def schema_version(self) -> int:
         """The ``PRAGMA user_version`` of the file."""
@@ -172,7 +241,41 @@ class SQLiteStore:
 
     async def run(self, ops: Sequence[Op]) -> list[object]:
         """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op."""
-        return await self._call(run_batch, self._db, ops, self.path != ":memory:")
+        return await self._call(run_batch, self._db, ops, self.path != ":memory:", self.origin)
+
+    async def current_position(self) -> int:
+        """The position of the newest committed change (0 when there was none)."""
+        return await self._call(_current_position, self._db)
+
+    async def read_changes(self, after: int, limit: int = 1000) -> FeedPage:
+        """The committed changes after position ``after``, oldest first, at most ``limit``."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        return await self._call(read_changes, self._db, after, limit)
+
+    async def prune_changes(self, *, older_than: float, keep_last: int = 0) -> int:
+        """Delete changes committed before ``older_than``, except the newest ``keep_last``."""
+        return await self._call(prune_changes, self._db, older_than, max(0, keep_last))
+
+    async def poll_changed(self) -> bool:
+        """True when another connection committed since the previous call (``data_version``)."""
+        version = int(await self._call(_scalar, self._db, "PRAGMA data_version"))
+        changed, self._data_version = version != self._data_version, version
+        return changed
+
+    async def wait_for_change(self, seconds: float) -> bool:
+        """Poll ``data_version`` until another connection commits, at most ``seconds``.
+
+        SQLite has no notifications; a poll is one cheap pragma on the store's thread.
+        """
+        deadline = time.monotonic() + max(0.0, seconds)
+        while True:
+            if await self.poll_changed():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(POLL_SECONDS, left))
 
     async def load_server_settings(self) -> dict[int, str]:
         """Every stored server's settings JSON."""
@@ -199,18 +302,11 @@ class SQLiteStore:
     async def close(self) -> None:
         """Close the connection."""
         if not self.closed:
-            try:
-                await asyncio.get_running_loop().run_in_executor(self._executor, self._db.close)
-            finally:
-                self.closed = True
-                self._executor.shutdown(wait=False)
+            self.closed = True
+            await self._connection.close()
 
 
 # -- on the connection's thread ------------------------------------------------------
-def _connect(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
-    return sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
-
-
 def _scalar(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
     row = db.execute(sql, params).fetchone()
     return None if row is None else row[0]
@@ -221,20 +317,35 @@ def _fetch(db: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tupl
 
 
 def _prepare(db: sqlite3.Connection, path: str, busy_timeout_ms: int) -> bool:
-    """Set the connection up and migrate; True when the memories table is empty."""
-    try:
-        db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        mode = _scalar(db, "PRAGMA journal_mode = WAL")
-        if path != ":memory:" and str(mode).lower() != "wal":
-            raise StoreError(f"{path!r}: could not switch to WAL (journal_mode={mode})")
-        db.execute("PRAGMA synchronous = FULL")
-        db.execute("PRAGMA foreign_keys = ON")
-        db.execute("PRAGMA secure_delete = ON")
-        migrate(db, path)
-        _check_writable(db, path)
-        return _scalar(db, "SELECT 1 FROM short_term_memories LIMIT 1") is None
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"short-term memory database {path!r} cannot be used: {exc}") from exc
+    """Set the connection up and migrate; True when this call created the schema."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            mode = _scalar(db, "PRAGMA journal_mode = WAL")
+            if path != ":memory:" and str(mode).lower() != "wal":
+                raise StoreError(f"{path!r}: could not switch to WAL (journal_mode={mode})")
+            db.execute("PRAGMA synchronous = FULL")
+            db.execute("PRAGMA foreign_keys = ON")
+            db.execute("PRAGMA secure_delete = ON")
+            created = migrate(db, path) == 0
+            _check_writable(db, path)
+            return created
+        except sqlite3.OperationalError as exc:
+            # A file another process is creating or switching to WAL can answer "locked"
+            # without waiting for the busy timeout: each step above is idempotent, so wait
+            # and start again, within the same timeout.
+            if _busy(exc) and time.monotonic() < deadline:
+                time.sleep(0.01)
+                continue
+            raise StoreError(f"short-term memory database {path!r} cannot be used: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"short-term memory database {path!r} cannot be used: {exc}") from exc
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _check_writable(db: sqlite3.Connection, path: str) -> None:
@@ -257,37 +368,64 @@ def _check_writable(db: sqlite3.Connection, path: str) -> None:
         db.execute("ROLLBACK")
 
 
-def migrate(db: sqlite3.Connection, path: str = "") -> None:
-    """Bring the schema to the newest version, one transaction per migration."""
-    version = int(_scalar(db, "PRAGMA user_version"))
-    if version > len(MIGRATIONS):
-        raise SchemaVersionError(
-            f"{path!r} has schema version {version}, newer than this version of the "
-            f"library understands ({len(MIGRATIONS)}); upgrade the library or use another file"
-        )
-    for number in range(version, len(MIGRATIONS)):
-        db.execute("BEGIN IMMEDIATE")
-        try:
+def migrate(db: sqlite3.Connection, path: str = "") -> int:
+    """Bring the schema to the newest version; return the version found.
+
+    Every pending migration runs in one ``BEGIN IMMEDIATE`` transaction, and
+    ``user_version`` is read again inside it, under the write lock: a process that
+    waited for another's migration finds it done, never half done. A file already
+    at the newest version needs no lock (the version only ever grows), so opening
+    it works while another process writes.
+    """
+    version = _checked_version(db, path)
+    if version == len(MIGRATIONS):
+        return version
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        version = _checked_version(db, path)
+        for number in range(version, len(MIGRATIONS)):
             for statement in MIGRATIONS[number].split(";"):
                 if statement.strip():
                     db.execute(statement)
-            db.execute(f"PRAGMA user_version = {number + 1}")
-            db.execute("COMMIT")
-        except BaseException:
+        if version < len(MIGRATIONS):
+            db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
             db.execute("ROLLBACK")
-            raise
+        raise
+    return version
 
 
-def run_batch(db: sqlite3.Connection, ops: Sequence[Op], checkpoint: bool = True) -> list[object]:
-    """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op."""
+def _checked_version(db: sqlite3.Connection, path: str) -> int:
+    version = int(_scalar(db, "PRAGMA user_version"))
+    if version > len(MIGRATIONS):
+        raise SchemaVersionError(
+            f"{path!r} has schema version {version}, newer than this version of the library "
+            f"understands ({len(MIGRATIONS)}); upgrade the library or use another file"
+        )
+    return version
+
+
+def run_batch(
+    db: sqlite3.Connection, ops: Sequence[Op], checkpoint: bool = True, origin: str = ""
+) -> list[object]:
+    """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op.
+
+    The changes they make go to the feed in the same transaction, in op order.
+    """
     results: list[object] = []
+    changes: list[_Pending] = []
     deleted = scrub = False
     db.execute("BEGIN IMMEDIATE")
     try:
         for op in ops:
-            results.append(apply(db, op))
+            results.append(apply(db, op, changes))
             deleted = deleted or isinstance(op, DeleteChannel | PurgeUser | DeleteExpired)
             scrub = scrub or isinstance(op, Scrub)
+        if changes:
+            at = time.time()
+            db.executemany(_FEED, [(*change, origin, at) for change in changes])
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
@@ -309,12 +447,66 @@ def run_batch(db: sqlite3.Connection, ops: Sequence[Op], checkpoint: bool = True
     return results
 
 
+def _current_position(db: sqlite3.Connection) -> int:
+    # AUTOINCREMENT keeps the highest position ever given in sqlite_sequence, even
+    # once pruning has emptied the table.
+    seq = _scalar(db, "SELECT seq FROM sqlite_sequence WHERE name = 'stm_changes'")
+    return 0 if seq is None else int(seq)
+
+
+def read_changes(db: sqlite3.Connection, after: int, limit: int) -> FeedPage:
+    """The feed after ``after`` (see ``FeedPage``), read in one snapshot."""
+    db.execute("BEGIN")
+    try:
+        pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
+        if after < pruned_through:
+            return FeedPage((), _current_position(db), fell_behind=True)
+        rows = db.execute(
+            f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? ORDER BY position LIMIT ?",
+            (after, limit),
+        ).fetchall()
+    finally:
+        db.execute("COMMIT")
+    changes = tuple(Change(*row) for row in rows)
+    return FeedPage(changes, changes[-1].position if changes else after, more=len(changes) == limit)
+
+
+def prune_changes(db: sqlite3.Connection, older_than: float, keep_last: int) -> int:
+    """Delete old changes, remembering the newest position deleted.
+
+    What goes is always a prefix of the feed (every position up to the newest change
+    older than ``older_than``): clocks of several processes disagree, positions do not.
+    The newest old change is found walking back from the newest position, through the
+    retained changes only, so ``at`` needs no index.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        through = _scalar(db, "SELECT max(position) FROM stm_changes WHERE at < ?", (older_than,))
+        through = min(int(through or 0), _current_position(db) - keep_last)
+        gone = db.execute(
+            "DELETE FROM stm_changes WHERE position <= ? RETURNING position", (through,)
+        ).fetchall()
+        if gone:
+            db.execute(
+                "UPDATE stm_feed SET pruned_through = max(pruned_through, ?)",
+                (max(p for (p,) in gone),),
+            )
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return len(gone)
+
+
 def _on_disk(db: sqlite3.Connection) -> bool:
     return any(row[2] for row in db.execute("PRAGMA database_list") if row[1] == "main")
 
 
-def apply(db: sqlite3.Connection, op: Op) -> object:
-    """Run one operation inside the caller's transaction."""
+def apply(db: sqlite3.Connection, op: Op, changes: list[_Pending] | None = None) -> object:
+    """Run one operation inside the caller's transaction; append the changes it makes
+    for the feed to ``changes``."""
+    feed: list[_Pending] = [] if changes is None else changes
     match op:
         case Scrub():
             return None  # done after the commit: VACUUM cannot run inside a transaction
@@ -326,8 +518,11 @@ def apply(db: sqlite3.Connection, op: Op) -> object:
             if unknown:
                 db.executemany(_IDENTITY, unknown)
             return len(rows)
-        case SaveDistilled(row):
-            memory_id = _scalar(db, _SAVE, _row_params(row))
+        case SaveDistilled(row, guard):
+            if guard is not None and (overtaken := _overtaken(db, guard)) is not None:
+                return overtaken
+            memory_id, version = db.execute(_SAVE, _row_params(row)).fetchone()
+            feed.append(("upgrade", row.key, version, None, None, None))
             db.execute(
                 "DELETE FROM short_term_memory_contributors WHERE memory_id = ?", (memory_id,)
             )
@@ -340,17 +535,20 @@ def apply(db: sqlite3.Connection, op: Op) -> object:
             cursor = db.execute(
                 "DELETE FROM short_term_memories WHERE channel_id = ?", (channel_id,)
             )
+            feed.append(("clear_channel", None, None, channel_id, None, None))
             return cursor.rowcount
         case PurgeUser(user_id, server_id):
+            feed.append(("purge_user", None, None, None, user_id, server_id))
             return _purge_user(db, user_id, server_id)
         case DeleteExpired(crude_before, summary_before):
-            cursor = db.execute(
-                f"DELETE FROM short_term_memories WHERE {_EXPIRED}",
+            gone = db.execute(
+                f"DELETE FROM short_term_memories WHERE {_EXPIRED} RETURNING key",
                 {"crude": crude_before, "summary": summary_before},
-            )
-            return cursor.rowcount
+            ).fetchall()
+            feed.extend(("expire", key, None, None, None, None) for (key,) in gone)
+            return len(gone)
         case LoadRows(keys, crude_before, summary_before):
-            return _load_rows(db, keys, crude_before, summary_before)
+            return _load_rows(db, keys, crude_before, summary_before, feed)
         case LoadRecent():
             return _load_recent(db, op)
         case SaveServerSettings(server_id, settings_json):
@@ -359,6 +557,7 @@ def apply(db: sqlite3.Connection, op: Op) -> object:
                 "ON CONFLICT (server_id) DO UPDATE SET settings = excluded.settings",
                 (server_id, settings_json),
             )
+            feed.append(("settings", None, None, None, None, server_id))
             return None
         case SaveOptOut(user_id, opted_out, at):
             if opted_out:
@@ -368,8 +567,22 @@ def apply(db: sqlite3.Connection, op: Op) -> object:
                 )
             else:
                 db.execute("DELETE FROM stm_user_opt_outs WHERE user_id = ?", (user_id,))
+            feed.append(("opt_out", None, None, None, user_id, None))
             return None
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+
+
+def _overtaken(db: sqlite3.Connection, guard: Guard) -> Overtaken | None:
+    """The first delete after ``guard.after`` that touched what the guarded prompt showed."""
+    pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
+    if guard.after < pruned_through:
+        return Overtaken(pruned_through)  # what came after it is no longer known: refuse
+    rows = db.execute(
+        f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
+        "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
+        (guard.after,),
+    )
+    return overtaking(guard, (Change(*row) for row in rows))
 
 
 def _purge_user(db: sqlite3.Connection, user_id: int, server_id: int | None) -> int:
@@ -400,15 +613,25 @@ def _purge_user(db: sqlite3.Connection, user_id: int, server_id: int | None) -> 
 
 
 def _load_rows(
-    db: sqlite3.Connection, keys: Sequence[str], crude_before: float, summary_before: float
+    db: sqlite3.Connection,
+    keys: Sequence[str],
+    crude_before: float,
+    summary_before: float,
+    feed: list[_Pending],
 ) -> list[StoredRow]:
     if not keys:
         return []
     params = {"crude": crude_before, "summary": summary_before}
     named = {f"k{i}": key for i, key in enumerate(keys)}
     where = "key IN (" + ",".join(f":k{i}" for i in range(len(keys))) + ")"
-    db.execute(f"DELETE FROM short_term_memories WHERE {where} AND {_EXPIRED}", {**params, **named})
-    return _select(db, f"SELECT id, {_COLUMNS} FROM short_term_memories WHERE {where}", named)
+    gone = db.execute(
+        f"DELETE FROM short_term_memories WHERE {where} AND {_EXPIRED} RETURNING key",
+        {**params, **named},
+    ).fetchall()
+    feed.extend(("expire", key, None, None, None, None) for (key,) in gone)
+    return _select(
+        db, f"SELECT id, {_COLUMNS}, version FROM short_term_memories WHERE {where}", named
+    )
 
 
 def _load_recent(db: sqlite3.Connection, op: LoadRecent) -> list[StoredRow]:
@@ -427,7 +650,7 @@ def _load_recent(db: sqlite3.Connection, op: LoadRecent) -> list[StoredRow]:
     where += " AND persona_id IS :persona AND channel_private = 0"
     return _select(
         db,
-        f"SELECT id, {_COLUMNS} FROM short_term_memories WHERE {where} AND {_LIVE} "
+        f"SELECT id, {_COLUMNS}, version FROM short_term_memories WHERE {where} AND {_LIVE} "
         "ORDER BY updated_at DESC LIMIT :limit",
         params,
     )
@@ -472,7 +695,8 @@ def _row_params(row: StoredRow) -> tuple[Any, ...]:
 
 def _row_from(row: Any, contributors: frozenset[int]) -> StoredRow:
     (_, key, scope, server_id, user_id, channel_id, persona_id, parent, channel_name,
-     server_name, private, summary, categories, turns, refreshed, updated_at) = row  # fmt: skip
+     server_name, private, summary, categories, turns, refreshed, updated_at,
+     version) = row  # fmt: skip
     loaded = json.loads(categories) if categories else {}
     return StoredRow(
         key=key,
@@ -491,4 +715,5 @@ def _row_from(row: Any, contributors: frozenset[int]) -> StoredRow:
         turns_since_refresh=int(turns),
         last_refreshed_turn=int(refreshed),
         updated_at=float(updated_at),
+        version=int(version),
     )

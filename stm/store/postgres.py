@@ -1,0 +1,697 @@
+"""The PostgreSQL store on asyncpg: migrations, a pool, group commit, the change feed.
+
+This is the only module that speaks SQL to PostgreSQL. It keeps the SQLite
+store's semantics for every operation of ``base.py``; the tests of store
+behaviour run against both.
+
+Ordering of the change feed. PostgreSQL sequences hand out numbers that can
+commit out of order (a transaction that took 7 can commit after one that took
+8), and a follower that read 8 would then never see 7. So positions come from
+one counter row (``stm_feed``), and a batch that writes the feed locks that row
+first, before any other statement: such batches run one at a time across every
+process, as SQLite's writers do, and each commits before the next can take a
+position. Every snapshot therefore sees a prefix of the feed, and a follower
+that read position ``n`` can never be handed a smaller one later. The lock also
+makes the checks inside a batch exact: a purge sees every upgrade committed
+before it, and a guarded upgrade (``base.Guard``) sees every delete. The cost is
+that writes of different processes do not overlap; each process still groups
+its own concurrent writes into one commit. Batches that write anything at all
+(identity rows and counters too) take the lock, so two of them never wait for
+each other's rows (no deadlock); batches that only read do not.
+
+Wake-ups. Each batch that writes the feed sends ``NOTIFY stm_changes`` with its
+last position, delivered at commit. A follower listens on one dedicated
+connection outside the pool (a pooled connection would be handed to other work
+and lose its LISTEN); when that connection drops, ``wait_for_change`` wakes
+the follower (so it reads) and connects again on the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import SchemaVersionError, StoreError
+from ..expiry import EXPIRED_SQL
+from .base import (
+    Change,
+    ChangeKind,
+    DeleteChannel,
+    DeleteExpired,
+    FeedPage,
+    LoadRecent,
+    LoadRows,
+    Op,
+    Overtaken,
+    PurgeUser,
+    SaveDistilled,
+    SaveOptOut,
+    SaveServerSettings,
+    Scrub,
+    StoredRow,
+    Touch,
+    overtaking,
+)
+
+__all__ = ["CHANNEL", "MIGRATIONS", "PostgresStore"]
+
+# The NOTIFY channel followers listen on.
+CHANNEL = "stm_changes"
+# pg_advisory_xact_lock key of migrations: any fixed number no one else uses.
+_MIGRATION_LOCK = 0x5354_4D00_0001
+
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE short_term_memories (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        key TEXT NOT NULL UNIQUE,
+        scope TEXT NOT NULL CHECK (scope IN ('server', 'user')),
+        server_id BIGINT,
+        user_id BIGINT,
+        channel_id BIGINT NOT NULL,
+        persona_id BIGINT,
+        parent_channel_id BIGINT,
+        channel_name TEXT,
+        server_name TEXT,
+        channel_private BOOLEAN NOT NULL DEFAULT FALSE,
+        categories TEXT NOT NULL DEFAULT '{}',
+        summary TEXT,
+        turns_since_refresh INTEGER NOT NULL DEFAULT 0,
+        last_refreshed_turn INTEGER NOT NULL DEFAULT 0,
+        updated_at DOUBLE PRECISION NOT NULL,
+        version BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE INDEX stm_by_channel ON short_term_memories (channel_id);
+    CREATE INDEX stm_by_user ON short_term_memories (user_id, server_id);
+    CREATE INDEX stm_by_group
+        ON short_term_memories (scope, server_id, user_id, persona_id, updated_at);
+    CREATE INDEX stm_by_updated ON short_term_memories (updated_at);
+    CREATE TABLE short_term_memory_contributors (
+        user_id BIGINT NOT NULL,
+        memory_id BIGINT NOT NULL REFERENCES short_term_memories (id) ON DELETE CASCADE,
+        PRIMARY KEY (user_id, memory_id)
+    );
+    CREATE INDEX stm_contributors_by_memory ON short_term_memory_contributors (memory_id);
+    CREATE TABLE stm_server_settings (
+        server_id BIGINT PRIMARY KEY,
+        settings TEXT NOT NULL
+    );
+    CREATE TABLE stm_user_opt_outs (
+        user_id BIGINT PRIMARY KEY,
+        since DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE stm_changes (
+        position BIGINT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        key TEXT,
+        version BIGINT,
+        channel_id BIGINT,
+        user_id BIGINT,
+        server_id BIGINT,
+        origin TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE stm_feed (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        position BIGINT NOT NULL,
+        pruned_through BIGINT NOT NULL
+    );
+    INSERT INTO stm_feed (id, position, pruned_through) VALUES (1, 0, 0);
+    """,
+)
+
+_COLUMNS = (
+    "key, scope, server_id, user_id, channel_id, persona_id, parent_channel_id, channel_name, "
+    "server_name, channel_private, summary, categories, turns_since_refresh, "
+    "last_refreshed_turn, updated_at"
+)
+_KEEP_IDENTITY = (
+    "parent_channel_id = excluded.parent_channel_id, "
+    "channel_name = coalesce(excluded.channel_name, m.channel_name), "
+    "server_name = coalesce(excluded.server_name, m.server_name), "
+    "channel_private = excluded.channel_private, "
+    "updated_at = greatest(m.updated_at, excluded.updated_at)"
+)
+_IDENTITY = (
+    "INSERT INTO short_term_memories AS m (key, scope, server_id, user_id, channel_id, "
+    "persona_id, parent_channel_id, channel_name, server_name, channel_private, "
+    "turns_since_refresh, last_refreshed_turn, updated_at) "
+    "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13) "
+    f"ON CONFLICT (key) DO UPDATE SET {_KEEP_IDENTITY}"
+)
+_TOUCH = (
+    _IDENTITY + ", turns_since_refresh = excluded.turns_since_refresh, "
+    "last_refreshed_turn = excluded.last_refreshed_turn"
+)
+_SAVE = (
+    f"INSERT INTO short_term_memories AS m ({_COLUMNS}, version) "
+    "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,1) "
+    f"ON CONFLICT (key) DO UPDATE SET {_KEEP_IDENTITY}, "
+    "summary = excluded.summary, categories = excluded.categories, "
+    "turns_since_refresh = excluded.turns_since_refresh, "
+    "last_refreshed_turn = excluded.last_refreshed_turn, version = m.version + 1"
+)
+# The expiry rule of stm/expiry.py, in PostgreSQL's spelling ($1: crude threshold, $2:
+# summary threshold).
+_EXPIRED = (
+    EXPIRED_SQL.replace("max(:crude, :summary)", "greatest(:crude, :summary)")
+    .replace(":crude", "$1::float8")
+    .replace(":summary", "$2::float8")
+)
+_FEED_COLUMNS = "position, kind, origin, at, key, version, channel_id, user_id, server_id"
+_Pending = tuple[ChangeKind, str | None, int | None, int | None, int | None, int | None]
+
+
+class PostgresStore:
+    """A store in a PostgreSQL database, on an asyncpg pool."""
+
+    def __init__(self, pool: Any, dsn: str) -> None:
+        self._pool = pool
+        self._dsn = dsn
+        self.path = _redacted(dsn)
+        self.closed = False
+        self.origin = secrets.token_hex(8)
+        # A shared server: another process may always hold rows this one does not know.
+        self.empty_at_open = False
+        self._seen_position = 0
+        self._listener: Any = None
+        self._notified = asyncio.Event()
+
+    @classmethod
+    async def open(cls, dsn: str, *, min_size: int = 1, max_size: int = 4) -> PostgresStore:
+        """Connect a pool to ``dsn`` and migrate the database."""
+        asyncpg = _asyncpg()
+        try:
+            pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+        except (OSError, asyncpg.PostgresError, ValueError) as exc:
+            raise StoreError(
+                f"cannot open short-term memory database {_redacted(dsn)}: {exc}"
+            ) from exc
+        store = cls(pool, dsn)
+        try:
+            async with pool.acquire() as conn:
+                await migrate(conn, store.path)
+            store._seen_position = await store.current_position()
+        except asyncpg.PostgresError as exc:
+            await pool.close()
+            raise StoreError(
+                f"short-term memory database {store.path} cannot be used: {exc}"
+            ) from exc
+        except BaseException:
+            await pool.close()
+            raise
+        return store
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StoreError(f"short-term memory database {self.path} is closed")
+
+    async def schema_version(self) -> int:
+        """The version recorded by the migrations."""
+        self._check_open()
+        return int(await self._pool.fetchval("SELECT version FROM stm_schema"))
+
+    async def run(self, ops: Sequence[Op]) -> list[object]:
+        """Run ``ops`` in order in one transaction; one result per op."""
+        self._check_open()
+        async with self._pool.acquire() as conn, conn.transaction():
+            if any(_writes(op) for op in ops):
+                # Before anything else: see the module's docstring.
+                await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
+            results: list[object] = []
+            changes: list[_Pending] = []
+            index = 0
+            while index < len(ops):
+                op = ops[index]
+                if isinstance(op, SaveDistilled):
+                    end = index
+                    while end < len(ops) and isinstance(ops[end], SaveDistilled):
+                        end += 1
+                    saves = [o for o in ops[index:end] if isinstance(o, SaveDistilled)]
+                    results.extend(await _save_many(conn, saves, changes))
+                    index = end
+                    continue
+                results.append(await _apply(conn, op, changes))
+                index += 1
+            if changes:
+                await _write_feed(conn, changes, self.origin)
+        return results
+
+    async def current_position(self) -> int:
+        """The position of the newest committed change (0 when there was none)."""
+        self._check_open()
+        return int(await self._pool.fetchval("SELECT position FROM stm_feed WHERE id = 1"))
+
+    async def read_changes(self, after: int, limit: int = 1000) -> FeedPage:
+        """The committed changes after position ``after``, oldest first, at most ``limit``."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self._check_open()
+        async with (
+            self._pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            position, pruned_through = await conn.fetchrow(
+                "SELECT position, pruned_through FROM stm_feed WHERE id = 1"
+            )
+            if after < pruned_through:
+                return FeedPage((), int(position), fell_behind=True)
+            rows = await conn.fetch(
+                f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > $1 "
+                "ORDER BY position LIMIT $2",
+                after,
+                limit,
+            )
+        changes = tuple(Change(*row) for row in rows)
+        return FeedPage(
+            changes, changes[-1].position if changes else after, more=len(changes) == limit
+        )
+
+    async def prune_changes(self, *, older_than: float, keep_last: int = 0) -> int:
+        """Delete changes committed before ``older_than``, except the newest ``keep_last``
+        (always a prefix of the feed: clocks disagree, positions do not)."""
+        self._check_open()
+        async with self._pool.acquire() as conn, conn.transaction():
+            position = await conn.fetchval("SELECT position FROM stm_feed WHERE id = 1 FOR UPDATE")
+            through = await conn.fetchval(
+                "SELECT max(position) FROM stm_changes WHERE at < $1", older_than
+            )
+            through = min(int(through or 0), int(position) - max(0, keep_last))
+            status = await conn.execute("DELETE FROM stm_changes WHERE position <= $1", through)
+            gone = _count(status)
+            if gone:
+                await conn.execute(
+                    "UPDATE stm_feed SET pruned_through = greatest(pruned_through, $1) "
+                    "WHERE id = 1",
+                    through,
+                )
+        return gone
+
+    async def poll_changed(self) -> bool:
+        """True when the feed moved since the previous call (this process's own changes
+        included: a spurious True is allowed)."""
+        position = await self.current_position()
+        changed, self._seen_position = position != self._seen_position, position
+        return changed
+
+    async def wait_for_change(self, seconds: float) -> bool:
+        """Wait for a NOTIFY from a committing batch, at most ``seconds``.
+
+        The first call connects the listening connection. A lost connection wakes the
+        waiter (True) so that it reads the feed; the next call connects again, and when
+        that fails the call waits out ``seconds`` and returns True, for the same reason.
+        """
+        self._check_open()
+        if self._listener is None or self._listener.is_closed():
+            try:
+                await self._listen()
+            except (OSError, _asyncpg().PostgresError):
+                await asyncio.sleep(max(0.0, seconds))
+                return True
+        try:
+            async with asyncio.timeout(max(0.0, seconds)):
+                await self._notified.wait()
+        except TimeoutError:
+            return False
+        # Cleared before the caller reads: a change committed from now on sets it again.
+        self._notified.clear()
+        return True
+
+    async def _listen(self) -> None:
+        asyncpg = _asyncpg()
+        listener = await asyncpg.connect(self._dsn)
+        await listener.add_listener(CHANNEL, self._on_notify)
+        listener.add_termination_listener(self._on_lost)
+        self._listener = listener
+        # Whatever committed while nobody listened is only found by reading.
+        self._notified.set()
+
+    def _on_notify(self, *_: object) -> None:
+        self._notified.set()
+
+    def _on_lost(self, *_: object) -> None:
+        self._listener = None
+        self._notified.set()
+
+    async def drop_listener(self) -> None:
+        """Close the listening connection abruptly, as a network failure would (tests)."""
+        if self._listener is not None:
+            self._listener.terminate()
+
+    async def load_server_settings(self) -> dict[int, str]:
+        """Every stored server's settings JSON."""
+        rows = await self.execute("SELECT server_id, settings FROM stm_server_settings")
+        return {int(server): str(settings) for server, settings in rows}
+
+    async def load_opt_outs(self) -> set[int]:
+        """Every user who opted out."""
+        return {int(row[0]) for row in await self.execute("SELECT user_id FROM stm_user_opt_outs")}
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement outside the batch path (inspection, tests); return its rows."""
+        self._check_open()
+        return [tuple(row) for row in await self._pool.fetch(sql, *params)]
+
+    async def close(self) -> None:
+        """Close the listening connection and the pool."""
+        if self.closed:
+            return
+        self.closed = True
+        listener, self._listener = self._listener, None
+        try:
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    await listener.close()
+        finally:
+            await self._pool.close()
+
+
+def _asyncpg() -> Any:
+    try:
+        import asyncpg
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise StoreError(
+            "STM_DATABASE names PostgreSQL, which needs asyncpg: "
+            "python -m pip install 'discord-stm[postgres]'"
+        ) from exc
+    return asyncpg
+
+
+def _redacted(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    head, sep, tail = dsn.partition("://")
+    if "@" not in tail:
+        return dsn
+    credentials, _, rest = tail.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{head}{sep}{user}@{rest}"
+
+
+def _count(status: str) -> int:
+    """The row count of a command status such as ``DELETE 3``."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+def _writes(op: Op) -> bool:
+    return not isinstance(op, LoadRecent | Scrub)
+
+
+async def migrate(conn: Any, name: str = "") -> int:
+    """Bring the schema to the newest version; return the version found.
+
+    Under a transaction-level advisory lock, so processes opening one new database
+    at once take turns, and the later ones find the work done.
+    """
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await conn.execute("CREATE TABLE IF NOT EXISTS stm_schema (version INTEGER NOT NULL)")
+        version = await conn.fetchval("SELECT version FROM stm_schema")
+        if version is None:
+            version = 0
+            await conn.execute("INSERT INTO stm_schema (version) VALUES (0)")
+        if version > len(MIGRATIONS):
+            raise SchemaVersionError(
+                f"{name} has schema version {version}, newer than this version of the library "
+                f"understands ({len(MIGRATIONS)}); upgrade the library or use another database"
+            )
+        for number in range(version, len(MIGRATIONS)):
+            await conn.execute(MIGRATIONS[number])
+        if version < len(MIGRATIONS):
+            await conn.execute("UPDATE stm_schema SET version = $1", len(MIGRATIONS))
+    return int(version)
+
+
+async def _write_feed(conn: Any, changes: list[_Pending], origin: str) -> None:
+    last = int(
+        await conn.fetchval(
+            "UPDATE stm_feed SET position = position + $1 WHERE id = 1 RETURNING position",
+            len(changes),
+        )
+    )
+    first = last - len(changes) + 1
+    at = time.time()
+    await conn.executemany(
+        "INSERT INTO stm_changes (position, kind, key, version, channel_id, user_id, "
+        "server_id, origin, at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)",
+        [(first + i, *change, origin, at) for i, change in enumerate(changes)],
+    )
+    await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, str(last))
+
+
+async def _save_many(conn: Any, saves: list[SaveDistilled], feed: list[_Pending]) -> list[object]:
+    """A run of upgrades in a handful of round trips, whatever its length."""
+    results: list[object] = [None] * len(saves)
+    kept: list[tuple[int, SaveDistilled]] = []
+    # One read of the deletes for every guarded upgrade of the run.
+    guards = [save.guard for save in saves if save.guard is not None]
+    deletes: list[Change] = []
+    pruned_through = 0
+    if guards:
+        pruned_through = int(
+            await conn.fetchval("SELECT pruned_through FROM stm_feed WHERE id = 1")
+        )
+        rows = await conn.fetch(
+            f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > $1 "
+            "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
+            min(g.after for g in guards),
+        )
+        deletes = [Change(*row) for row in rows]
+    for i, save in enumerate(saves):
+        overtaken: Overtaken | None = None
+        if save.guard is not None:
+            if save.guard.after < pruned_through:
+                overtaken = Overtaken(pruned_through)  # what came after it is unknown
+            else:
+                overtaken = overtaking(save.guard, deletes)
+        if overtaken is not None:
+            results[i] = overtaken
+        else:
+            kept.append((i, save))
+    if not kept:
+        return results
+    await conn.executemany(_SAVE, [_row_params(save.row) for _, save in kept])
+    keys = sorted({save.row.key for _, save in kept})
+    written = {
+        key: (int(memory_id), int(version))
+        for key, memory_id, version in await conn.fetch(
+            "SELECT key, id, version FROM short_term_memories WHERE key = ANY($1::text[])", keys
+        )
+    }
+    # The last upgrade of a key holds its version; earlier ones in the run precede it.
+    later: dict[str, int] = {}
+    versions: list[int] = [0] * len(kept)
+    for n in range(len(kept) - 1, -1, -1):
+        key = kept[n][1].row.key
+        versions[n] = written[key][1] - later.get(key, 0)
+        later[key] = later.get(key, 0) + 1
+    last_of: dict[str, SaveDistilled] = {}
+    for n, (i, save) in enumerate(kept):
+        results[i] = written[save.row.key][0]
+        feed.append(("upgrade", save.row.key, versions[n], None, None, None))
+        last_of[save.row.key] = save
+    ids = [written[key][0] for key in keys]
+    await conn.execute(
+        "DELETE FROM short_term_memory_contributors WHERE memory_id = ANY($1::bigint[])", ids
+    )
+    pairs = [
+        (user, written[key][0])
+        for key, save in last_of.items()
+        for user in sorted(save.row.contributors)
+    ]
+    if pairs:
+        await conn.execute(
+            "INSERT INTO short_term_memory_contributors (user_id, memory_id) "
+            "SELECT * FROM unnest($1::bigint[], $2::bigint[])",
+            [p[0] for p in pairs],
+            [p[1] for p in pairs],
+        )
+    return results
+
+
+async def _apply(conn: Any, op: Op, feed: list[_Pending]) -> object:
+    """Run one operation (other than an upgrade) inside the caller's transaction."""
+    match op:
+        case Scrub():
+            # Nothing to rewrite: see the README's Guarantees for what PostgreSQL keeps.
+            return None
+        case Touch(rows):
+            known = [_identity_params(r) for r in rows if r.counters_known]
+            unknown = [_identity_params(r) for r in rows if not r.counters_known]
+            if known:
+                await conn.executemany(_TOUCH, known)
+            if unknown:
+                await conn.executemany(_IDENTITY, unknown)
+            return len(rows)
+        case SaveDistilled():  # pragma: no cover - runs of upgrades go to _save_many
+            return (await _save_many(conn, [op], feed))[0]
+        case DeleteChannel(channel_id):
+            status = await conn.execute(
+                "DELETE FROM short_term_memories WHERE channel_id = $1", channel_id
+            )
+            feed.append(("clear_channel", None, None, channel_id, None, None))
+            return _count(status)
+        case PurgeUser(user_id, server_id):
+            feed.append(("purge_user", None, None, None, user_id, server_id))
+            return await _purge_user(conn, user_id, server_id)
+        case DeleteExpired(crude_before, summary_before):
+            gone = await conn.fetch(
+                f"DELETE FROM short_term_memories WHERE {_EXPIRED} RETURNING key",
+                crude_before,
+                summary_before,
+            )
+            feed.extend(("expire", row[0], None, None, None, None) for row in gone)
+            return len(gone)
+        case LoadRows(keys, crude_before, summary_before):
+            if not keys:
+                return []
+            gone = await conn.fetch(
+                f"DELETE FROM short_term_memories WHERE key = ANY($3::text[]) AND {_EXPIRED} "
+                "RETURNING key",
+                crude_before,
+                summary_before,
+                list(keys),
+            )
+            feed.extend(("expire", row[0], None, None, None, None) for row in gone)
+            return await _select(
+                conn,
+                f"SELECT id, {_COLUMNS}, version FROM short_term_memories "
+                "WHERE key = ANY($1::text[])",
+                list(keys),
+            )
+        case LoadRecent():
+            return await _load_recent(conn, op)
+        case SaveServerSettings(server_id, settings_json):
+            await conn.execute(
+                "INSERT INTO stm_server_settings (server_id, settings) VALUES ($1, $2) "
+                "ON CONFLICT (server_id) DO UPDATE SET settings = excluded.settings",
+                server_id,
+                settings_json,
+            )
+            feed.append(("settings", None, None, None, None, server_id))
+            return None
+        case SaveOptOut(user_id, opted_out, at):
+            if opted_out:
+                await conn.execute(
+                    "INSERT INTO stm_user_opt_outs (user_id, since) VALUES ($1, $2) "
+                    "ON CONFLICT (user_id) DO NOTHING",
+                    user_id,
+                    at,
+                )
+            else:
+                await conn.execute("DELETE FROM stm_user_opt_outs WHERE user_id = $1", user_id)
+            feed.append(("opt_out", None, None, None, user_id, None))
+            return None
+    raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+
+
+async def _purge_user(conn: Any, user_id: int, server_id: int | None) -> int:
+    in_server = "" if server_id is None else " AND server_id = $2"
+    params: list[Any] = [user_id] if server_id is None else [user_id, server_id]
+    status = await conn.execute(
+        f"DELETE FROM short_term_memories WHERE scope = 'user' AND user_id = $1{in_server}",
+        *params,
+    )
+    removed = _count(status)
+    rows = await conn.fetch(
+        "SELECT c.memory_id FROM short_term_memory_contributors c "
+        "JOIN short_term_memories m ON m.id = c.memory_id "
+        f"WHERE c.user_id = $1{in_server.replace('server_id', 'm.server_id')}",
+        *params,
+    )
+    ids = [row[0] for row in rows]
+    if ids:
+        await conn.execute(
+            "UPDATE short_term_memories SET summary = NULL, categories = '{}' "
+            "WHERE id = ANY($1::bigint[])",
+            ids,
+        )
+        await conn.execute(
+            "DELETE FROM short_term_memory_contributors WHERE memory_id = ANY($1::bigint[])", ids
+        )
+    return removed + len(ids)
+
+
+async def _load_recent(conn: Any, op: LoadRecent) -> list[StoredRow]:
+    params: list[Any] = [op.crude_before, op.summary_before, op.owner_id, op.limit]
+    if op.scope == "server":
+        where = "scope = 'server' AND server_id = $3 AND user_id IS NULL"
+    else:
+        where = "scope = 'user' AND user_id = $3"
+        if op.server_id is None:
+            where += " AND server_id IS NULL"
+        else:
+            params.append(op.server_id)
+            where += f" AND server_id = ${len(params)}"
+    if op.persona_id is None:
+        where += " AND persona_id IS NULL"
+    else:
+        params.append(op.persona_id)
+        where += f" AND persona_id = ${len(params)}"
+    return await _select(
+        conn,
+        f"SELECT id, {_COLUMNS}, version FROM short_term_memories WHERE {where} "
+        f"AND channel_private = FALSE AND NOT ({_EXPIRED}) ORDER BY updated_at DESC LIMIT $4",
+        *params,
+    )
+
+
+async def _select(conn: Any, sql: str, *params: Any) -> list[StoredRow]:
+    rows = await conn.fetch(sql, *params)
+    if not rows:
+        return []
+    contributors: dict[int, set[int]] = {}
+    for memory_id, user in await conn.fetch(
+        "SELECT memory_id, user_id FROM short_term_memory_contributors "
+        "WHERE memory_id = ANY($1::bigint[])",
+        [row[0] for row in rows],
+    ):
+        contributors.setdefault(memory_id, set()).add(user)
+    return [_row_from(row, frozenset(contributors.get(row[0], ()))) for row in rows]
+
+
+def _identity_params(row: StoredRow) -> tuple[Any, ...]:
+    return (
+        row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
+        row.parent_channel_id, row.channel_name, row.server_name, row.channel_private,
+        row.turns_since_refresh, row.last_refreshed_turn, row.updated_at,
+    )  # fmt: skip
+
+
+def _row_params(row: StoredRow) -> tuple[Any, ...]:
+    return (
+        row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
+        row.parent_channel_id, row.channel_name, row.server_name, row.channel_private,
+        row.summary, json.dumps(row.categories, ensure_ascii=False), row.turns_since_refresh,
+        row.last_refreshed_turn, row.updated_at,
+    )  # fmt: skip
+
+
+def _row_from(row: Any, contributors: frozenset[int]) -> StoredRow:
+    (_, key, scope, server_id, user_id, channel_id, persona_id, parent, channel_name,
+     server_name, private, summary, categories, turns, refreshed, updated_at,
+     version) = row  # fmt: skip
+    loaded = json.loads(categories) if categories else {}
+    return StoredRow(
+        key=key,
+        scope="server" if scope == "server" else "user",
+        server_id=server_id,
+        user_id=user_id,
+        channel_id=channel_id,
+        persona_id=persona_id,
+        parent_channel_id=parent,
+        channel_name=channel_name,
+        server_name=server_name,
+        channel_private=bool(private),
+        summary=summary,
+        categories={str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {},
+        contributors=contributors,
+        turns_since_refresh=int(turns),
+        last_refreshed_turn=int(refreshed),
+        updated_at=float(updated_at),
+        version=int(version),
+    )
