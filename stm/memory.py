@@ -25,6 +25,8 @@ from .background import Background, Opening
 from .cache import Entry, MemoryCache, StoredMessage, group_of
 from .config import STMConfig
 from .convert import snapshot
+from .follower import Follower
+from .forget import forget_channel, forget_user
 from .intent import IntentGate
 from .keys import parse_key, turn_keys
 from .models import (
@@ -53,6 +55,9 @@ from .tool.upgrade import MemoryTool, Upgrades
 from .writer import Writer
 
 __all__ = ["MemoryTool", "ShortTermMemory"]
+
+# How long the change feed keeps a change at least.
+FEED_RETENTION_SECONDS = 600.0
 
 
 class ShortTermMemory:
@@ -99,6 +104,16 @@ class ShortTermMemory:
             self.intent_gate,
             lambda: self.closed,
         )
+        self.follower = Follower(
+            store,
+            self.cache,
+            self._reads,
+            self.settings,
+            lambda: self.writer,
+            self._background.spawn,
+            coherence_seconds=config.coherence_seconds,
+        )
+        self._upgrades.follower = self.follower
         self.tool = MemoryTool(self)
         self._render_cache = RenderCache()
         self.closed = False
@@ -140,6 +155,8 @@ class ShortTermMemory:
         return memory
 
     async def _start(self) -> None:
+        # The feed's position first: a change committed after it is applied by the follower.
+        await self.follower.start()
         self.settings.load(
             await self.store.load_server_settings(), await self.store.load_opt_outs()
         )
@@ -153,6 +170,7 @@ class ShortTermMemory:
         self._background.every(
             self.config.janitor_interval_minutes * 60, self.run_janitor, "stm-janitor"
         )
+        self._background.forever(self.follower.run(), "stm-follower")
 
     async def flush(self) -> None:
         """Return once every background write and delete so far is durable.
@@ -310,6 +328,7 @@ class ShortTermMemory:
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
         live_key = server_k or user_k
         self._reads.mark_turn_start(ctx)
+        self.follower.mark_turn_start(ctx)
         group = group_of(
             "user" if server_k is None else "server", ctx.server_id, ctx.user_id, ctx.persona_id
         )
@@ -361,17 +380,9 @@ class ShortTermMemory:
 
         Evicted at once; the durable delete runs in the background (see ``flush``).
         """
-        keys = self.cache.keys_of_channel(channel_id)
-        for key in keys:
-            entry = self.cache.remove(key)
-            if entry is not None:
-                entry.deleted = True
-                self._reads.forget_group(entry.group)
-        self.writer.forget_dirty(keys)
-        op = DeleteChannel(channel_id)
-        self._reads.deletions.record(op)
-        self.writer.submit_delete(op, what=f"clearing channel {channel_id}")
-        return len(keys)
+        evicted = forget_channel(self.cache, self._reads, self.writer, channel_id)
+        self.writer.submit_delete(DeleteChannel(channel_id), what=f"clearing channel {channel_id}")
+        return evicted
 
     async def clear_short_term_memory_for_user(
         self, user_id: int, server_id: int | None = None
@@ -381,25 +392,8 @@ class ShortTermMemory:
         Deletes the user's own entries, removes the crude messages of turns they
         triggered everywhere, and drops distilled content they contributed to.
         """
-        touched = 0
-        for key in self.cache.keys_of_user(user_id):
-            entry = self.cache.peek(key)
-            if entry is None or (server_id is not None and entry.server_id != server_id):
-                continue
-            touched += 1
-            if entry.scope == "user" and entry.user_id == user_id:
-                self.cache.remove(key)
-                entry.deleted = True
-                self.writer.forget_dirty([key])
-                continue
-            kept = [m for m in entry.messages if user_id not in (m.turn_user_id, m.author_id)]
-            if len(kept) != len(entry.messages):
-                entry.messages = kept
-            if user_id in entry.contributors:
-                entry.summary, entry.categories, entry.contributors = None, {}, frozenset()
-                entry.version += 1
+        touched = forget_user(self.cache, self._reads, self.writer, user_id, server_id)
         op = PurgeUser(user_id, server_id)
-        self._reads.deletions.record(op)
         where = "everywhere" if server_id is None else f"in server {server_id}"
         self.writer.submit_delete(op, what=f"purging user {user_id} {where}")
         return touched
@@ -416,6 +410,12 @@ class ShortTermMemory:
         self.writer.forget_dirty(expired)
         self.writer.submit_delete(
             DeleteExpired(*self._reads.thresholds()), what="deleting expired rows"
+        )
+        # The feed's changes are kept long past the coherence bound (a follower that
+        # misses some drops its whole cache); times are the writers' clocks.
+        await self.store.prune_changes(
+            older_than=time.time()
+            - max(FEED_RETENTION_SECONDS, 100 * self.config.coherence_seconds)
         )
         return len(expired)
 

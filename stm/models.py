@@ -51,6 +51,8 @@ class TurnContext(BaseModel):
     disable_short_term_memory_update: bool = False
     # How many deletions the memory had made when this turn first reached it.
     _deletion_seq: int | None = PrivateAttr(default=None)
+    # The change feed's position this process's cache reflected when the turn began.
+    _feed_position: int | None = PrivateAttr(default=None)
 
     @property
     def is_dm(self) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from stm import ShortTermMemory, STMConfig
-from stm.store.base import LoadRows, Op
+from stm.store.base import FeedPage, LoadRows, Op
 from stm.store.sqlite import SQLiteStore
 
 __all__ = ["FaultyStore", "ManualScheduler", "faulty_memory"]
@@ -79,6 +79,25 @@ class FaultyStore:
     @property
     def empty_at_open(self) -> bool:
         return self.inner.empty_at_open
+
+    @property
+    def origin(self) -> str:
+        return self.inner.origin
+
+    async def current_position(self) -> int:
+        return await self.inner.current_position()
+
+    async def read_changes(self, after: int, limit: int = 1000) -> FeedPage:
+        return await self.inner.read_changes(after, limit)
+
+    async def prune_changes(self, *, older_than: float, keep_last: int = 0) -> int:
+        return await self.inner.prune_changes(older_than=older_than, keep_last=keep_last)
+
+    async def poll_changed(self) -> bool:
+        return await self.inner.poll_changed()
+
+    async def wait_for_change(self, seconds: float) -> bool:
+        return await self.inner.wait_for_change(seconds)
 
     async def load_server_settings(self) -> dict[int, str]:
         return await self.inner.load_server_settings()

@@ -22,7 +22,7 @@ from ..keys import turn_keys
 from ..models import ServerSettings, ToolResult, TurnContext
 from ..readthrough import AGAIN, Again, ReadThrough, Unavailable, Unsettled, describe, settle
 from ..settings import SettingsBook
-from ..store.base import SaveDistilled
+from ..store.base import Guard, Overtaken, SaveDistilled
 from ..writer import Writer
 from . import TOOL_NAME
 from .schema import arguments_model, parse_arguments, tool_definition
@@ -36,6 +36,10 @@ class _Runs(Protocol):
     def tool_schema(self, ctx: TurnContext) -> dict[str, Any] | None: ...
 
     async def run_tool(self, ctx: TurnContext, arguments: object) -> ToolResult: ...
+
+
+class _Follows(Protocol):
+    def mark_turn_start(self, ctx: TurnContext) -> None: ...
 
 
 class MemoryTool:
@@ -116,6 +120,8 @@ class Upgrades:
         self.clock = clock
         self.intent_gate = intent_gate
         self._closed = closed
+        # Set by the memory: the feed position a turn's view was current with.
+        self.follower: _Follows | None = None
 
     def blocked(self, ctx: TurnContext, settings: ServerSettings) -> str | None:
         """Why the tool is not offered to this turn, or None when it is."""
@@ -154,6 +160,8 @@ class Upgrades:
         if isinstance(values, str):
             return _refused(values)
         self.reads.mark_turn_start(ctx)
+        if self.follower is not None:
+            self.follower.mark_turn_start(ctx)
         keys = [
             k
             for k in turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
@@ -229,11 +237,19 @@ class Upgrades:
         # Write in the order the turn made its changes: identity rows from capture first,
         # then the upgrade (as when every new key was read first, which queued them).
         writer.queue_dirty()
+        # Another process may have deleted, after this turn began, what its prompt showed:
+        # the store refuses the save then, inside the writing transaction.
+        position = (
+            ctx.__pydantic_private__.get("_feed_position") if ctx.__pydantic_private__ else None
+        )
         writes = [
-            writer.submit(SaveDistilled(row_of(e)), what=f"upgrade of {e.key}") for e in entries
+            writer.submit(
+                SaveDistilled(row_of(e), _guard(ctx, e, position)), what=f"upgrade of {e.key}"
+            )
+            for e in entries
         ]
         try:
-            await asyncio.gather(*writes)
+            results = await asyncio.gather(*writes)
         except Exception as exc:
             log.error("short-term memory upgrade not saved (%s): %s", entries[0].key, exc)
             for snapshot in snapshots:
@@ -242,6 +258,13 @@ class Upgrades:
                 f"{TOOL_NAME} failed: the memory could not be saved ({exc}). "
                 "Nothing was stored; you may try again later."
             )
+        if any(isinstance(result, Overtaken) for result in results):
+            for snapshot in snapshots:
+                snapshot.restore()
+            return _refused(
+                f"{TOOL_NAME} was not applied: this conversation's memory was "
+                "cleared during the turn. Nothing was saved."
+            )
         ctx.disable_short_term_memory_update = True
         names = ", ".join(sorted(values))
         return ToolResult(
@@ -249,3 +272,16 @@ class Upgrades:
             message=f"Short-term memory updated ({names}). This is silent: users do not see it, "
             "so do not mention it.",
         )
+
+
+def _guard(ctx: TurnContext, entry: Entry, position: int | None) -> Guard | None:
+    """What the turn's prompt showed, for the store to refuse the save when another
+    process cleared or purged some of it after the turn began."""
+    if position is None:
+        return None
+    return Guard(
+        after=position,
+        channels=frozenset({ctx.channel_id, entry.channel_id}),
+        users=frozenset(entry.contributors | {ctx.user_id}),
+        server_id=ctx.server_id,
+    )
