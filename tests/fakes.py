@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from stm import ShortTermMemory, STMConfig
 from stm.store.base import FeedPage, LoadRows, Op
+from stm.store import open_store
 from stm.store.sqlite import SQLiteStore
 
 __all__ = ["FaultyStore", "ManualScheduler", "faulty_memory"]
@@ -113,7 +114,7 @@ async def faulty_memory(
     config: STMConfig, **memory_options: object
 ) -> tuple[ShortTermMemory, FaultyStore]:
     """An open memory on a FaultyStore over ``config.database``."""
-    store = FaultyStore(await SQLiteStore.open(config.database))
+    store = FaultyStore(await open_store(config))  # type: ignore[arg-type]
     memory = await ShortTermMemory.open(config, store=store, **memory_options)  # type: ignore[arg-type]
     return memory, store
 
