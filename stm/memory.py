@@ -155,7 +155,11 @@ class ShortTermMemory:
         return memory
 
     async def _start(self) -> None:
-        # The feed's position first: a change committed after it is applied by the follower.
+        self.settings.load(
+            await self.store.load_server_settings(), await self.store.load_opt_outs()
+        )
+        # A settings change committed after this position is applied by the follower; one
+        # committed before it but after the load above is read by the second load.
         await self.follower.start()
         self.settings.load(
             await self.store.load_server_settings(), await self.store.load_opt_outs()

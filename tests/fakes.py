@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from stm import ShortTermMemory, STMConfig
-from stm.store.base import FeedPage, LoadRows, Op
 from stm.store import open_store
+from stm.store.base import FeedPage, LoadRows, Op
 from stm.store.sqlite import SQLiteStore
 
 __all__ = ["FaultyStore", "ManualScheduler", "faulty_memory"]
