@@ -114,6 +114,7 @@ class ShortTermMemory:
             coherence_seconds=config.coherence_seconds,
         )
         self._upgrades.follower = self.follower
+        self._upgrades.origin = store.origin
         self.tool = MemoryTool(self)
         self._render_cache = RenderCache()
         self.closed = False

@@ -122,6 +122,7 @@ class Upgrades:
         self._closed = closed
         # Set by the memory: the feed position a turn's view was current with.
         self.follower: _Follows | None = None
+        self.origin = ""
 
     def blocked(self, ctx: TurnContext, settings: ServerSettings) -> str | None:
         """Why the tool is not offered to this turn, or None when it is."""
@@ -244,7 +245,8 @@ class Upgrades:
         )
         writes = [
             writer.submit(
-                SaveDistilled(row_of(e), _guard(ctx, e, position)), what=f"upgrade of {e.key}"
+                SaveDistilled(row_of(e), _guard(ctx, e, position, self.origin)),
+                what=f"upgrade of {e.key}",
             )
             for e in entries
         ]
@@ -274,7 +276,7 @@ class Upgrades:
         )
 
 
-def _guard(ctx: TurnContext, entry: Entry, position: int | None) -> Guard | None:
+def _guard(ctx: TurnContext, entry: Entry, position: int | None, origin: str) -> Guard | None:
     """What the turn's prompt showed, for the store to refuse the save when another
     process cleared or purged some of it after the turn began."""
     if position is None:
@@ -284,4 +286,5 @@ def _guard(ctx: TurnContext, entry: Entry, position: int | None) -> Guard | None
         channels=frozenset({ctx.channel_id, entry.channel_id}),
         users=frozenset(entry.contributors | {ctx.user_id}),
         server_id=ctx.server_id,
+        own_origin=origin,
     )
