@@ -91,3 +91,39 @@ async def test_a_follower_behind_the_feed_retention_drops_its_whole_cache(
     await b.follower.catch_up()
     assert len(b.cache) == 0
     assert b.follower.dropped_caches == 1
+
+
+class _Unreachable:
+    """A store whose feed cannot be read (the database is down)."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+
+    async def read_changes(self, after: int, limit: int = 1000) -> None:
+        raise OSError("connection refused")
+
+    async def wait_for_change(self, seconds: float) -> bool:
+        await asyncio.sleep(seconds)
+        return False
+
+
+async def test_a_follower_that_cannot_read_the_feed_past_the_bound_drops_its_cache(
+    open_memory: Opener,
+) -> None:
+    """Unable to learn what others deleted for longer than the bound, a process stops
+    showing what it holds rather than risk showing what was purged elsewhere."""
+    b = await paused(await open_memory(coherence_seconds=0.1))
+    await b.capture(turn(ctx(user=1), "HELD"))
+    b.follower.store = _Unreachable(b.store.origin)  # type: ignore[assignment]
+    following = asyncio.create_task(b.follower.run())
+    try:
+        for _ in range(1000):
+            if b.follower.dropped_caches:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+    assert b.follower.dropped_caches >= 1
+    assert len(b.cache) == 0
