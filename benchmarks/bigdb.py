@@ -54,12 +54,12 @@ class Layout:
 
 
 def _migration() -> tuple[list[str], list[str], int]:
-    from stm.store.sqlite import MIGRATIONS
+    from stm.store.sqlite import MIGRATIONS, statements
 
     tables: list[str] = []
     indexes: list[str] = []
     for migration in MIGRATIONS:
-        for statement in migration.split(";"):
+        for statement in statements(migration):
             if statement.strip():
                 (indexes if "CREATE INDEX" in statement else tables).append(statement)
     return tables, indexes, len(MIGRATIONS)

@@ -3,7 +3,10 @@
 Pure data structure: no database, no event loop. It keeps the indexes the
 facade needs so that no per-turn or per-delete operation scans every key:
 by channel (``/refresh``), by user (purges), and per recall group (other-channel
-memory, newest first).
+memory, newest first). Every index holds only what the held entries refer to,
+so each is bounded by the cap: a user whose turns scrolled out of a window
+leaves that key's index, and a recall group leaves the warmed set when its
+last key leaves the cache.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import NamedTuple
 from .expiry import HOUR, Expiry
 from .keys import Scope
 
-__all__ = ["HOUR", "Entry", "GroupKey", "MemoryCache", "StoredMessage", "group_of"]
+__all__ = ["HOUR", "Entry", "GroupKey", "MemoryCache", "StoredMessage", "WarmedGroups", "group_of"]
 
 GroupKey = tuple[Scope, int, int | None, int | None]
 
@@ -62,6 +65,9 @@ class Entry:
     deleted: bool = False
     # Bumped on every change of the distilled content.
     version: int = 0
+    # Users whose turns scrolled out of the window since the cache last looked: the
+    # cache drops them from its user index unless they still have words here.
+    scrolled: list[int] | None = field(default=None, repr=False)
     # The recall group: entries whose memory may be shown in each other's channels. Set
     # once, as the fields it derives from never change; it is read on every turn.
     group: GroupKey = field(init=False, repr=False)
@@ -83,7 +89,19 @@ class Entry:
         self.messages.extend(messages)
         excess = len(self.messages) - limit
         if excess > 0:
-            del self.messages[:excess]
+            # The newest turn's user is still in the window, and most windows hold one user:
+            # only a different user scrolling out is noted. This runs on every capture.
+            window = self.messages
+            newest = window[-1].turn_user_id
+            if (
+                window[0].turn_user_id != newest
+                or window[excess - 1].turn_user_id != newest
+                or excess > 2  # a turn is usually two messages: then the two tests cover it
+            ):
+                gone = [m.turn_user_id for m in window[:excess] if m.turn_user_id != newest]
+                if gone:
+                    self.scrolled = gone if self.scrolled is None else self.scrolled + gone
+            del window[:excess]
 
     def turn_users(self) -> set[int]:
         """Users whose turns are in the crude window."""
@@ -99,6 +117,28 @@ def group_of(
         return ("server", server_id, None, persona_id)
     assert user_id is not None
     return ("user", user_id, server_id, persona_id)
+
+
+class WarmedGroups(dict[GroupKey, None]):
+    """Recall groups whose newest rows were loaded, at most ``limit`` (oldest forgotten).
+
+    A set in use (``in``, ``add``, ``discard``). Forgetting a group only costs a read
+    when it is next recalled, so the bound can never lose memory.
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = max(1, limit)
+
+    def add(self, group: GroupKey) -> None:
+        """Mark ``group`` loaded."""
+        self[group] = None
+        if len(self) > self.limit:
+            del self[next(iter(self))]
+
+    def discard(self, group: GroupKey) -> None:
+        """Forget that ``group`` was loaded (its rows are read again when recalled)."""
+        self.pop(group, None)
 
 
 @dataclass(slots=True)
@@ -129,6 +169,9 @@ class MemoryCache:
         self._by_channel: dict[int, set[str]] = {}
         self._by_user: dict[int, set[str]] = {}
         self._groups: dict[GroupKey, _Group] = {}
+        # Kept here so that it shrinks with the cache: a group is forgotten when one of
+        # its keys is evicted (its row must be read again) or its last key leaves.
+        self.warmed = WarmedGroups(max_keys)
         self.evicted = 0
         # Entries dropped for expiry (their durable row, if any, is left for the janitor).
         self.expired_drops = 0
@@ -186,6 +229,7 @@ class MemoryCache:
         while len(self._entries) > self.max_keys:
             key, victim = next(iter(self._entries.items()))
             self.remove(key)
+            self.warmed.discard(victim.group)
             evicted.append(victim)
             self.evicted += 1
         return evicted
@@ -193,6 +237,8 @@ class MemoryCache:
     def touch(self, entry: Entry, now: float) -> None:
         """Mark ``entry`` active now: newest in its recall group and in LRU order."""
         entry.updated_at = now
+        if entry.scrolled is not None:
+            self._unindex_scrolled(entry)
         self._entries.move_to_end(entry.key)
         group = self._groups[entry.group]
         if group.cold.pop(entry.key, None) is not None:
@@ -202,8 +248,24 @@ class MemoryCache:
 
     def index_users(self, entry: Entry, users: set[int] | frozenset[int]) -> None:
         """Record that ``users`` have words in ``entry`` (so a purge finds it without a scan)."""
+        if entry.scrolled is not None:
+            self._unindex_scrolled(entry)
         for user in users:
             self._by_user.setdefault(user, set()).add(entry.key)
+
+    def _unindex_scrolled(self, entry: Entry) -> None:
+        gone, entry.scrolled = entry.scrolled or (), None
+        present = entry.turn_users()
+        for user in set(gone):
+            if user not in present and user not in entry.contributors and user != entry.user_id:
+                self._unindex_user(user, entry.key)
+
+    def _unindex_user(self, user: int, key: str) -> None:
+        keys = self._by_user.get(user)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_user[user]
 
     def remove(self, key: str) -> Entry | None:
         """Drop ``key`` and its index entries; return what was held."""
@@ -216,23 +278,32 @@ class MemoryCache:
             if not keys:
                 del self._by_channel[entry.channel_id]
         owners = {entry.user_id} if entry.user_id is not None else set()
-        for user in entry.turn_users() | entry.contributors | owners:
-            keys = self._by_user.get(user)
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
-                    del self._by_user[user]
+        for user in entry.turn_users() | entry.contributors | owners | set(entry.scrolled or ()):
+            self._unindex_user(user, key)
+        entry.scrolled = None
         group = self._groups.get(entry.group)
         if group is not None:
             group.live.pop(key, None)
             group.cold.pop(key, None)
             if not group:
                 del self._groups[entry.group]
+                self.warmed.discard(entry.group)
         return entry
 
     def keys_of_channel(self, channel_id: int) -> list[str]:
         """Every held key of ``channel_id``, any scope or persona."""
         return list(self._by_channel.get(channel_id, ()))
+
+    def index_sizes(self) -> dict[str, int]:
+        """How many items each structure holds (each is bounded by ``max_keys``)."""
+        return {
+            "entries": len(self._entries),
+            "channels": len(self._by_channel),
+            "users": len(self._by_user),
+            "user_keys": sum(len(keys) for keys in self._by_user.values()),
+            "groups": len(self._groups),
+            "warmed": len(self.warmed),
+        }
 
     def keys_of_user(self, user_id: int) -> list[str]:
         """Every held key that is the user's own or holds the user's words."""

@@ -13,13 +13,18 @@ __all__ = ["ENV_PREFIX", "RenderMode", "STMConfig"]
 
 ENV_PREFIX = "STM_"
 RenderMode = Literal["crude_summary", "supersede"]
+# Ten years: far beyond "short-term", and well inside what datetime can represent.
+MAX_TTL_HOURS = 87_600
 
 
 class STMConfig(BaseSettings):
     """Settings of the short-term memory; each field is also ``STM_<FIELD>`` in the environment."""
 
+    # No infinities or NaN, and an upper bound on every number: a value the code cannot
+    # represent (an expiry past the year 9999, a sleep of 1e300 s) must fail at start,
+    # naming its variable, not on some later turn.
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True
+        env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", frozen=True, allow_inf_nan=False
     )
 
     database: str = Field(
@@ -28,18 +33,21 @@ class STMConfig(BaseSettings):
         min_length=1,
     )
     max_messages_per_channel: int = Field(10, ge=1, le=1000)
-    crude_ttl_hours: float = Field(12.0, gt=0)
-    summary_ttl_hours: float = Field(24.0, gt=0)
+    crude_ttl_hours: float = Field(12.0, gt=0, le=MAX_TTL_HOURS)
+    summary_ttl_hours: float = Field(24.0, gt=0, le=MAX_TTL_HOURS)
     max_summary_length: int = Field(1500, ge=1, le=100_000)
     max_categories: int = Field(5, ge=1, le=25)
     max_other_channels: int = Field(3, ge=0, le=50)
     refresh_cadence: int = Field(5, ge=1, le=10_000)
     render_mode: RenderMode = "crude_summary"
     crude_message_count: int = Field(6, ge=0, le=1000)
-    janitor_interval_minutes: float = Field(60.0, gt=0)
+    janitor_interval_minutes: float = Field(60.0, gt=0, le=525_600)
     # Beyond the contract: knobs of the cache and the write path.
     cache_max_keys: int = Field(
-        100_000, ge=1, description="Scope keys held in memory; least recently used are evicted."
+        100_000,
+        ge=1,
+        le=100_000_000,
+        description="Scope keys held in memory; least recently used are evicted.",
     )
     write_behind_seconds: float = Field(
         1.0,
@@ -49,10 +57,11 @@ class STMConfig(BaseSettings):
     )
     busy_timeout_ms: int = Field(5000, ge=0, le=600_000)
     scrub_delay_seconds: float = Field(
-        30.0,
+        1.0,
         gt=0,
         le=86_400,
-        description="How soon after a purge or clear the file is rewritten to erase deleted text.",
+        description="How soon after a delete its erased data is emptied from the WAL "
+        "(bursts of deletes share one erasure).",
     )
     delete_retry_seconds: float = Field(
         1.0, gt=0, le=3600, description="First wait before a failed durable delete is retried."

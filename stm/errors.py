@@ -5,7 +5,8 @@ STMError
  │                      written for them (a server setting, a category)
  ├── ConfigError        (also a ValueError): a setting is invalid
  ├── StoreError         the database could not be opened or used
- │    └── SchemaVersionError   the file was written by a newer version
+ │    ├── SchemaVersionError   the file was written by a newer version
+ │    └── RejectedWriteError   the store can never apply this operation
  └── DurabilityError    background work could not be made durable
 """
 
@@ -15,6 +16,7 @@ __all__ = [
     "ConfigError",
     "DurabilityError",
     "InvalidInput",
+    "RejectedWriteError",
     "STMError",
     "SchemaVersionError",
     "StoreError",
@@ -39,6 +41,16 @@ class StoreError(STMError):
 
 class SchemaVersionError(StoreError):
     """The database was written by a newer version of this library."""
+
+
+class RejectedWriteError(StoreError):
+    """The store can never apply this operation (a value out of range, text it cannot
+    encode, a constraint that cannot hold); it was dropped, and what was queued behind
+    it went ahead. ``what`` names the operation and its scope keys."""
+
+    def __init__(self, what: str, cause: BaseException) -> None:
+        self.what = what
+        super().__init__(f"short-term memory cannot store {what}: {cause}")
 
 
 class DurabilityError(STMError):

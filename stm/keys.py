@@ -52,6 +52,8 @@ def turn_keys(
 
 def parse_key(key: str) -> ScopeKey:
     """Parse a scope key; raise ValueError for anything else."""
+    if not isinstance(key, str):
+        raise ValueError(f"a scope key must be a string, not {type(key).__name__}")
     parts = key.split(":")
     if len(parts) not in (4, 5) or parts[0] != PREFIX or parts[1] not in ("user", "server"):
         raise ValueError(f"not a short-term memory key: {key!r}")
@@ -62,6 +64,6 @@ def parse_key(key: str) -> ScopeKey:
     scope: Scope = "user" if parts[1] == "user" else "server"
     persona = numbers[2] if len(numbers) == 3 else None
     parsed = ScopeKey(scope, numbers[0], numbers[1], persona)
-    if str(parsed) != key:
+    if str(parsed) != key or not all(0 <= n < 2**63 for n in numbers):
         raise ValueError(f"not a canonical short-term memory key: {key!r}")
     return parsed

@@ -27,7 +27,9 @@ from .config import STMConfig
 from .convert import snapshot
 from .follower import Follower
 from .forget import forget_channel, forget_user
+from .ids import check_bool, check_id, check_optional_id
 from .intent import IntentGate
+from .journal import Journal
 from .keys import parse_key, turn_keys
 from .models import (
     Category,
@@ -171,6 +173,7 @@ class ShortTermMemory:
             retry_delay=self.config.delete_retry_seconds,
             scrub_delay=self.config.scrub_delay_seconds,
             scheduler=self.scheduler,
+            journal=Journal.for_database(self.config.database),
         )
         self._background.every(
             self.config.janitor_interval_minutes * 60, self.run_janitor, "stm-janitor"
@@ -248,16 +251,19 @@ class ShortTermMemory:
 
     async def get_server_settings(self, server_id: int | None) -> ServerSettings:
         """That server's settings; the global defaults for a new server or for DMs (None)."""
+        check_optional_id(server_id, "server_id")
         return self.settings.for_server(server_id)
 
     async def update_server_settings(self, server_id: int, **changes: Any) -> ServerSettings:
         """Change settings other than categories; a bad value or unknown field raises ValueError."""
+        check_id(server_id, "server_id")
         return await self._save_settings(server_id, self.settings.changed(server_id, **changes))
 
     async def set_categories(
         self, server_id: int, categories: Iterable[Category]
     ) -> ServerSettings:
         """Replace the server's categories; an empty list restores the single ``summary`` one."""
+        check_id(server_id, "server_id")
         updated = self.settings.with_categories(server_id, categories)
         return await self._save_settings(server_id, updated)
 
@@ -268,11 +274,14 @@ class ShortTermMemory:
 
     async def set_user_opt_out(self, user_id: int, opted_out: bool) -> None:
         """A user's durable "do not remember me"; it erases nothing already held."""
+        check_id(user_id, "user_id")
+        check_bool(opted_out, "opted_out")
         await self.writer.submit(SaveOptOut(user_id, bool(opted_out), self.clock()))
         self.settings.set_opt_out(user_id, bool(opted_out))
 
     def is_opted_out(self, user_id: int) -> bool:
         """True while the user asked not to be remembered."""
+        check_id(user_id, "user_id")
         return self.settings.is_opted_out(user_id)
 
     # -- stage 01: passive capture -------------------------------------------
@@ -385,6 +394,7 @@ class ShortTermMemory:
 
         Evicted at once; the durable delete runs in the background (see ``flush``).
         """
+        check_id(channel_id, "channel_id")
         evicted = forget_channel(self.cache, self._reads, self.writer, channel_id)
         self.writer.submit_delete(DeleteChannel(channel_id), what=f"clearing channel {channel_id}")
         return evicted
@@ -397,6 +407,8 @@ class ShortTermMemory:
         Deletes the user's own entries, removes the crude messages of turns they
         triggered everywhere, and drops distilled content they contributed to.
         """
+        check_id(user_id, "user_id")
+        check_optional_id(server_id, "server_id")
         touched = forget_user(self.cache, self._reads, self.writer, user_id, server_id)
         op = PurgeUser(user_id, server_id)
         where = "everywhere" if server_id is None else f"in server {server_id}"

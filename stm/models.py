@@ -4,12 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictInt,
+)
 
 from .config import RenderMode
+from .ids import Id, Name
+from .text import clean_name
 
 __all__ = [
     "DEFAULT_CATEGORY",
@@ -34,21 +45,23 @@ def utcnow() -> datetime:
 class TurnContext(BaseModel):
     """Who and where one generation happens, and that generation's flags."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Assignment is validated too: a host that changes a field after construction
+    # cannot slip past the checks.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    user_id: int
-    channel_id: int
-    server_id: int | None = None
-    persona_id: int | None = None
-    user_name: str = ""
-    bot_name: str = "Assistant"
-    channel_name: str | None = None
-    server_name: str | None = None
-    parent_channel_id: int | None = None
-    channel_is_private: bool = False
+    user_id: Id
+    channel_id: Id
+    server_id: Id | None = None
+    persona_id: Id | None = None
+    user_name: Name = ""
+    bot_name: Name = "Assistant"
+    channel_name: Name | None = None
+    server_name: Name | None = None
+    parent_channel_id: Id | None = None
+    channel_is_private: StrictBool = False
     user_text: str = ""
-    explicit_memory_intent: bool = False
-    disable_short_term_memory_update: bool = False
+    explicit_memory_intent: StrictBool = False
+    disable_short_term_memory_update: StrictBool = False
     # How many deletions the memory had made when this turn first reached it.
     _deletion_seq: int | None = PrivateAttr(default=None)
     # The change feed's position this process's cache reflected when the turn began.
@@ -67,8 +80,8 @@ class DialogueMessage(BaseModel):
 
     role: Literal["user", "assistant"]
     content: str
-    author_id: int | None = None
-    speaker_name: str = ""
+    author_id: Id | None = None
+    speaker_name: Name = ""
     timestamp: AwareDatetime = Field(default_factory=utcnow)
 
 
@@ -79,7 +92,7 @@ class GenerationFinished(BaseModel):
 
     context: TurnContext
     messages: list[DialogueMessage]
-    stopped: bool = False
+    stopped: StrictBool = False
 
 
 class ToolResult(BaseModel):
@@ -117,12 +130,20 @@ class PromptContext:
         return bool(self.blocks) or self.nudge is not None
 
 
+def _one_line(value: object) -> object:
+    # Before the length checks, so that a lone surrogate is dropped, not refused; too long
+    # is still refused rather than cut.
+    return clean_name(value, len(value)) if isinstance(value, str) else value
+
+
 @pydantic.dataclasses.dataclass(frozen=True)
 class Category:
     """A named field of the distilled memory of a server: ``Category(label, description)``."""
 
-    label: str = Field(min_length=1, max_length=100)
-    description: str = Field("", max_length=1000)
+    # Labels and descriptions reach the prompt (as labels and in the tool's schema): one
+    # line each, cleaned like a tool argument.
+    label: Annotated[str, Field(min_length=1, max_length=100), BeforeValidator(_one_line)]
+    description: Annotated[str, Field(max_length=1000), BeforeValidator(_one_line)] = ""
 
     def __post_init__(self) -> None:
         if not self.label.strip():
@@ -146,14 +167,17 @@ class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
     render_mode: RenderMode = "crude_summary"
-    refresh_cadence: int = Field(5, ge=1, le=10_000)
-    crude_message_count: int = Field(6, ge=0, le=1000)
+    refresh_cadence: StrictInt = Field(5, ge=1, le=10_000)
+    crude_message_count: StrictInt = Field(6, ge=0, le=1000)
     categories: tuple[Category, ...] = (DEFAULT_CATEGORY,)
-    tool_description: str | None = Field(None, max_length=1024)
-    nudge_text: str | None = Field(None, max_length=1024)
-    nudge_depth: int = Field(2, ge=-1, le=100)
-    content_depth: int = Field(-1, ge=-1, le=100)
-    enabled: bool = True
+    # Both reach the model as text (the tool's description, a system line): one line each.
+    tool_description: Annotated[str, BeforeValidator(_one_line)] | None = Field(
+        None, max_length=1024
+    )
+    nudge_text: Annotated[str, BeforeValidator(_one_line)] | None = Field(None, max_length=1024)
+    nudge_depth: StrictInt = Field(2, ge=-1, le=100)
+    content_depth: StrictInt = Field(-1, ge=-1, le=100)
+    enabled: StrictBool = True
 
     @property
     def summary_mode(self) -> bool:

@@ -106,7 +106,7 @@ class ReadThrough:
         # turn's upgrade) can tell whether it was overtaken.
         self.deletions = DeletionLog()
         self._hydrating: dict[str, asyncio.Task[Any]] = {}
-        self._warmed: set[GroupKey] = set()
+        self._warmed = cache.warmed  # bounded by the cap, and emptied with the cache
         # While True, every durable row belongs to an entry in the cache: the table was
         # empty at open, this process is its only writer, and no entry has left the cache
         # except by a delete. A key missing from the cache then has no row to read, so

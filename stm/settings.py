@@ -14,7 +14,9 @@ from pydantic import ValidationError
 
 from .config import STMConfig
 from .errors import InvalidInput
+from .ids import check_id
 from .models import DEFAULT_CATEGORY, Category, ServerSettings
+from .slugs import slugify
 
 __all__ = ["SettingsBook", "invalid_input"]
 
@@ -74,6 +76,8 @@ class SettingsBook:
     def with_categories(self, server_id: int, categories: Iterable[Category]) -> ServerSettings:
         """The server's settings with these categories (none: the default ``summary``)."""
         current = self._configurable(server_id)
+        if isinstance(categories, str | bytes) or not isinstance(categories, Iterable):
+            raise InvalidInput(f"categories must be a list of Category, not {categories!r:.40}")
         chosen = tuple(categories)
         for category in chosen:
             if not isinstance(category, Category):
@@ -83,12 +87,24 @@ class SettingsBook:
                 f"at most {self.max_categories} categories per server "
                 f"(got {len(chosen)}; see STM_MAX_CATEGORIES)"
             )
+        # Stored values are keyed by slug. Were two labels to share one, the second would
+        # get a numbered slug that changes when the first is removed, and the removed
+        # category's values would then show under the other's label.
+        seen: dict[str, str] = {}
+        for category in chosen:
+            slug = slugify(category.label)
+            if slug in seen:
+                raise InvalidInput(
+                    f"categories {seen[slug]!r} and {category.label!r} would share the tool "
+                    f"field {slug!r}: give them labels that differ in letters or digits"
+                )
+            seen[slug] = category.label
         return current.model_copy(update={"categories": chosen or (DEFAULT_CATEGORY,)})
 
     def _configurable(self, server_id: int | None) -> ServerSettings:
-        if server_id is None or isinstance(server_id, bool) or not isinstance(server_id, int):
+        if server_id is None:
             raise InvalidInput("server settings need a server id (DMs use the global defaults)")
-        return self.for_server(server_id)
+        return self.for_server(check_id(server_id, "server_id"))
 
     def set(self, server_id: int, settings: ServerSettings) -> None:
         """Put saved settings in force."""

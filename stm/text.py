@@ -5,12 +5,17 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["clean_value", "neutralize", "quote_lines"]
+__all__ = ["LINE_BREAKS", "clean_name", "clean_value", "neutralize", "one_line", "quote_lines"]
 
 # Bidirectional overrides and isolates can make a rendered line read differently
 # from what it is; they carry no meaning in a summary.
 _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _KEEP = frozenset("\n\t")
+# Every character str.splitlines() ends a line at: a tokenizer or a chat template may
+# read any of them as a new line, so rendered text keeps none but a plain newline.
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_TO_NEWLINE = str.maketrans(dict.fromkeys(LINE_BREAKS[1:], "\n"))
+_TO_SPACE = str.maketrans(dict.fromkeys(LINE_BREAKS + "\t", " "))
 
 
 def clean_value(text: str, limit: int) -> str:
@@ -27,6 +32,14 @@ def clean_value(text: str, limit: int) -> str:
     if len(cleaned) > limit:
         cleaned = cleaned[:limit].rstrip()
     return cleaned
+
+
+def clean_name(text: str, limit: int) -> str:
+    """A name as one line: line breaks become spaces; controls, lone surrogates and bidi
+    overrides go; stripped and cut to ``limit``."""
+    if len(text) <= limit and text.isprintable():
+        return text  # every line break and control is unprintable: nothing to clean
+    return clean_value(text.replace("\r\n", " ").translate(_TO_SPACE), limit)
 
 
 _MENTION = re.compile(r"<(@[!&]?|#)(\d+)>")
@@ -54,9 +67,8 @@ def neutralize(text: str) -> str:
         _ascii_safe(text) if text.isascii() else _UNSAFE.search(text) is None
     ):
         return text  # nothing below would change it
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text.isprintable():
+        text = text.replace("\r\n", "\n").translate(_TO_NEWLINE)
         text = "".join(
             ch
             for ch in text
@@ -68,6 +80,11 @@ def neutralize(text: str) -> str:
     if "@" in text:
         text = _BROADCAST.sub("@\u200b\\1", text)
     return text
+
+
+def one_line(text: str) -> str:
+    """``neutralize(text)`` with every line break turned into a space."""
+    return neutralize(text).replace("\n", " ")
 
 
 def quote_lines(text: str, prefix: str = "> ") -> list[str]:

@@ -52,10 +52,15 @@ class ToolRegistry:
         return self._tools.get(name)
 
     def definitions(self, ctx: TurnContext) -> list[dict[str, Any]]:
-        """The OpenAI-form definitions of the tools available to this turn."""
+        """The OpenAI-form definitions of the tools available to this turn; a tool whose
+        definition fails is logged and left out, so it cannot take the others down."""
         found = []
         for tool in self._tools.values():
-            definition = tool.definition(ctx)
+            try:
+                definition = tool.definition(ctx)
+            except Exception:
+                log.exception("tool %s has no definition (channel %s)", tool.name, ctx.channel_id)
+                continue
             if definition is not None:
                 found.append(definition)
         return found

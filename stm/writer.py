@@ -10,7 +10,17 @@ When a batch fails, callers waiting for an answer get the error at once
 (their write is not acknowledged), while deletes and write-behind stay at
 the head of the queue and are retried, in order, with backoff: nothing
 queued behind a delete can overtake it, so a delete that is late is never
-undone by a write that came after it.
+undone by a write that came after it. A failure that can never pass (a value
+the store cannot hold) is told apart: the operation is dropped and reported,
+and what was queued behind it goes ahead, so one poison operation cannot jam
+the queue. While deletes wait out a backoff, an operation whose caller waits
+for an answer brings the retry forward: its caller hears after one attempt,
+not after the backoff, whether it was saved.
+
+Erasure (emptying the WAL of what deletes left in it, see ``Scrub``) is not
+queued work: it is coalesced into one step that runs between batches after
+deletes that removed something, takes a bounded time, and is retried on its
+own when a reader holds the WAL, without holding up the queue.
 """
 
 from __future__ import annotations
@@ -25,7 +35,8 @@ from typing import Any
 
 from .cache import Entry
 from .convert import row_of
-from .errors import DurabilityError
+from .errors import DurabilityError, RejectedWriteError
+from .journal import Journal
 from .store.base import (
     DeleteChannel,
     DeleteExpired,
@@ -35,6 +46,7 @@ from .store.base import (
     Store,
     Touch,
 )
+from .store.faults import is_permanent
 from .timing import LoopScheduler, Scheduler
 
 __all__ = ["Writer"]
@@ -51,6 +63,7 @@ class _Item:
     dirty: dict[str, Entry] = field(default_factory=dict)
     future: asyncio.Future[Any] | None = None
     what: str = ""
+    journaled: bool = False
 
     @property
     def retried(self) -> bool:
@@ -67,16 +80,26 @@ class Writer:
         *,
         write_behind: float,
         retry_delay: float,
-        scrub_delay: float = 30.0,
+        scrub_delay: float = 1.0,
         scheduler: Scheduler | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler or LoopScheduler()
         self.write_behind = write_behind
         self.retry_delay = retry_delay
         self.scrub_delay = scrub_delay
-        # When the file is next rewritten to erase what purges and clears deleted (0: none due).
+        self.journal = journal
+        # When deleted data is next erased from the files (0: none due), and when a failed
+        # erasure is tried again.
         self._scrub_at = 0.0
+        self._scrub_retry_at = 0.0
+        self._scrub_backoff = 0.0
+        self._scrub_failure: BaseException | None = None
+        self._scrubbing = False
+        self.rejected = 0
+        # Run the items of a batch that failed for good one per transaction, to find the one.
+        self._isolate = 0
         self.commits = 0
         self.round_trips = 0
         self._queue: deque[_Item] = deque()
@@ -88,6 +111,10 @@ class Writer:
         self._backoff = 0.0
         self._retry_at = 0.0
         self._dirty_since = 0.0
+        if journal is not None:
+            # Deletes acknowledged as pending before a restart go first, before any read.
+            for op in journal.load():
+                self._push(_Item(self._next(), op, what=_describe(op), journaled=True))
         self._task = asyncio.get_running_loop().create_task(self._run(), name="stm-writer")
 
     # -- submitting ---------------------------------------------------------
@@ -95,17 +122,20 @@ class Writer:
         """Queue ``op``; the future answers with its result once committed, or the error."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._push(_Item(self._next(), op, future=future, what=what or type(op).__name__))
+        if self._retry_at:
+            # Deletes ahead wait out a backoff (up to MAX_BACKOFF) and nothing may overtake
+            # them: retry them now with this behind them, so its caller hears after one
+            # attempt whether it was saved instead of after the backoff.
+            self._retry_at = 0.0
         return future
 
     def submit_delete(self, op: DeleteChannel | PurgeUser | DeleteExpired, what: str) -> None:
         """Queue a delete; it is retried until durable. Dirty entries go first.
 
-        Purges and clears also schedule a scrub of the file (coalesced; ``flush``
-        runs a due one at once)."""
+        A delete that removes something makes an erasure due (coalesced, within
+        ``scrub_delay``; ``flush`` runs a due one at once)."""
         self._swap_dirty()
         self._push(_Item(self._next(), op, what=what))
-        if isinstance(op, DeleteChannel | PurgeUser) and not self._scrub_at:
-            self._scrub_at = self.scheduler.now() + self.scrub_delay
 
     def mark_dirty(self, entry: Entry) -> None:
         """Write ``entry``'s identity and counters behind."""
@@ -130,21 +160,36 @@ class Writer:
 
     def failing(self) -> list[str]:
         """What is being retried after a failure."""
-        if self._failure is None:
-            return []
-        return [f"{item.what}: {self._failure}" for item in self._queue if item.retried]
+        lines = []
+        if self._failure is not None:
+            lines = [f"{item.what}: {self._failure}" for item in self._queue if item.retried]
+        if self._scrub_failure is not None:
+            lines.append(f"{_ERASING}: {self._scrub_failure}")
+        return lines
 
     # -- waiting ------------------------------------------------------------
     async def flush(self, *, attempts: int = 1, scrub: bool = True) -> None:
         """Return once everything queued so far is committed (and, with ``scrub``, a due
         scrub done); raise DurabilityError if it cannot be after ``attempts`` tries."""
         self._swap_dirty()
-        if scrub:
-            self._queue_scrub()
         target = self._seq
-        tries = 0
-        while self._finished_through() < target:
-            if self._failure is not None and self._retry_at:
+        tries = scrub_tries = 0
+        while True:
+            if self._finished_through() >= target:
+                # Erase what the deletes so far left behind (once they are committed).
+                if not scrub or not (self._scrub_at or self._scrubbing):
+                    return
+                if self._scrub_failure is not None and not self._scrubbing:
+                    if scrub_tries >= attempts:
+                        raise DurabilityError(self.failing())
+                    scrub_tries += 1
+                if not self._scrubbing:
+                    # Now rather than when due or after the backoff.
+                    # 0 means "none due": a test's clock may stand at 0.
+                    self._scrub_at = max(self.scheduler.now(), 1e-9)
+                    self._scrub_retry_at = 0.0
+                    self._wake.set()
+            elif self._failure is not None and self._retry_at:
                 if tries >= attempts:
                     raise DurabilityError(self.failing())
                 tries += 1
@@ -180,11 +225,6 @@ class Writer:
         self._queue.append(item)
         self._wake.set()
 
-    def _queue_scrub(self) -> None:
-        if self._scrub_at:
-            self._scrub_at = 0.0
-            self._push(_Item(self._next(), Scrub(), what="erasing deleted text from the file"))
-
     def _swap_dirty(self) -> None:
         if self._dirty:
             dirty, self._dirty = self._dirty, {}
@@ -199,17 +239,58 @@ class Writer:
                 wake_at = now
             else:
                 write_behind_at = self._dirty_since + self.write_behind if self._dirty else 0.0
-                due = [t for t in (self._scrub_at, write_behind_at) if t]
+                scrub_at = max(self._scrub_at, self._scrub_retry_at) if self._scrub_at else 0.0
+                due = [t for t in (scrub_at, write_behind_at) if t]
                 wake_at = min(due) if due else None
             if wake_at is None or wake_at > now:
                 self._wake.clear()
                 await self.scheduler.wait(self._wake, wake_at)
                 continue
-            if self._scrub_at and self._scrub_at <= now:
-                self._queue_scrub()
+            if self._scrub_due(now):
+                await self._scrub()
+                continue
             # Write-behind rides along with any commit that happens anyway.
             self._swap_dirty()
             await self._cycle()
+
+    def _scrub_due(self, now: float) -> bool:
+        """Erase between batches once due, but not while deletes are queued: they would
+        need another erasure right after (a burst of purges shares one)."""
+        if not self._scrub_at or max(self._scrub_at, self._scrub_retry_at) > now:
+            return False
+        return not any(isinstance(i.op, DeleteChannel | PurgeUser) for i in self._queue)
+
+    async def _scrub(self) -> None:
+        """Erase what committed deletes left in the files; on failure, try again later
+        without holding up the queue."""
+        self._scrub_at = 0.0
+        self._scrubbing = True
+        try:
+            self.round_trips += 1
+            await self.store.run([Scrub()])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            first = self._scrub_failure is None
+            self._scrub_failure = exc
+            self._scrub_backoff = min(MAX_BACKOFF, max(self.retry_delay, self._scrub_backoff * 2))
+            now = self.scheduler.now()
+            self._scrub_at = self._scrub_retry_at = now + self._scrub_backoff
+            log.log(
+                logging.WARNING if first else logging.INFO,
+                "deleted text could not be erased from the files yet, retrying in %.1fs: %s",
+                self._scrub_backoff,
+                exc,
+            )
+        else:
+            if self._scrub_failure is not None:
+                log.warning("deleted text is erased from the files again")
+            self._scrub_failure = None
+            self._scrub_backoff = self._scrub_retry_at = 0.0
+        finally:
+            self._scrubbing = False
+        progress, self._progress = self._progress, asyncio.Event()
+        progress.set()
 
     async def _cycle(self) -> None:
         items = self._next_batch()
@@ -227,37 +308,92 @@ class Writer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._fail(items, exc)
+            if is_permanent(exc):
+                self._reject(items, exc)
+            else:
+                self._fail(items, exc)
         else:
             self.commits += 1
+            self._isolate = max(0, self._isolate - len(items))
             for _ in items:
                 self._queue.popleft()
             if self._failure is not None:
                 log.warning("short-term memory writes are durable again")
             self._failure = None
             self._backoff = self._retry_at = 0.0
+            erased = False
             for item, result in zip(items, results, strict=True):
                 if item.future is not None and not item.future.done():
                     item.future.set_result(result)
+                # Only a delete that removed something leaves anything to erase.
+                if isinstance(item.op, DeleteChannel | PurgeUser | DeleteExpired) and result:
+                    erased = True
+            if erased and not self._scrub_at:
+                self._scrub_at = self.scheduler.now() + self.scrub_delay
+            if any(item.journaled for item in items):
+                self._journal_done()
         progress, self._progress = self._progress, asyncio.Event()
         progress.set()
 
     def _next_batch(self) -> list[_Item]:
-        """The items of the next transaction, in order. A scrub goes alone: it can fail
-        after its commit, and must not fail writes that were committed with it."""
+        """The items of the next transaction, in order."""
         items: list[_Item] = []
+        limit = 1 if self._isolate else MAX_BATCH
         for item in self._queue:
-            if isinstance(item.op, Scrub) and items:
-                break
             items.append(item)
-            if isinstance(item.op, Scrub) or len(items) == MAX_BATCH:
+            if len(items) == limit:
                 break
         return items
+
+    def _reject(self, items: list[_Item], exc: Exception) -> None:
+        """A failure that no retry can cure. In a batch of several, find the culprit by
+        running them one by one; alone, drop it, report it, and go on with the rest."""
+        if len(items) > 1:
+            self._isolate = len(items)
+            return
+        item = items[0]
+        self._queue.popleft()
+        if item.op is None and len(item.dirty) > 1:
+            # One row of a write-behind batch: write the others, each on its own.
+            for key, entry in reversed(item.dirty.items()):
+                self._queue.appendleft(
+                    _Item(item.seq, None, dirty={key: entry}, what=f"write-behind of {key}")
+                )
+            self._isolate = len(item.dirty)
+            return
+        self._isolate = max(0, self._isolate - 1)
+        self.rejected += 1
+        what = item.what
+        if item.op is None:
+            what = "write-behind of " + ", ".join(item.dirty)
+        log.error("short-term memory dropped %s, which it can never store: %s", what, exc)
+        if item.future is not None and not item.future.done():
+            item.future.set_exception(RejectedWriteError(what, exc))
+        if item.journaled:
+            self._journal_done()
+
+    def _journal_done(self) -> None:
+        """Drop the journal once no delete it holds is still queued."""
+        if self.journal is not None and not any(i.journaled for i in self._queue):
+            self.journal.clear()
 
     def _fail(self, items: list[_Item], exc: Exception) -> None:
         first = self._failure is None
         self._failure = exc
         kept = [item for item in items if item.retried]
+        if self.journal is not None:
+            # A pending delete must outlive this process: it is acknowledged as pending.
+            pending = [
+                i
+                for i in self._queue
+                if isinstance(i.op, DeleteChannel | PurgeUser) and not i.journaled
+            ]
+            if pending:
+                self.journal.append(
+                    [i.op for i in pending if isinstance(i.op, DeleteChannel | PurgeUser)]
+                )
+                for i in pending:
+                    i.journaled = True
         # Every caller waiting, in this batch or queued behind it, hears of the failure
         # now: nothing behind a failing delete can commit before it, and a prompt answer
         # ("not saved", "could not be read") beats waiting out the backoff.
@@ -279,3 +415,17 @@ class Writer:
             )
         else:
             self._failure = None
+
+
+_ERASING = "erasing deleted text from the file"
+
+
+def _describe(op: Op) -> str:
+    match op:
+        case PurgeUser(user_id, None):
+            return f"purging user {user_id} everywhere"
+        case PurgeUser(user_id, server_id):
+            return f"purging user {user_id} in server {server_id}"
+        case DeleteChannel(channel_id):
+            return f"clearing channel {channel_id}"
+    return type(op).__name__

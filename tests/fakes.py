@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 from stm import ShortTermMemory, STMConfig
 from stm.store import open_store
-from stm.store.base import FeedPage, LoadRows, Op
-from stm.store.sqlite import SQLiteStore
+from stm.store.base import LoadRows, Op, Store
 
 __all__ = ["FaultyStore", "ManualScheduler", "faulty_memory"]
 
@@ -20,7 +19,7 @@ class FaultyStore:
     ``failures`` batches, and whose reads answer garbage while ``garbage_reads`` is set.
     ``batches`` records the operation names of every batch it was given."""
 
-    def __init__(self, inner: SQLiteStore) -> None:
+    def __init__(self, inner: Store) -> None:
         self.inner = inner
         self.broken = False
         self.failures = 0
@@ -81,25 +80,6 @@ class FaultyStore:
     def empty_at_open(self) -> bool:
         return self.inner.empty_at_open
 
-    @property
-    def origin(self) -> str:
-        return self.inner.origin
-
-    async def current_position(self) -> int:
-        return await self.inner.current_position()
-
-    async def read_changes(self, after: int, limit: int = 1000) -> FeedPage:
-        return await self.inner.read_changes(after, limit)
-
-    async def prune_changes(self, *, older_than: float, keep_last: int = 0) -> int:
-        return await self.inner.prune_changes(older_than=older_than, keep_last=keep_last)
-
-    async def poll_changed(self) -> bool:
-        return await self.inner.poll_changed()
-
-    async def wait_for_change(self, seconds: float) -> bool:
-        return await self.inner.wait_for_change(seconds)
-
     async def load_server_settings(self) -> dict[int, str]:
         return await self.inner.load_server_settings()
 
@@ -109,12 +89,16 @@ class FaultyStore:
     async def close(self) -> None:
         await self.inner.close()
 
+    def __getattr__(self, name: str) -> object:
+        # The rest of the store (the change feed, inspection) is the real one's.
+        return getattr(self.inner, name)
+
 
 async def faulty_memory(
     config: STMConfig, **memory_options: object
 ) -> tuple[ShortTermMemory, FaultyStore]:
-    """An open memory on a FaultyStore over ``config.database``."""
-    store = FaultyStore(await open_store(config))  # type: ignore[arg-type]
+    """An open memory on a FaultyStore over the store ``config.database`` names."""
+    store = FaultyStore(await open_store(config))
     memory = await ShortTermMemory.open(config, store=store, **memory_options)  # type: ignore[arg-type]
     return memory, store
 

@@ -16,13 +16,14 @@ from conftest import Clock, Opener, ctx, turn
 from fakes import ManualScheduler, faulty_memory
 
 from stm import ShortTermMemory, STMConfig
+from stm.store.shred import readable
 
 STM_DIR = str(Path(__file__).parent.parent / "stm")
 
 
 def rows(db_path: Path) -> dict[str, str | None]:
     with contextlib.closing(sqlite3.connect(str(db_path))) as db:
-        return dict(db.execute("SELECT key, summary FROM short_term_memories").fetchall())
+        return dict(db.execute(f"SELECT key, summary FROM {readable(db)}").fetchall())
 
 
 async def test_every_background_task_is_held_by_reference(open_memory: Opener) -> None:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from stm.store.shred import readable
+
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = re.compile(r"\w+@[\w/]+(?: persona \d+)?> ")
 # How long a step may take before the test gives up: a guard against hanging, not a measure.
@@ -100,7 +102,7 @@ class Console:
 def rows(database: Path) -> dict[str, tuple[str | None, int]]:
     with sqlite3.connect(database) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        found = db.execute("SELECT key, summary, turns_since_refresh FROM short_term_memories")
+        found = db.execute(f"SELECT key, summary, turns_since_refresh FROM {readable(db)}")
         result = {key: (summary, turns) for key, summary, turns in found}
     db.close()
     return result

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
 from collections import deque
 
 from conftest import Opener, ctx, turn
 
-from stm.cache import Entry, MemoryCache
+from stm.cache import Entry, MemoryCache, StoredMessage
 
 
 def make(key_channel: int, server: int = 1, private: bool = False) -> Entry:
@@ -75,3 +77,112 @@ async def test_evicted_durable_entries_rehydrate_on_demand(open_memory: Opener) 
     entry = await memory.get_entry("shortterm:server:100:0")
     assert entry is not None and entry.summary == "S0"
     assert "S0" in str(await memory.build_context(ctx(channel=0)))
+
+
+def capture(cache: MemoryCache, user: int, key: str, now: float, window: int) -> None:
+    """What the facade does with one turn's messages under one key."""
+    entry = cache.get(key, now)
+    if entry is None:
+        scope = "server" if ":server:" in key else "user"
+        entry = Entry(
+            key=key,
+            scope=scope,  # type: ignore[arg-type]
+            server_id=1 if scope == "server" else None,
+            user_id=user if scope == "user" else None,
+            channel_id=int(key.split(":")[3]),
+            persona_id=None,
+            messages=[],
+            updated_at=now,
+        )
+        cache.put(entry)
+    said = [StoredMessage(role, "hi", "", user, now, user) for role in ("user", "assistant")]
+    entry.remember(said, window)
+    cache.touch(entry, now)
+    cache.index_users(entry, {user})
+
+
+def test_user_index_keeps_no_one_scrolled_out_of_every_window() -> None:
+    """100,000 distinct users through a busy channel and a 50-key cache: the user index holds
+    only the users of the windows held, and Python's memory does not grow with users seen."""
+    max_keys, window = 50, 4
+    cache = MemoryCache(
+        max_keys=max_keys, crude_ttl_hours=1, summary_ttl_hours=1, clock=lambda: 100.0
+    )
+
+    def drive(first: int, count: int) -> None:
+        for user in range(first, first + count):
+            capture(cache, user, "shortterm:server:1:10", 100.0, window)
+            capture(cache, user, f"shortterm:user:{user}:{user}", 100.0, window)
+            cache.warmed.add(("user", user, None, None))
+
+    def assert_bounded() -> None:
+        sizes = cache.index_sizes()
+        assert sizes["entries"] == max_keys and sizes["groups"] <= max_keys, sizes
+        assert sizes["warmed"] <= max_keys, sizes
+        # The busy channel's window holds two users' turns; each DM key, its owner.
+        assert sizes["users"] <= max_keys + 1 and sizes["user_keys"] <= max_keys + 2, sizes
+
+    drive(1, 20_000)
+    assert_bounded()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        drive(20_001, 30_000)
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert_bounded()
+    # Unbounded, those 30,000 users held about 8 MB more; allocator noise is far less.
+    assert after - before < 1_000_000, (before, after)
+    drive(50_001, 50_000)
+    assert_bounded()
+    assert cache.keys_of_user(1) == []
+
+
+async def test_warmed_recall_groups_are_bounded_by_the_cap(open_memory: Opener) -> None:
+    """100,000 DM users whose turns leave nothing cached: the set of recall groups already
+    loaded stays within the cap instead of growing by one per user."""
+    memory = await open_memory(cache_max_keys=50)
+    for user in range(1, 100_001):
+        await memory.build_context(ctx(user=user, channel=user, server=None))
+    assert len(memory.cache) == 0
+    assert memory.cache.index_sizes()["warmed"] <= 50
+
+
+async def test_indexes_stay_bounded_through_the_facade(open_memory: Opener) -> None:
+    """Distinct users with a turn in a busy channel and in their own DM, through the whole
+    turn path and a 20-key cache: every index stays within the cap."""
+    max_keys, window = 20, 4
+    memory = await open_memory(
+        cache_max_keys=max_keys, max_messages_per_channel=window, write_behind_seconds=3600
+    )
+    for user in range(1, 1001):
+        for c in (ctx(user=user, channel=10), ctx(user=user, channel=user, server=None)):
+            await memory.build_context(c)
+            await memory.capture(turn(c, f"hello from {user}"))
+        sizes = memory.cache.index_sizes()
+        assert sizes["entries"] <= max_keys and sizes["groups"] <= max_keys, sizes
+        assert sizes["channels"] <= max_keys and sizes["warmed"] <= max_keys, sizes
+        # Each key is indexed under its owner and the users of its window, no one else.
+        assert sizes["user_keys"] <= max_keys * (window + 1), sizes
+    await memory.flush()
+    assert memory.cache.keys_of_user(1) == []
+
+
+def test_a_user_leaves_the_index_only_when_their_last_turn_scrolls_out() -> None:
+    """Users who still have a message in the window, contributed to it, or own the key stay
+    indexed; whoever has nothing left in it goes, however many messages scroll out at once."""
+    cache = MemoryCache(max_keys=10, crude_ttl_hours=1, summary_ttl_hours=1, clock=lambda: 100.0)
+    for user in (1, 2, 3, 4, 1):
+        capture(cache, user, "shortterm:server:1:10", 100.0, window=6)
+    assert {u for u in range(1, 6) if cache.keys_of_user(u)} == {1, 3, 4}
+    entry = cache.peek("shortterm:server:1:10")
+    assert entry is not None
+    entry.contributors = frozenset({3})
+    batch = [StoredMessage("user", "x", "", 5, 100.0, 5) for _ in range(5)]
+    entry.remember(batch, 6)
+    cache.touch(entry, 100.0)
+    cache.index_users(entry, {5})
+    assert {u for u in range(1, 6) if cache.keys_of_user(u)} == {1, 3, 5}

@@ -9,6 +9,7 @@ from pathlib import Path
 from conftest import Opener, ctx, turn
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory
+from stm.store.shred import readable
 
 
 async def test_server_turn_is_captured_under_both_keys(memory: ShortTermMemory) -> None:
@@ -127,5 +128,5 @@ async def test_crude_messages_never_reach_the_file(
             assert b"NEEDLE-7781" not in Path(path).read_bytes()
     with sqlite3.connect(str(db_path)) as db:
         assert db.execute(
-            "SELECT count(*) FROM short_term_memories WHERE summary = ?", ("distilled only",)
+            f"SELECT count(*) FROM {readable(db)} WHERE summary = ?", ("distilled only",)
         ).fetchone() == (2,)

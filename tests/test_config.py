@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import Clock, Opener, ctx, turn
 
 from stm import ConfigError, STMConfig
+from stm.config import MAX_TTL_HOURS
 
 
 def test_defaults_match_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,3 +56,37 @@ def test_config_error_is_a_value_error() -> None:
     """Hosts that catch ValueError catch configuration mistakes too."""
     with pytest.raises(ValueError, match="STM_MAX_CATEGORIES"):
         STMConfig(max_categories=0)
+
+
+NUMERIC = [name for name, info in STMConfig.model_fields.items() if info.annotation in (int, float)]
+
+
+@pytest.mark.parametrize("field", NUMERIC)
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e9", "1e300", "-1e300"])
+def test_numbers_the_code_cannot_represent_fail_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, field: str, value: str
+) -> None:
+    """Every numeric setting refuses infinities, NaN and absurd sizes at start."""
+    variable = f"STM_{field.upper()}"
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError, match=variable):
+        STMConfig()
+
+
+def test_every_numeric_setting_has_an_upper_bound() -> None:
+    """A new numeric setting cannot be added without saying how large it may be."""
+    assert "crude_ttl_hours" in NUMERIC and "cache_max_keys" in NUMERIC
+    for name in NUMERIC:
+        bounds = STMConfig.model_fields[name].metadata
+        assert any(hasattr(b, "le") or hasattr(b, "lt") for b in bounds), name
+
+
+async def test_the_longest_ttls_still_work(open_memory: Opener, clock: Clock) -> None:
+    """At the largest TTLs accepted, expiry times are representable: get_entry answers."""
+    memory = await open_memory(crude_ttl_hours=MAX_TTL_HOURS, summary_ttl_hours=MAX_TTL_HOURS)
+    await memory.capture(turn(ctx(), "hello"))
+    assert (await memory.run_tool(ctx(), {"summary": "S"})).success
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None and entry.expires_at.year > 2030
+    clock.advance(hours=MAX_TTL_HOURS - 1)
+    assert "S" in str(await memory.build_context(ctx(channel=10)))

@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 from conftest import scaled, seed_for
 
+from stm.store.shred import readable
+
 WRITER = Path(__file__).with_name("crash_writer.py")
 ROOT = WRITER.parent.parent
 
@@ -137,8 +139,7 @@ def database_state(db_path: Path) -> tuple[Model, list[Identity]]:
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         assert db.execute("PRAGMA foreign_key_check").fetchall() == []
         rows = db.execute(
-            "SELECT id, key, scope, user_id, server_id, channel_id, summary "
-            "FROM short_term_memories"
+            f"SELECT id, key, scope, user_id, server_id, channel_id, summary FROM {readable(db)}"
         ).fetchall()
         contributors: dict[int, set[int]] = {}
         for user, memory_id in db.execute(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from conftest import Clock, Opener, ctx, turn
 from fakes import faulty_memory
+from shredding import KeyWitness, plain_text
 
 from stm import ShortTermMemory, STMConfig
 
@@ -109,20 +110,26 @@ async def test_purge_reaches_rows_not_in_the_cache(open_memory: Opener, db_path:
         "shortterm:server:100:10",
     }
     assert b"ROW-OF-USER-ONE" not in file_bytes(db_path)
-    assert b"ROW-OF-USER-TWO" in file_bytes(db_path)
+    assert "ROW-OF-USER-ONE" not in plain_text(db_path)
+    assert "ROW-OF-USER-TWO" in plain_text(db_path)
 
 
 async def test_purged_text_leaves_no_bytes_on_disk(
     memory: ShortTermMemory, db_path: object
 ) -> None:
-    """Secure delete and a checkpoint: after purge + flush the text is nowhere in the files."""
+    """After purge + flush the text is nowhere in the files, nor any key that encrypted it."""
+    witness = KeyWitness(db_path)
     for i in range(30):
         await remember(memory, f"PURGE-NEEDLE-{i:03d} " + "pad " * 50, channel=1000 + i)
     await memory.flush()
-    assert b"PURGE-NEEDLE-007" in file_bytes(db_path)
+    witness.look()
+    assert "PURGE-NEEDLE-007" in plain_text(db_path)
+    purged = witness.rows()
+    assert witness.left_in_files(purged) == len(witness.keys(purged)) > 0
     await memory.clear_short_term_memory_for_user(1)
     await memory.flush()
     assert b"PURGE-NEEDLE" not in file_bytes(db_path)
+    assert witness.left_in_files(purged) == 0
 
 
 async def test_upgrade_racing_a_clear_does_not_come_back(
@@ -177,15 +184,20 @@ async def test_capture_after_clear_is_new_memory(memory: ShortTermMemory) -> Non
 async def test_no_stale_copies_in_live_pages_after_a_purge(
     memory: ShortTermMemory, db_path: object
 ) -> None:
-    """Purging rows makes SQLite move the cells left on a page, which can leave copies of
-    deleted text in the page's unused space (secure delete does not reach it); the scrub
-    after a purge rewrites the file so that none survives."""
+    """Rebalancing pages makes SQLite leave copies of moved cells in the unused middle of
+    pages still in use (secure delete does not reach it), so copies of the purged rows'
+    ciphertext may survive; none of their keys does, and the other user's key does."""
+    witness = KeyWitness(db_path)
     for i in range(30):
         await remember(memory, f"STALE-NEEDLE-{i:03d} " + "pad " * 120, channel=1000 + i)
+        await memory.flush()
+        witness.look()
     await remember(memory, "OTHER-USER-KEEPS-THIS", user=2, channel=999)
     await memory.flush()
+    witness.look()
     await memory.clear_short_term_memory_for_user(1)
     await memory.flush()
-    data = file_bytes(db_path)
-    assert b"OTHER-USER-KEEPS-THIS" in data
-    assert data.count(b"STALE-NEEDLE") == 0
+    assert b"STALE-NEEDLE" not in file_bytes(db_path)
+    assert witness.left_in_files(witness.rows("user:1:")) == 0
+    assert witness.left_in_files(witness.rows("user:2:")) == 1
+    assert "OTHER-USER-KEEPS-THIS" in plain_text(db_path)

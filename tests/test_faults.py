@@ -21,6 +21,7 @@ import pytest
 from conftest import Opener, ctx, turn
 
 from stm import DurabilityError, SchemaVersionError, ShortTermMemory, StoreError
+from stm.store.shred import readable
 
 NOT_SAVED = "Nothing was s"  # "saved" or "stored", as the tool words it
 
@@ -36,7 +37,7 @@ db.execute("ROLLBACK")
 
 def summaries(db_path: Path) -> dict[str, str | None]:
     with contextlib.closing(sqlite3.connect(str(db_path))) as db:
-        return dict(db.execute("SELECT key, summary FROM short_term_memories").fetchall())
+        return dict(db.execute(f"SELECT key, summary FROM {readable(db)}").fetchall())
 
 
 async def remember(memory: ShortTermMemory, text: str, channel: int = 10) -> None:
@@ -243,3 +244,43 @@ async def test_database_from_a_newer_schema(open_memory: Opener, db_path: Path) 
         await open_memory()
     assert db_path.name in str(raised.value) and "99" in str(raised.value)
     assert db_path.read_bytes() == before
+
+
+async def test_pending_purge_survives_a_restart(open_memory: Opener, db_path: Path) -> None:
+    """A purge that cannot be committed (another process holds the write lock) is kept in
+    the pending journal when close() gives up; the next open applies it before serving
+    anything, so nothing of the user is served or stored."""
+    memory = await open_memory(busy_timeout_ms=50)
+    await remember(memory, "PURGED-SUMMARY")
+    await remember(memory, "OTHER-CHANNEL", channel=11)
+    await memory.flush()
+    journal = Path(f"{db_path}-stm-pending")
+    async with write_lock(db_path):
+        await memory.clear_short_term_memory_for_user(1)
+        with pytest.raises(DurabilityError, match="purging user 1"):
+            await memory.close()
+        assert journal.exists()
+    assert "PURGED-SUMMARY" in summaries(db_path).values()  # not committed before the restart
+    again = await open_memory()
+    for channel in (10, 11, 12):
+        assert "PURGED" not in str(await again.build_context(ctx(channel=channel)))
+    assert await again.get_entry("shortterm:user:1:10") is None
+    await again.flush()
+    assert not journal.exists()
+    stored = summaries(db_path)
+    assert set(stored.values()) == {None}  # shared rows stay, without what user 1 shaped
+    assert not any(key.startswith("shortterm:user:1:") for key in stored)
+    await again.close()
+    assert not journal.exists()
+
+
+async def test_committed_deletes_leave_no_journal(open_memory: Opener, db_path: Path) -> None:
+    """The journal is only written when a delete cannot be committed: a purge that lands
+    costs no file of its own."""
+    memory = await open_memory()
+    await remember(memory, "X")
+    await memory.clear_short_term_memory_for_user(1)
+    await memory.clear_short_term_memory_for_channel(10)
+    await memory.flush()
+    assert not Path(f"{db_path}-stm-pending").exists()
+    await memory.close()

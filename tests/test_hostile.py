@@ -24,7 +24,17 @@ from conftest import scaled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stm import Category, ShortTermMemory, STMConfig, ToolResult, TurnContext
+from stm import (
+    Category,
+    DialogueMessage,
+    GenerationFinished,
+    ShortTermMemory,
+    STMConfig,
+    ToolResult,
+    TurnContext,
+)
+from stm.slugs import slugify
+from stm.store.shred import readable
 
 LIMIT = 300
 SUMMARY_SERVER, CATEGORY_SERVER = 100, 200
@@ -179,20 +189,25 @@ def assert_clean_value(value: str) -> None:
         assert ch not in BIDI, repr(ch)
 
 
+WHEN = r"\((just now|\d+ (minute|hour|day)s? ago)\):"
+SUBHEADER = re.compile(rf"^(.* remembers a recent conversation in #.* {WHEN}|In #.* {WHEN})$")
+
+
 def assert_frame_intact(text: str, blocks: list[str]) -> None:
-    """Every block is header, quoted body, footer; brackets only in header and footer; no
-    line of memory text can stand on its own or ping anyone."""
+    """Every block is header, quoted body, footer, line by line as splitlines() (and so any
+    tokenizer) sees them; brackets only in header and footer; no line of memory text can
+    stand on its own or ping anyone."""
     for block in blocks:
-        lines = block.split("\n")
+        lines = block.splitlines()
+        assert lines == block.split("\n"), "a line break other than a plain newline"
         assert len(lines) >= 2
         assert lines[0].startswith("[") and lines[0].endswith("]"), lines[0]
         assert lines[-1].startswith("[End of") and lines[-1].endswith("]"), lines[-1]
         for line in lines[1:-1]:
             normal = unicodedata.normalize("NFKC", line)
             assert "[" not in normal and "]" not in normal, line
-            assert line.startswith(">") or " remembers a recent conversation in " in line, line
-        for line in block.splitlines()[1:-1]:
-            assert not line.lstrip().startswith("["), line
+            assert line.startswith(">") or SUBHEADER.match(line), line
+    assert text.splitlines() == text.split("\n") or not text
     assert not BROADCAST.search(text), text
     assert not MENTION.search(text), text
     text.encode("utf-8")
@@ -274,7 +289,8 @@ def test_stored_rows_stay_within_limits(harness: Harness) -> None:
             check_case(harness, server, {"mood": payload, "plans_everyone": f"x{payload}y"})
     harness.runner.run(harness.memory.flush())
     store: Any = harness.memory.store
-    rows = harness.runner.run(store.execute("SELECT summary, categories FROM short_term_memories"))
+    view = harness.runner.run(store._call(readable, store._db))
+    rows = harness.runner.run(store.execute(f"SELECT summary, categories FROM {view}"))
     assert rows
     for summary, categories in rows:
         if summary is not None:
@@ -291,3 +307,26 @@ def test_each_hostile_fragment_alone(harness: Harness, payload: str) -> None:
         check_case(harness, server, {"summary": f"a {payload} b"})
         check_case(harness, server, {"mood": payload, "plans_everyone": f"x{payload}y"})
         check_case(harness, server, json.dumps({"summary": payload}))
+
+
+@pytest.mark.parametrize("payload", FRAGMENTS)
+async def test_hostile_names_labels_and_messages_stay_inside_the_frame(payload: str) -> None:
+    """Each fragment as a channel, server, bot and speaker name, a category label and a
+    message: every rendered line is still a frame line, a sub-header or a quoted line."""
+    config = STMConfig(database=":memory:")
+    async with ShortTermMemory.open(config) as memory:
+        mood = Category(f"Mood {payload}", payload)
+        await memory.set_categories(1, [mood, Category(f"x{payload}y")])
+        names = {"channel_name": payload, "server_name": payload, "bot_name": payload}
+        for channel in (10, 11, 12):
+            c = TurnContext(user_id=2, channel_id=channel, server_id=1, **names)
+            said = DialogueMessage(
+                role="user", content=f"a {payload} b", author_id=2, speaker_name=payload
+            )
+            await memory.capture(GenerationFinished(context=c, messages=[said]))
+            if channel != 12:
+                assert (await memory.run_tool(c, {slugify(mood.label): f"m {payload}"})).success
+        here = TurnContext(user_id=3, channel_id=10, server_id=1, **names)
+        context = await memory.build_context(here)
+        assert len(context.blocks) == 3
+        assert_frame_intact(str(context), [b.text for b in context.blocks])

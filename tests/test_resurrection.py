@@ -46,6 +46,7 @@ from stm import (
     STMConfig,
     TurnContext,
 )
+from stm.store.shred import readable
 from stm.store.sqlite import SQLiteStore
 
 TOKEN = re.compile(r"qz(\d+)x")
@@ -371,7 +372,7 @@ class Run:
         at = self.model.tick()
         await self.m.flush()
         with contextlib.closing(sqlite3.connect(str(self.db_path))) as db:
-            rows = db.execute("SELECT key, summary, categories FROM short_term_memories").fetchall()
+            rows = db.execute(f"SELECT key, summary, categories FROM {readable(db)}").fetchall()
         for key, summary, categories in rows:
             text = f"{summary or ''} {categories}"
             self.failures += self.model.violations(text, [key], at, f"row {key}")

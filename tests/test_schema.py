@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
 
+from stm import ShortTermMemory, STMConfig, ToolResult, TurnContext
 from stm.models import DEFAULT_CATEGORY, Category
+from stm.text import one_line
 from stm.tool.schema import MAX_RAW_ARGUMENTS, arguments_model, parse_arguments, tool_definition
 
 CATEGORIES = (Category("Current Topic", "What is being discussed"), Category("Mood", "The tone"))
@@ -85,3 +92,113 @@ def test_category_mode_drops_blank_fields_and_needs_one() -> None:
     assert parse_arguments(model, {"mood": "calm", "current_topic": " "}, 100) == {"mood": "calm"}
     message = parse_arguments(model, {"mood": "", "current_topic": "\n"}, 100)
     assert isinstance(message, str) and "at least one field" in message
+
+
+# Names the pydantic model class holds: a label slugged to one of them once broke the tool.
+MODEL_NAMES = sorted({name.strip("_") for name in dir(BaseModel)} - {""})
+labels = st.one_of(
+    st.sampled_from([*MODEL_NAMES, "Model Config", "model config!", "summary", "f0", "F 1"]),
+    st.text(min_size=1, max_size=30),
+    st.builds(lambda a, b: f"{a} {b}", st.sampled_from(MODEL_NAMES), st.text(max_size=5)),
+)
+
+
+class Server:
+    """One memory on its own event loop, for property tests written as plain functions."""
+
+    def __init__(self) -> None:
+        self.runner = asyncio.Runner()
+        self.memory: ShortTermMemory = self.runner.run(self._open())
+        self.next_server = 1000
+
+    @staticmethod
+    async def _open() -> ShortTermMemory:
+        return await ShortTermMemory.open(STMConfig(database=":memory:"))
+
+    def close(self) -> None:
+        self.runner.run(self.memory.close())
+        self.runner.close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    s = Server()
+    yield s
+    s.close()
+
+
+def label_lines(text: str) -> dict[str, str]:
+    """``> Label: value`` lines of a rendered context, as value -> label."""
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("> ") and ": value-" in line:
+            label, value = line[2:].rsplit(": ", 1)
+            found[value] = label
+    return found
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chosen=st.lists(labels, min_size=1, max_size=5), data=st.data())
+def test_any_labels_keep_the_tool_working_and_values_with_their_category(
+    server: Server, chosen: list[str], data: st.DataObject
+) -> None:
+    """Whatever the labels: set_categories refuses them with ValueError or the tool works
+    (schema and run_tool); each value shows under its own label, also after another category
+    is removed."""
+    memory, run = server.memory, server.runner.run
+    server.next_server += 1
+    sid = server.next_server
+    categories = []
+    for label in chosen:
+        try:
+            categories.append(Category(label))
+        except ValueError:
+            event("label refused")
+            return  # blank or too long: refused where it is made
+    try:
+        settings_ = run(memory.set_categories(sid, categories))
+    except ValueError:
+        event("labels refused")
+        return
+    here = TurnContext(user_id=1, channel_id=sid, server_id=sid)
+    tool = memory.tool_schema(here)
+    assert tool is not None
+    properties = tool["function"]["parameters"]["properties"]
+    if settings_.summary_mode:
+        event("summary mode")
+        return
+    slugs = list(properties)
+    assert len(slugs) == len(categories) == len(set(slugs))
+    values = {slug: f"value-{n}" for n, slug in enumerate(slugs)}
+    result = run(memory.run_tool(here, json.dumps(values)))
+    assert isinstance(result, ToolResult) and result.success, result
+    shown = label_lines(str(run(memory.build_context(here.model_copy()))))
+    for n, category in enumerate(categories):
+        assert shown[f"value-{n}"] == one_line(category.label)
+    gone = data.draw(st.integers(0, len(categories) - 1), label="removed")
+    kept = categories[:gone] + categories[gone + 1 :]
+    run(memory.set_categories(sid, kept))
+    again = TurnContext(user_id=1, channel_id=sid, server_id=sid)
+    assert memory.tool_schema(again) is not None
+    shown = label_lines(str(run(memory.build_context(again))))
+    for n, category in enumerate(categories):
+        if n != gone:
+            assert shown[f"value-{n}"] == one_line(category.label)
+    kept_labels = {one_line(c.label) for c in kept}
+    assert shown.get(f"value-{gone}") not in kept_labels
+    event("removed one")
+
+
+def test_labels_named_like_the_model_class_make_a_working_tool() -> None:
+    """model_config, Model Config and model_dump are ordinary argument names."""
+    cats = (Category("model_config"), Category("Model Dump"), Category("model_fields"))
+    params = tool_definition(cats, 100)["function"]["parameters"]
+    assert list(params["properties"]) == ["model_config", "model_dump", "model_fields"]
+    model = arguments_model(cats, 100)
+    assert parse_arguments(model, {"model_config": " a ", "model_fields": "b"}, 100) == {
+        "model_config": "a",
+        "model_fields": "b",
+    }
+    refused = parse_arguments(model, {"f0": "x"}, 100)
+    assert isinstance(refused, str) and "unknown field 'f0'" in refused
+    assert '"model_dump": "..."' in refused

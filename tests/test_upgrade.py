@@ -9,6 +9,7 @@ from conftest import Clock, Opener, ctx, turn
 from fakes import faulty_memory
 
 from stm import Category, ShortTermMemory, STMConfig
+from stm.store.shred import readable
 
 
 def durable_rows(db_path: object) -> dict[str, tuple[object, ...]]:
@@ -16,7 +17,7 @@ def durable_rows(db_path: object) -> dict[str, tuple[object, ...]]:
     with sqlite3.connect(str(db_path)) as db:
         rows = db.execute(
             "SELECT key, summary, categories, turns_since_refresh, last_refreshed_turn "
-            "FROM short_term_memories"
+            f"FROM {readable(db)}"
         ).fetchall()
     return {row[0]: row[1:] for row in rows}
 

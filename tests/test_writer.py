@@ -122,17 +122,20 @@ async def test_upgrade_refused_while_rows_cannot_be_read(
 async def test_purges_and_clears_schedule_a_scrub_without_a_flush(
     config: STMConfig, clock: Clock
 ) -> None:
-    """The file is rewritten soon after a purge or clear even if nobody calls flush(),
-    once per burst of deletes; the janitor's deletes need none."""
+    """Erasure runs soon after a purge or clear even if nobody calls flush(), once per
+    burst of deletes; a janitor pass that removed nothing needs none."""
     scheduler = ManualScheduler()
     memory, store = await faulty_memory(
         config.model_copy(update={"scrub_delay_seconds": 30}), scheduler=scheduler
     )
-    await memory.capture(turn(ctx(), "x"))
+    for user in (1, 2):
+        await memory.capture(turn(ctx(user=user, channel=10 + user), "x"))
+        assert (await memory.run_tool(ctx(user=user, channel=10 + user), {"summary": "s"})).success
+    await memory.writer.flush(scrub=False)
     await memory.run_janitor()
     await scheduler.idle("stm-writer")
     assert not any("Scrub" in batch for batch in store.batches)  # the janitor's needs none
-    await memory.clear_short_term_memory_for_channel(10)
+    await memory.clear_short_term_memory_for_channel(11)
     await memory.clear_short_term_memory_for_user(2)
     await scheduler.idle("stm-writer")
     scheduler.advance(29)

@@ -231,11 +231,13 @@ class LoadRecent:
 
 @dataclass(frozen=True, slots=True)
 class Scrub:
-    """After the batch commits, rewrite the file so that no copy of deleted text survives.
+    """Erase from the files what committed deletes destroyed (run alone, outside a
+    transaction; it fails, to be tried again later, while another connection's read
+    transaction keeps the WAL from being emptied).
 
-    Secure delete zeroes what a delete frees, but SQLite can leave stale copies of
-    earlier cell contents in the unused space of pages that stay in use (after pages
-    are rebalanced); only rewriting the file (VACUUM) removes those.
+    On SQLite the destroyed data are the keys of crypto-shredded rows (see
+    ``store/shred.py``) and the cells secure delete zeroed; their old page images
+    remain in the WAL until it is checkpointed and truncated.
     """
 
 

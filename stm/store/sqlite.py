@@ -1,4 +1,4 @@
-"""The SQLite store: WAL, forward-only migrations, secure delete.
+"""The SQLite store: WAL, forward-only migrations, secure delete, crypto-shredding.
 
 This is the only module that speaks SQL to SQLite. One aiosqlite connection,
 on the thread aiosqlite gives it, serves the whole process; the facade's
@@ -37,6 +37,7 @@ import aiosqlite
 
 from ..errors import SchemaVersionError, StoreError
 from ..expiry import EXPIRED_SQL
+from . import shred
 from .base import (
     Change,
     ChangeKind,
@@ -66,6 +67,7 @@ __all__ = [
     "prune_changes",
     "read_changes",
     "run_batch",
+    "statements",
 ]
 
 _T = TypeVar("_T")
@@ -112,6 +114,7 @@ MIGRATIONS: tuple[str, ...] = (
         since REAL NOT NULL
     );
     """,
+    shred.MIGRATION,
     # The change feed other processes follow, and a version per row that it names.
     """
     ALTER TABLE short_term_memories ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
@@ -155,8 +158,8 @@ _TOUCH = (
     "last_refreshed_turn = excluded.last_refreshed_turn"
 )
 _SAVE = (
-    f"INSERT INTO short_term_memories ({_COLUMNS}, version) "
-    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1) "
+    f"INSERT INTO short_term_memories ({_COLUMNS}, key_slot, version) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1) "
     "ON CONFLICT (key) DO UPDATE SET "
     "parent_channel_id = excluded.parent_channel_id, "
     "channel_name = coalesce(excluded.channel_name, channel_name), "
@@ -164,7 +167,7 @@ _SAVE = (
     "channel_private = excluded.channel_private, "
     "summary = excluded.summary, categories = excluded.categories, "
     "turns_since_refresh = excluded.turns_since_refresh, "
-    "last_refreshed_turn = excluded.last_refreshed_turn, "
+    "last_refreshed_turn = excluded.last_refreshed_turn, key_slot = excluded.key_slot, "
     "updated_at = max(updated_at, excluded.updated_at), version = version + 1 "
     "RETURNING id, version"
 )
@@ -383,10 +386,11 @@ def migrate(db: sqlite3.Connection, path: str = "") -> int:
     db.execute("BEGIN IMMEDIATE")
     try:
         version = _checked_version(db, path)
+        sealed = 0
         for number in range(version, len(MIGRATIONS)):
-            for statement in MIGRATIONS[number].split(";"):
-                if statement.strip():
-                    db.execute(statement)
+            _run_script(db, MIGRATIONS[number])
+            if MIGRATIONS[number] is shred.MIGRATION:
+                sealed = shred.seal_legacy(db)
         if version < len(MIGRATIONS):
             db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
         db.execute("COMMIT")
@@ -394,6 +398,9 @@ def migrate(db: sqlite3.Connection, path: str = "") -> int:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
+    if sealed and _on_disk(db):
+        # Once: the plain text written by earlier versions may survive in page gaps.
+        db.execute("VACUUM")
     return version
 
 
@@ -412,17 +419,18 @@ def run_batch(
 ) -> list[object]:
     """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op.
 
-    The changes they make go to the feed in the same transaction, in op order.
-    """
+    The changes they make go to the feed in the same transaction, in op order. A batch of
+    only ``Scrub`` erases instead, outside any transaction."""
+    if ops and all(isinstance(op, Scrub) for op in ops):
+        if checkpoint and _on_disk(db):
+            _erase(db)
+        return [None] * len(ops)
     results: list[object] = []
     changes: list[_Pending] = []
-    deleted = scrub = False
     db.execute("BEGIN IMMEDIATE")
     try:
         for op in ops:
             results.append(apply(db, op, changes))
-            deleted = deleted or isinstance(op, DeleteChannel | PurgeUser | DeleteExpired)
-            scrub = scrub or isinstance(op, Scrub)
         if changes:
             at = time.time()
             db.executemany(_FEED, [(*change, origin, at) for change in changes])
@@ -431,20 +439,51 @@ def run_batch(
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
-    if scrub and _on_disk(db):
-        db.execute("VACUUM")
-        busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        if busy:
-            # Another connection reads an old snapshot: the WAL, and the deleted text in
-            # it, cannot be emptied yet. Failing makes the writer try the scrub again.
-            raise StoreError(
-                "the WAL could not be emptied: another connection holds a read transaction"
-            )
-    elif deleted and checkpoint:
-        # Old page images in the WAL still hold deleted text: fold them into the
-        # (securely deleted) file and empty the WAL.
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return results
+
+
+# How long erasing may wait for another connection's read transaction to end before it
+# gives up (and is tried again later): the writer waits for the erasure.
+ERASE_WAIT_MS = 20
+
+
+def _erase(db: sqlite3.Connection) -> None:
+    """Empty the WAL, whose old page images still hold destroyed keys, into the file.
+
+    The cost is that of the pages written since the last checkpoint (at most the
+    auto-checkpoint's 1000), whatever the size of the file."""
+    timeout = int(_scalar(db, "PRAGMA busy_timeout"))
+    db.execute(f"PRAGMA busy_timeout = {ERASE_WAIT_MS}")
+    try:
+        busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        db.execute(f"PRAGMA busy_timeout = {timeout}")
+    if busy:
+        # Another connection reads an old snapshot: the WAL cannot be emptied yet.
+        raise StoreError(
+            "the WAL could not be emptied: another connection holds a read transaction"
+        )
+
+
+def _run_script(db: sqlite3.Connection, script: str) -> None:
+    """Run each statement of ``script``."""
+    for statement in statements(script):
+        db.execute(statement)
+
+
+def statements(script: str) -> list[str]:
+    """The complete statements of ``script`` (a trigger's body holds semicolons, so
+    splitting on them does not work)."""
+    found, statement = [], ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            if statement.strip(" \n\t;"):
+                found.append(statement)
+            statement = ""
+    if statement.strip():
+        raise ValueError(f"incomplete statement in a migration: {statement!r}")
+    return found
 
 
 def _current_position(db: sqlite3.Connection) -> int:
@@ -521,7 +560,12 @@ def apply(db: sqlite3.Connection, op: Op, changes: list[_Pending] | None = None)
         case SaveDistilled(row, guard):
             if guard is not None and (overtaken := _overtaken(db, guard)) is not None:
                 return overtaken
-            memory_id, version = db.execute(_SAVE, _row_params(row)).fetchone()
+            params = _row_params(row)
+            # Distilled text is stored encrypted under the row's own key (see shred.py).
+            sealed = shred.seal_params(db, row.key, row.summary, params[11])
+            memory_id, version = db.execute(
+                _SAVE, (*params[:10], *sealed[:2], *params[12:], sealed[2])
+            ).fetchone()
             feed.append(("upgrade", row.key, version, None, None, None))
             db.execute(
                 "DELETE FROM short_term_memory_contributors WHERE memory_id = ?", (memory_id,)
@@ -669,7 +713,10 @@ def _select(db: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[St
         ids,
     ):
         contributors.setdefault(memory_id, set()).add(user)
-    return [_row_from(row, frozenset(contributors.get(row[0], ()))) for row in rows]
+    keys = shred.keys_of(db, ids)
+    return [
+        _row_from(row, frozenset(contributors.get(row[0], ())), keys.get(row[0])) for row in rows
+    ]
 
 
 def _make_folder(path: str) -> None:
@@ -693,10 +740,12 @@ def _row_params(row: StoredRow) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def _row_from(row: Any, contributors: frozenset[int]) -> StoredRow:
+def _row_from(row: Any, contributors: frozenset[int], secret: bytes | None = None) -> StoredRow:
     (_, key, scope, server_id, user_id, channel_id, persona_id, parent, channel_name,
      server_name, private, summary, categories, turns, refreshed, updated_at,
      version) = row  # fmt: skip
+    summary = shred.open_text(secret, key, summary)
+    categories = shred.open_text(secret, key, categories)
     loaded = json.loads(categories) if categories else {}
     return StoredRow(
         key=key,

@@ -3,7 +3,10 @@
 The schema is generated from pydantic models built per server: one required
 ``summary`` in summary mode, one optional string per category otherwise.
 ``extra="forbid"`` becomes ``additionalProperties: false`` and strict
-strings refuse numbers, lists and null instead of converting them.
+strings refuse numbers, lists and null instead of converting them. A
+category's slug is only the alias of its field, whose own name (``f0``,
+``f1``, ...) cannot collide with anything of the model class, whatever the
+label (``model_config``, ``model_dump``).
 """
 
 from __future__ import annotations
@@ -49,11 +52,17 @@ def arguments_model(categories: tuple[Category, ...], max_length: int) -> type[B
             "SummaryUpdate", __base__=_Strict, summary=(StrictStr, Field(description=description))
         )
     fields: dict[str, Any] = {}
-    for slug, category in zip(slugs_for(c.label for c in categories), categories, strict=True):
+    slugs = slugs_for(c.label for c in categories)
+    for n, (slug, category) in enumerate(zip(slugs, categories, strict=True)):
         text = category.description or category.label
         description = f"{category.label}: {text} (plain text, at most {max_length} characters)."
-        fields[slug] = (StrictStr, Field(default=None, description=description))
+        fields[f"f{n}"] = (StrictStr, Field(default=None, alias=slug, description=description))
     return create_model("CategoryUpdate", __base__=_Strict, **fields)
+
+
+def _names(model: type[BaseModel]) -> list[str]:
+    """The argument names the model sees (aliases where a field has one)."""
+    return [info.alias or name for name, info in model.model_fields.items()]
 
 
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -113,7 +122,7 @@ def _explain(exc: ValidationError, model: type[BaseModel]) -> str:
             problems.append(f"'{where}' must be {target}, not {got}")
         else:
             problems.append(f"'{where}': {error['msg']}")
-    fields = ", ".join(f'"{name}": "..."' for name in model.model_fields)
+    fields = ", ".join(f'"{name}": "..."' for name in _names(model))
     return (
         f"{TOOL_NAME} was not applied: {'; '.join(problems)}. "
         f"Call it again with a JSON object of string values, like {{{fields}}}."
@@ -150,13 +159,13 @@ def parse_arguments(
     except (RecursionError, UnicodeDecodeError, ValueError) as exc:
         return f"{TOOL_NAME} was not applied: unreadable arguments ({type(exc).__name__})."
     values: dict[str, str] = {}
-    for name, value in parsed:
+    for name, value in zip(_names(model), (value for _, value in parsed), strict=True):
         if isinstance(value, str):
             cleaned = clean_value(value, max_length)
             if cleaned:
                 values[name] = cleaned
     if not values:
-        fields = ", ".join(f"'{name}'" for name in model.model_fields)
+        fields = ", ".join(f"'{name}'" for name in _names(model))
         return (
             f"{TOOL_NAME} was not applied: at least one field must have non-blank text ({fields})."
         )

@@ -1,0 +1,208 @@
+"""The longest upgrade stall while purges are made durable and erased, at several sizes.
+
+Run as a script, so that the library measured is whichever ``stm`` is first on the
+path (this tree, or another checkout for a before/after comparison)::
+
+    PYTHONPATH=. python benchmarks/stall.py --rows 100000 1000000 3000000
+
+For each size it builds a database of that many rows (one in five holding a
+~200-character summary and its contributor) with the library's own schema,
+then, while one task upgrades memory in a loop (each ``run_tool`` waits for its
+commit), purges users one after another, each followed by ``flush()`` (the
+delete committed and its text erased from the files). It prints the longest and
+the median upgrade during the purges, the same without purges, and how long
+each purge + flush took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
+from stm.store.sqlite import MIGRATIONS
+
+USERS_PER_SERVER = 100
+ROWS_PER_USER = 5  # user-scoped rows per user; as many server-scoped rows again
+
+
+def _statements(script: str) -> list[str]:
+    out, statement = [], ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            out.append(statement)
+            statement = ""
+    if statement.strip():
+        out.append(statement + ";")
+    return out
+
+
+def build(path: Path, rows: int) -> int:
+    """Write ``rows`` rows at the library's schema; returns the number of users."""
+    users = max(1, rows // (2 * ROWS_PER_USER))
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    statements = [s for m in MIGRATIONS for s in _statements(m) if s.strip(" \n;")]
+    later = [s for s in statements if "CREATE INDEX" in s or "CREATE TRIGGER" in s]
+    db.execute("BEGIN")
+    for statement in statements:
+        if statement not in later:
+            db.execute(statement)
+    db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+    rng = random.Random(7)
+    now = time.time()
+    text = " ".join(["lorem ipsum dolor sit amet"] * 8)
+    batch: list[tuple[object, ...]] = []
+    contributors: list[tuple[int, int]] = []
+    row_id = 0
+    insert = (
+        "INSERT INTO short_term_memories (id, key, scope, server_id, user_id, channel_id, "
+        "channel_name, summary, turns_since_refresh, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)"
+    )
+    for user in range(1, users + 1):
+        server = 1 + user // USERS_PER_SERVER
+        for n in range(ROWS_PER_USER):
+            channel = server * 1000 + (user + n) % 500
+            for scope in ("user", "server"):
+                row_id += 1
+                summary = None
+                if row_id % 5 == 0:
+                    summary = f"{text} {row_id}"
+                    contributors.append((user, row_id))
+                key = (
+                    f"shortterm:user:{user}:{channel}:{row_id}"
+                    if scope == "user"
+                    else f"shortterm:server:{server}:{channel}:{row_id}"
+                )
+                batch.append((
+                    row_id, key, scope, server, user if scope == "user" else None, channel,
+                    "general", summary, 0, now - rng.uniform(0, 3600),
+                ))  # fmt: skip
+        if len(batch) >= 50_000:
+            db.executemany(insert, batch)
+            batch.clear()
+    db.executemany(insert, batch)
+    db.executemany(
+        "INSERT OR IGNORE INTO short_term_memory_contributors (user_id, memory_id) VALUES (?,?)",
+        contributors,
+    )
+    for statement in later:
+        db.execute(statement)
+    try:  # a library that stores distilled text encrypted: encrypt it, as its migration does
+        from stm.store.shred import seal_legacy
+    except ImportError:
+        pass
+    else:
+        seal_legacy(db)
+    db.execute("COMMIT")
+    db.execute("VACUUM")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    return users
+
+
+def ctx(n: int) -> TurnContext:
+    return TurnContext(user_id=10**9 + n % 50, channel_id=10**9 + n % 50, server_id=10**9)
+
+
+async def measure(path: Path, users: int, purges: int) -> dict[str, float]:
+    config = STMConfig(database=str(path))
+    memory = await ShortTermMemory.open(config)
+    latencies: list[tuple[float, float]] = []  # (start, seconds)
+    stop = asyncio.Event()
+
+    async def upgrader() -> None:
+        n = 0
+        while not stop.is_set():
+            c = ctx(n)
+            await memory.capture(
+                GenerationFinished(
+                    context=c,
+                    messages=[
+                        DialogueMessage(role="user", content=f"m{n}", author_id=c.user_id),
+                        DialogueMessage(role="assistant", content="ok"),
+                    ],
+                )
+            )
+            t0 = time.perf_counter()
+            result = await memory.run_tool(c, {"summary": f"upgrade {n}"})
+            latencies.append((t0, time.perf_counter() - t0))
+            assert result.success, result.message
+            n += 1
+            await asyncio.sleep(0)
+
+    try:
+        task = asyncio.create_task(upgrader())
+        await asyncio.sleep(1.0)  # warm-up, then a baseline without purges
+        base_from = time.perf_counter()
+        await asyncio.sleep(2.0)
+        base_to = time.perf_counter()
+        rng = random.Random(3)
+        purge_times = []
+        window_from = time.perf_counter()
+        for _ in range(purges):
+            t0 = time.perf_counter()
+            await memory.clear_short_term_memory_for_user(rng.randrange(1, users + 1))
+            await memory.flush()
+            purge_times.append(time.perf_counter() - t0)
+        window_to = time.perf_counter()
+        stop.set()
+        await task
+    finally:
+        await memory.close()
+
+    def during(a: float, b: float) -> list[float]:
+        # Every upgrade that overlapped the window, including one that began before it.
+        return [s for t, s in latencies if t + s >= a and t <= b]
+
+    base, purged = during(base_from, base_to), during(window_from, window_to)
+    return {
+        "baseline_max_ms": max(base) * 1e3,
+        "baseline_p50_ms": statistics.median(base) * 1e3,
+        "stall_max_ms": max(purged) * 1e3,
+        "stall_p50_ms": statistics.median(purged) * 1e3,
+        "purge_flush_p50_ms": statistics.median(purge_times) * 1e3,
+        "purge_flush_max_ms": max(purge_times) * 1e3,
+        "upgrades_during": len(purged),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000, 3_000_000])
+    parser.add_argument("--purges", type=int, default=10)
+    parser.add_argument("--dir", default=None, help="where to build the databases")
+    args = parser.parse_args()
+    import stm
+
+    print(f"library: {Path(stm.__file__).parent}  sqlite {sqlite3.sqlite_version}")
+    folder = Path(args.dir or tempfile.mkdtemp(prefix="stm-stall-"))
+    for rows in args.rows:
+        path = folder / f"stall-{rows}.sqlite3"
+        for suffix in ("", "-wal", "-shm", "-stm-pending"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        users = build(path, rows)
+        built = time.perf_counter() - t0
+        size = path.stat().st_size / 2**20
+        result = asyncio.run(measure(path, users, args.purges))
+        print(
+            f"{rows:>9,} rows ({size:,.0f} MiB, built in {built:.0f} s): "
+            + ", ".join(f"{k} {v:,.1f}" for k, v in result.items())
+        )
+        for suffix in ("", "-wal", "-shm", "-stm-pending"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    if args.dir is None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""The single writer tells a permanent failure from a passing one: a poison operation is
+rejected and reported, and what is queued behind it (a purge above all) still lands."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from conftest import ctx, turn
+from fakes import faulty_memory
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import stm.writer
+from stm import DurabilityError, RejectedWriteError, STMConfig
+from stm.cache import Entry
+from stm.store.base import (
+    DeleteChannel,
+    PurgeUser,
+    SaveDistilled,
+    SaveOptOut,
+    SaveServerSettings,
+    StoredRow,
+)
+from stm.store.sqlite import SQLiteStore
+from stm.writer import Writer
+
+# Values no SQLite column can hold: integers beyond 64 bits, text that is not UTF-8 (and,
+# below, a row no constraint of the schema lets in).
+BAD_INTS = st.one_of(st.integers(min_value=2**63), st.integers(max_value=-(2**63) - 1))
+BAD_TEXT = st.sampled_from(["\ud800", "a\udfffb", "\udc80" * 3])
+
+
+def row(key: str = "shortterm:server:100:10", **fields: Any) -> StoredRow:
+    values: dict[str, Any] = dict(
+        key=key, scope="server", server_id=100, user_id=None, channel_id=10, persona_id=None,
+        parent_channel_id=None, channel_name="general", server_name="srv", channel_private=False,
+        summary="kept", categories={}, contributors=frozenset({1}), turns_since_refresh=0,
+        last_refreshed_turn=1, updated_at=1.0,
+    )  # fmt: skip
+    values.update(fields)
+    return StoredRow(**values)
+
+
+def poisons(bad_int: int, bad_text: str) -> list[tuple[str, Any]]:
+    """One operation per way a value can be unstorable, built directly (as a caller that
+    skipped validation would)."""
+    return [
+        ("id", SaveDistilled(row(channel_id=bad_int))),
+        ("server", SaveDistilled(row(server_id=bad_int))),
+        ("persona", SaveDistilled(row(persona_id=bad_int))),
+        ("contributor", SaveDistilled(row(contributors=frozenset({bad_int})))),
+        ("channel name", SaveDistilled(row(channel_name=bad_text))),
+        ("server name", SaveDistilled(row(server_name=bad_text))),
+        ("summary", SaveDistilled(row(summary=bad_text))),
+        ("purge", PurgeUser(bad_int, None)),
+        ("purge in server", PurgeUser(1, bad_int)),
+        ("clear", DeleteChannel(bad_int)),
+        ("settings", SaveServerSettings(bad_int, "{}")),
+        ("settings text", SaveServerSettings(1, bad_text)),
+        ("opt-out", SaveOptOut(bad_int, True, 1.0)),
+        ("constraint", SaveDistilled(row(scope="neither"))),
+    ]
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(test())
+
+
+async def _poison_before_purge(poison: Any) -> None:
+    store = await SQLiteStore.open(":memory:")
+    writer = Writer(store, write_behind=3600, retry_delay=3600)
+    try:
+        await writer.submit(SaveDistilled(row(key="shortterm:user:7:10", scope="user",
+                                              user_id=7, contributors=frozenset({7}))))  # fmt: skip
+        if isinstance(poison, PurgeUser | DeleteChannel):
+            writer.submit_delete(poison, what="poison delete")
+            answer = None
+        else:
+            answer = writer.submit(poison, what="poison")
+        saved = writer.submit(SaveDistilled(row(key="shortterm:server:100:11", channel_id=11)))
+        writer.submit_delete(PurgeUser(7, None), what="purging user 7 everywhere")
+        await writer.flush()  # would raise DurabilityError if anything were stuck
+        if answer is not None:
+            with pytest.raises(RejectedWriteError):
+                await answer
+        assert isinstance(await saved, int)  # the write behind the poison went ahead
+        rows = await store.execute("SELECT key FROM short_term_memories WHERE user_id = 7")
+        assert rows == []
+        assert writer.rejected == 1 and writer.pending == 0
+    finally:
+        await writer.close()
+        await store.close()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bad_int=BAD_INTS, bad_text=BAD_TEXT, which=st.integers(min_value=0, max_value=13))
+def test_a_poison_operation_queued_before_a_purge_does_not_stop_it(
+    bad_int: int, bad_text: str, which: int
+) -> None:
+    """Any operation with a value the store can never hold, queued before a purge, is
+    rejected (its caller hears RejectedWriteError); the purge and the write queued with
+    it land."""
+    _, poison = poisons(bad_int, bad_text)[which]
+    run(lambda: _poison_before_purge(poison))
+
+
+@pytest.mark.parametrize("index", range(14), ids=[name for name, _ in poisons(2**63, "\ud800")])
+async def test_each_kind_of_poison_is_rejected(index: int) -> None:
+    """Every kind, once each (the property test above draws them at random)."""
+    await _poison_before_purge(poisons(2**64, "\ud800")[index][1])
+
+
+async def test_a_poison_row_in_write_behind_does_not_lose_the_others(
+    config: STMConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One unstorable entry among many written behind: it is dropped and logged with its
+    scope key, the others are written, and a purge behind them lands."""
+    memory, store = await faulty_memory(config)
+    for channel in (10, 11, 12):
+        await memory.capture(turn(ctx(channel=channel), "x"))
+    poisoned = memory.cache.peek("shortterm:server:100:11")
+    assert isinstance(poisoned, Entry)
+    poisoned.channel_name = "bad\ud800name"
+    with caplog.at_level(logging.ERROR, logger="stm.writer"):
+        await memory.clear_short_term_memory_for_user(2)
+        await memory.flush()
+    assert "shortterm:server:100:11" in caplog.text and "can never store" in caplog.text
+    keys = {k for (k,) in await store.inner.execute("SELECT key FROM short_term_memories")}
+    assert "shortterm:server:100:11" not in keys
+    assert {"shortterm:server:100:10", "shortterm:server:100:12"} <= keys
+    assert {f"shortterm:user:1:{c}" for c in (10, 11, 12)} <= keys
+    await memory.close()
+
+
+async def test_a_passing_failure_is_still_retried_in_order(config: STMConfig) -> None:
+    """A lock or I/O error is not a rejection: the purge is retried until it lands."""
+    memory, store = await faulty_memory(config.model_copy(update={"delete_retry_seconds": 0.01}))
+    await memory.capture(turn(ctx(), "x"))
+    assert (await memory.run_tool(ctx(), {"summary": "S"})).success
+    store.failures = 3
+    await memory.clear_short_term_memory_for_user(1)
+    await memory.writer.flush(attempts=5)  # each attempt retries at once, in order
+    assert memory.writer.rejected == 0
+    rows = await store.inner.execute("SELECT summary FROM short_term_memories")
+    assert rows == [(None,)]
+    await memory.close()
+
+
+async def test_an_upgrade_behind_a_failing_delete_answers_after_one_attempt(
+    config: STMConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a delete waits out a long backoff, run_tool does not wait for it: the queue is
+    tried once more with the upgrade behind the delete, and the answer (nothing saved, or
+    saved once the fault is gone) comes from that attempt."""
+    monkeypatch.setattr(stm.writer, "MAX_BACKOFF", 3600.0)
+    memory, store = await faulty_memory(config.model_copy(update={"delete_retry_seconds": 3600}))
+    await memory.capture(turn(ctx(), "x"))
+    assert (await memory.run_tool(ctx(), {"summary": "before"})).success
+    store.broken = True
+    await memory.clear_short_term_memory_for_channel(99)
+    with pytest.raises(DurabilityError):
+        await memory.flush()  # the delete failed and now waits out an hour's backoff
+    attempts = len(store.batches)
+    async with asyncio.timeout(60):  # a guard against the hour-long backoff, not a timing
+        result = await memory.run_tool(ctx(), {"summary": "during"})
+    assert not result.success and "Nothing was stored" in result.message
+    assert len(store.batches) == attempts + 1
+    store.broken = False
+    async with asyncio.timeout(60):
+        result = await memory.run_tool(ctx(), {"summary": "after"})
+    assert result.success, result.message
+    await memory.close()
