@@ -120,12 +120,14 @@ class Follower:
                 if not self._failing:
                     self._failing = True
                     log.warning("short-term memory cannot read the change feed: %s", exc)
-            if self._monotonic() - self.current_at > self.coherence_seconds:
-                self._drop_everything(
-                    f"the change feed could not be read for {self.coherence_seconds:g} s "
-                    "(STM_COHERENCE_SECONDS)"
-                )
-                self.current_at = self._monotonic()
+                # Only a feed that cannot be read counts, not a slow read on a busy
+                # machine: a slow read still brings every change.
+                if self._monotonic() - self.current_at > self.coherence_seconds:
+                    self._drop_everything(
+                        f"the change feed could not be read for {self.coherence_seconds:g} s "
+                        "(STM_COHERENCE_SECONDS)"
+                    )
+                    self.current_at = self._monotonic()
             try:
                 if await self.store.wait_for_change(interval):
                     # Another connection committed: the "every row is cached" shortcut

@@ -270,3 +270,38 @@ async def test_randomized_processes_never_bring_deleted_memory_back(
                 shown = proc.call(op="shown", **turn(user, channel))["text"]
                 assert not [m for m in gone if m in shown], (user, channel)
     assert gone, "the run deleted nothing"
+
+
+async def test_a_purge_leaves_no_trace_while_other_processes_have_the_file_open(
+    workers: Any, open_memory: Any, db_path: Path
+) -> None:
+    """On SQLite, purge and flush() in one process erase the user's text and every key
+    that encrypted it from the file, its WAL and shared memory, while two other
+    processes follow the same file (and then stop showing it too)."""
+    from shredding import KeyWitness, file_bytes
+
+    from stm import DialogueMessage, GenerationFinished, TurnContext
+
+    others = [workers(), workers()]
+    memory = await open_memory()
+    witness = KeyWitness(db_path)
+    for version in range(12):
+        c = TurnContext(user_id=1, channel_id=10, server_id=SERVER)
+        await memory.capture(
+            GenerationFinished(
+                context=c,
+                messages=[DialogueMessage(role="user", content=f"hi {version}", author_id=1)],
+            )
+        )
+        result = await memory.run_tool(c, {"summary": f"NEEDLE-U1-V{version:02d} " + "x" * 3000})
+        assert result.success, result.message
+        await memory.flush()
+        witness.look()
+    for other in others:
+        assert other.call(op="wait_shown", marker="NEEDLE-U1-V11", **turn(2, 10))["at"]
+    await memory.clear_short_term_memory_for_user(1, server_id=SERVER)
+    await memory.flush()
+    assert b"NEEDLE-U1" not in file_bytes(db_path)
+    assert witness.left_in_files(witness.rows()) == 0
+    for other in others:
+        assert other.call(op="wait_gone", marker="NEEDLE-U1", **turn(2, 10))["at"] is not None
