@@ -90,22 +90,34 @@ class Entry:
         excess = len(self.messages) - limit
         if excess > 0:
             # The newest turn's user is still in the window, and most windows hold one user:
-            # only a different user scrolling out is noted. This runs on every capture.
+            # only a different user (who triggered a turn or wrote a message) scrolling out
+            # is noted. This runs on every capture.
             window = self.messages
             newest = window[-1].turn_user_id
+            first, last = window[0], window[excess - 1]
             if (
-                window[0].turn_user_id != newest
-                or window[excess - 1].turn_user_id != newest
+                first.turn_user_id != newest
+                or last.turn_user_id != newest
                 or excess > 2  # a turn is usually two messages: then the two tests cover it
+                or first.author_id not in (None, newest)
+                or last.author_id not in (None, newest)
             ):
                 gone = [m.turn_user_id for m in window[:excess] if m.turn_user_id != newest]
+                gone += [
+                    m.author_id
+                    for m in window[:excess]
+                    if m.author_id is not None and m.author_id != newest
+                ]
                 if gone:
                     self.scrolled = gone if self.scrolled is None else self.scrolled + gone
             del window[:excess]
 
-    def turn_users(self) -> set[int]:
-        """Users whose turns are in the crude window."""
-        return {message.turn_user_id for message in self.messages}
+    def window_users(self) -> set[int]:
+        """Users whose words are in the crude window: who triggered each turn, and who
+        wrote each message (a turn may carry several authors' messages)."""
+        users = {message.turn_user_id for message in self.messages}
+        users.update(m.author_id for m in self.messages if m.author_id is not None)
+        return users
 
 
 def group_of(
@@ -215,7 +227,7 @@ class MemoryCache:
         self._entries[entry.key] = entry
         self._entries.move_to_end(entry.key)
         self._by_channel.setdefault(entry.channel_id, set()).add(entry.key)
-        self.index_users(entry, entry.turn_users() | entry.contributors)
+        self.index_users(entry, entry.window_users() | entry.contributors)
         if entry.scope == "user" and entry.user_id is not None:
             self._by_user.setdefault(entry.user_id, set()).add(entry.key)
         group = self._groups.setdefault(entry.group, _Group())
@@ -255,7 +267,7 @@ class MemoryCache:
 
     def _unindex_scrolled(self, entry: Entry) -> None:
         gone, entry.scrolled = entry.scrolled or (), None
-        present = entry.turn_users()
+        present = entry.window_users()
         for user in set(gone):
             if user not in present and user not in entry.contributors and user != entry.user_id:
                 self._unindex_user(user, entry.key)
@@ -278,7 +290,7 @@ class MemoryCache:
             if not keys:
                 del self._by_channel[entry.channel_id]
         owners = {entry.user_id} if entry.user_id is not None else set()
-        for user in entry.turn_users() | entry.contributors | owners | set(entry.scrolled or ()):
+        for user in entry.window_users() | entry.contributors | owners | set(entry.scrolled or ()):
             self._unindex_user(user, key)
         entry.scrolled = None
         group = self._groups.get(entry.group)

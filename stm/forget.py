@@ -34,12 +34,12 @@ def forget_user(
 ) -> int:
     """Drop the user's own entries, the crude messages of turns they triggered or wrote,
     and the distilled content they contributed to (within ``server_id`` when given)."""
-    touched = 0
+    touched: list[str] = []
     for key in cache.keys_of_user(user_id):
         entry = cache.peek(key)
         if entry is None or (server_id is not None and entry.server_id != server_id):
             continue
-        touched += 1
+        touched.append(key)
         if entry.scope == "user" and entry.user_id == user_id:
             cache.remove(key)
             entry.deleted = True
@@ -51,8 +51,9 @@ def forget_user(
         if user_id in entry.contributors:
             entry.summary, entry.categories, entry.contributors = None, {}, frozenset()
             entry.version += 1
-    reads.deletions.record(PurgeUser(user_id, server_id))
-    return touched
+    # The keys it changed: a turn in one of them was overtaken (see ``ReadThrough.overtaken``).
+    reads.deletions.record(PurgeUser(user_id, server_id), frozenset(touched))
+    return len(touched)
 
 
 def forget_key(cache: MemoryCache, reads: ReadThrough, writer: Writer, key: str) -> bool:

@@ -40,8 +40,9 @@ from .models import (
     ToolResult,
     TurnContext,
 )
+from .provenance import Shown
 from .readthrough import AGAIN, Again, ReadThrough, Unavailable, Unsettled, describe, settle
-from .render import RenderCache, nudge, other_channels_blocks, same_channel_block
+from .render import RenderCache, nudge, other_channels_blocks, same_channel_block, shown_by
 from .settings import SettingsBook
 from .store import open_store
 from .store.base import (
@@ -288,18 +289,35 @@ class ShortTermMemory:
     async def capture(self, event: GenerationFinished) -> None:
         """Remember the turn's messages under its keys; no database round trip on this path."""
         ctx = event.context
-        if event.stopped or self.closed or self.settings.is_opted_out(ctx.user_id):
+        opted_out = self.settings.is_opted_out
+        if event.stopped or self.closed or opted_out(ctx.user_id):
             return
         if not self.settings_for(ctx.server_id).enabled:
             return
+        if self._reads.overtaken(ctx, event.messages):
+            # The turn began before a deletion of what its prompt showed, of its scope or
+            # of one of its authors: its messages would bring deleted words back.
+            return
         now = self.clock()
+        user_id = ctx.user_id
         messages = [
             StoredMessage(
-                m.role, m.content, m.speaker_name, m.author_id, m.timestamp.timestamp(), ctx.user_id
+                m.role, m.content, m.speaker_name, m.author_id, m.timestamp.timestamp(), user_id
             )
             for m in event.messages
             if m.content and not m.content.isspace()  # strip() would copy every message
         ]
+        # Other authors' messages in this turn (a host that batches a busy channel): their
+        # purge must find them, and their opt-out holds whoever's turn it is.
+        users = {user_id}
+        for message in messages:
+            if message.author_id is not None:
+                users.add(message.author_id)
+        if len(users) > 1:
+            paused = {user for user in users if opted_out(user)}
+            if paused:
+                messages = [m for m in messages if m.author_id not in paused]
+                users -= paused
         if not messages:
             return
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
@@ -317,7 +335,7 @@ class ShortTermMemory:
             entry.remember(messages, self.config.max_messages_per_channel)
             describe(entry, ctx)
             self.cache.touch(entry, now)
-            self.cache.index_users(entry, {ctx.user_id})
+            self.cache.index_users(entry, users)
             if key == (server_k or user_k):
                 entry.turns_since_refresh += 1
             writer.mark_dirty(entry)
@@ -373,6 +391,9 @@ class ShortTermMemory:
         if entry is not None and self.cache.is_expired(entry, now):
             entry = None
         others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
+        shown = Shown.own(ctx.user_id, ctx.channel_id)
+        shown_by(entry, others, settings, shown)
+        self._reads.note_shown(ctx, shown)
         context = PromptContext(nudge_depth=settings.nudge_depth)
         block = same_channel_block(entry, settings, ctx.bot_name, now, self._render_cache)
         if block is not None:

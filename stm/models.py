@@ -20,6 +20,7 @@ from pydantic import (
 
 from .config import RenderMode
 from .ids import Id, Name
+from .provenance import Shown
 from .text import clean_name
 
 __all__ = [
@@ -66,6 +67,10 @@ class TurnContext(BaseModel):
     _deletion_seq: int | None = PrivateAttr(default=None)
     # The change feed's position this process's cache reflected when the turn began.
     _feed_position: int | None = PrivateAttr(default=None)
+    # What this turn's prompt showed from memory (its upgrade credits it), and whether an
+    # upgrade of this turn is in flight (one per turn).
+    _shown: Shown | None = PrivateAttr(default=None)
+    _upgrading: bool = PrivateAttr(default=False)
 
     @property
     def is_dm(self) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Literal, TypeVar
 
 from .cache import Entry, GroupKey, MemoryCache
@@ -23,8 +23,9 @@ from .config import STMConfig
 from .convert import entry_from
 from .deletions import DeletionLog, apply_to_row, overtakes
 from .expiry import Expiry, Thresholds, row_expired
-from .keys import parse_key
-from .models import TurnContext
+from .keys import parse_key, turn_keys
+from .models import DialogueMessage, TurnContext
+from .provenance import Shown
 from .store.base import LoadRecent, LoadRows, StoredRow
 from .writer import Writer
 
@@ -164,11 +165,35 @@ class ReadThrough:
         if private is None or private.get("_deletion_seq") is None:
             ctx._deletion_seq = self.deletions.seq
 
-    def overtaken(self, ctx: TurnContext) -> bool:
-        """Was memory this turn saw cleared since the turn began? Its summary, written from
-        what the model saw, must not bring the cleared words back."""
-        later = self.deletions.since(ctx._deletion_seq or 0)
-        return later is None or overtakes(later, ctx.channel_id, ctx.server_id)
+    def note_shown(self, ctx: TurnContext, shown: Shown) -> None:
+        """Record what this turn's prompt showed (added to what an earlier build showed)."""
+        private = ctx.__pydantic_private__
+        assert private is not None  # TurnContext has private attributes
+        held: Shown | None = private.get("_shown")
+        if held is None:
+            private["_shown"] = shown
+        else:
+            held.add(shown)
+
+    def overtaken(self, ctx: TurnContext, messages: Iterable[DialogueMessage] = ()) -> bool:
+        """Did a deletion since the turn began touch what its prompt showed, its own
+        entries, or the authors of ``messages`` (the turn's own, when it is captured)? Its
+        summary or its reply, written from what the model saw, must not bring the deleted
+        words back. False for a turn whose beginning is unknown."""
+        private = ctx.__pydantic_private__
+        seq = None if private is None else private.get("_deletion_seq")
+        if seq is None or seq == self.deletions.seq:
+            return False
+        later = self.deletions.touched_since(seq)
+        if later is None:
+            return True
+        shown: Shown = private.get("_shown") or Shown()  # type: ignore[union-attr]
+        own = Shown.own(ctx.user_id, ctx.channel_id)
+        own.add(shown)
+        own.add_users([m.author_id for m in messages if m.author_id is not None])
+        user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
+        keys = (user_k,) if server_k is None else (user_k, server_k)
+        return overtakes(later, own, keys, ctx.server_id)
 
     # -- hydration --------------------------------------------------------------
     def hydrate_in_background(self, keys: list[str]) -> None:

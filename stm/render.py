@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from .cache import Entry, StoredMessage
 from .models import Category, PromptBlock, ServerSettings
+from .provenance import Shown
 from .slugs import slugs_for
 from .text import one_line, quote_lines
 from .tool import TOOL_NAME
@@ -27,6 +28,7 @@ __all__ = [
     "other_channels_blocks",
     "relative_time",
     "same_channel_block",
+    "shown_by",
 ]
 
 RECENT_SECONDS = 3600.0
@@ -248,3 +250,22 @@ def nudge(settings: ServerSettings) -> str:
             text += f" (tool: {TOOL_NAME})"
         return f"[System: {text}]"
     return DEFAULT_NUDGE
+
+
+def shown_by(
+    entry: Entry | None, others: Sequence[Entry], settings: ServerSettings, shown: Shown
+) -> None:
+    """Add to ``shown`` what ``same_channel_block`` and ``other_channels_blocks`` render from
+    these entries: their channels, the contributors of distilled memory shown, and the turn
+    users and authors of crude messages shown."""
+    if entry is not None and entry.distilled:
+        shown.add_users(entry.contributors)
+    count = settings.crude_message_count
+    crude_summary = settings.render_mode == "crude_summary"
+    channels = shown.channels
+    for other in others:
+        channels.add(other.channel_id)
+        if other.contributors:  # cleared with the distilled memory they produced
+            shown.add_users(other.contributors)
+        if count > 0 and (crude_summary or not (other.summary or other.categories)):
+            shown.add_window(other.messages[-count:])

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 from pathlib import Path
 
 from conftest import Opener, ctx, turn
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from stm import DialogueMessage, GenerationFinished, ShortTermMemory
+from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig
 from stm.store.shred import readable
 
 
@@ -130,3 +133,83 @@ async def test_crude_messages_never_reach_the_file(
         assert db.execute(
             f"SELECT count(*) FROM {readable(db)} WHERE summary = ?", ("distilled only",)
         ).fetchone() == (2,)
+
+
+def batched(context: object, said: list[tuple[int, str]], reply: str) -> GenerationFinished:
+    """One turn carrying several authors' messages (a host that batches a busy channel)."""
+    return GenerationFinished(
+        context=context,  # type: ignore[arg-type]
+        messages=[
+            *(DialogueMessage(role="user", content=text, author_id=a) for a, text in said),
+            DialogueMessage(role="assistant", content=reply),
+        ],
+    )
+
+
+async def test_a_purge_reaches_another_authors_message_in_a_turn(
+    memory: ShortTermMemory,
+) -> None:
+    """Bob wrote a message inside Alice's turn: purging Bob removes it, and drops the
+    summary made from it, while Alice's own words stay."""
+    alice = ctx(user=1)
+    await memory.capture(batched(alice, [(1, "ALICE-ASKS"), (2, "BOB-INTERJECTS")], "REPLY"))
+    assert (await memory.run_tool(alice, {"summary": "Bob said BOB-INTERJECTS"})).success
+    # And a turn no upgrade followed: only the capture can have indexed Bob's message.
+    await memory.capture(batched(ctx(user=1, channel=12), [(2, "BOB-AGAIN")], "REPLY-12"))
+    await memory.clear_short_term_memory_for_user(2)
+    for key in ("shortterm:server:100:12", "shortterm:user:1:12"):
+        entry = await memory.get_entry(key)
+        assert entry is not None and [m.content for m in entry.messages] == ["REPLY-12"]
+    for key in ("shortterm:server:100:10", "shortterm:user:1:10"):
+        entry = await memory.get_entry(key)
+        assert entry is not None
+        assert [m.content for m in entry.messages] == ["ALICE-ASKS", "REPLY"]
+        assert entry.summary is None
+    assert "BOB-INTERJECTS" not in str(await memory.build_context(ctx(user=3, channel=11)))
+
+
+async def test_an_opted_out_authors_message_is_not_captured_in_anyones_turn(
+    memory: ShortTermMemory,
+) -> None:
+    """Bob paused memory: his message inside Alice's turn is left out, the rest is kept."""
+    await memory.set_user_opt_out(2, True)
+    await memory.capture(batched(ctx(user=1), [(1, "ALICE"), (2, "BOB-PAUSED")], "REPLY"))
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None
+    assert [m.content for m in entry.messages] == ["ALICE", "REPLY"]
+    assert memory.cache.keys_of_user(2) == []
+
+
+@settings(max_examples=100, deadline=None, database=None, derandomize=True)
+@given(
+    turns=st.lists(
+        st.tuples(st.sampled_from((1, 2, 3)), st.lists(st.sampled_from((1, 2, 3)), max_size=3)),
+        min_size=1,
+        max_size=5,
+    ),
+    paused=st.sets(st.sampled_from((1, 2, 3))),
+)
+def test_opted_out_authors_are_left_out_of_any_turn(
+    turns: list[tuple[int, list[int]]], paused: set[int]
+) -> None:
+    """Any turns with any authors, any users paused: no paused author's message and no
+    turn of a paused user is captured; every other message is."""
+
+    async def play() -> None:
+        config = STMConfig(database=":memory:", max_messages_per_channel=1000)
+        async with ShortTermMemory.open(config) as memory:
+            for user in paused:
+                await memory.set_user_opt_out(user, True)
+            expected: list[str] = []
+            for n, (user, authors) in enumerate(turns):
+                said = [(a, f"w{a}t{user}n{n}{i}") for i, a in enumerate(authors)]
+                await memory.capture(batched(ctx(user=user), said, f"reply{n}"))
+                if user not in paused:
+                    expected += [text for a, text in said if a not in paused] + [f"reply{n}"]
+            entry = await memory.get_entry("shortterm:server:100:10")
+            held = [m.content for m in entry.messages] if entry else []
+            assert held == expected
+            for user in paused:
+                assert memory.cache.keys_of_user(user) == []
+
+    asyncio.run(play())

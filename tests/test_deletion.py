@@ -66,14 +66,16 @@ async def test_user_purge_semantics(memory: ShortTermMemory) -> None:
     await memory.capture(turn(shared, "ALICE-WORDS", "REPLY-TO-ALICE"))
     await memory.capture(turn(ctx(user=2), "BOB-WORDS", "REPLY-TO-BOB"))
     assert (await memory.run_tool(ctx(user=2), {"summary": "Alice and Bob chat"})).success
-    await remember(memory, "BOB-ONLY", user=2, channel=11)
+    # In another server: a channel of server 100 would show Alice's words from #10 and
+    # so credit her (see test_provenance.py).
+    await remember(memory, "BOB-ONLY", user=2, channel=20, server=200)
     await memory.clear_short_term_memory_for_user(1)
     server = await memory.get_entry("shortterm:server:100:10")
     assert server is not None
     assert [m.content for m in server.messages] == ["BOB-WORDS", "REPLY-TO-BOB"]
     assert server.summary is None  # Alice's words were in the window at the upgrade
     assert await memory.get_entry("shortterm:user:1:10") is None
-    bob_elsewhere = await memory.get_entry("shortterm:server:100:11")
+    bob_elsewhere = await memory.get_entry("shortterm:server:200:20")
     assert bob_elsewhere is not None and bob_elsewhere.summary == "BOB-ONLY"
     bob_user = await memory.get_entry("shortterm:user:2:10")
     assert bob_user is not None and bob_user.summary is None
@@ -99,14 +101,14 @@ async def test_purge_reaches_rows_not_in_the_cache(open_memory: Opener, db_path:
     """After a restart the purge still removes the user's rows and contributed summaries."""
     first = await open_memory()
     await remember(first, "ROW-OF-USER-ONE")
-    await remember(first, "ROW-OF-USER-TWO", user=2, channel=11)
+    await remember(first, "ROW-OF-USER-TWO", user=2, channel=20, server=200)
     await first.close()
     second = await open_memory()
     await second.clear_short_term_memory_for_user(1)
     await second.flush()
     assert keys_in_file(db_path) == {
-        "shortterm:user:2:11",
-        "shortterm:server:100:11",
+        "shortterm:user:2:20",
+        "shortterm:server:200:20",
         "shortterm:server:100:10",
     }
     assert b"ROW-OF-USER-ONE" not in file_bytes(db_path)
@@ -192,7 +194,7 @@ async def test_no_stale_copies_in_live_pages_after_a_purge(
         await remember(memory, f"STALE-NEEDLE-{i:03d} " + "pad " * 120, channel=1000 + i)
         await memory.flush()
         witness.look()
-    await remember(memory, "OTHER-USER-KEEPS-THIS", user=2, channel=999)
+    await remember(memory, "OTHER-USER-KEEPS-THIS", user=2, channel=999, server=200)
     await memory.flush()
     witness.look()
     await memory.clear_short_term_memory_for_user(1)

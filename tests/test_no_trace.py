@@ -55,11 +55,12 @@ async def write_many_versions(
     memory: ShortTermMemory, versions: int, witness: KeyWitness | None = None
 ) -> None:
     """Both users talk and upgrade the same rows over and over; user 1 in channels 10-11 only,
-    user 2 alone in channel 12, so user 2's memory there must survive user 1's purge."""
+    user 2 alone in channel 12 of another server (where no prompt shows user 1's words), so
+    user 2's memory there must survive user 1's purge."""
     for version in range(versions):
         size = 5000 if version % 3 == 0 else 40
-        for user, channel in ((1, 10), (1, 11), (2, 12)):
-            c = ctx(user=user, channel=channel)
+        for user, channel, server in ((1, 10, 100), (1, 11, 100), (2, 12, 200)):
+            c = ctx(user=user, channel=channel, server=server)
             await memory.capture(turn(c, needle(user, channel, version, 10), "ok"))
             result = await memory.run_tool(c, {"summary": needle(user, channel, version, size)})
             assert result.success, result.message

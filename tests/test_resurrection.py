@@ -7,20 +7,30 @@ with and without a server, reads; between batches, janitor passes after the
 clock moves, flushes and restarts (close and reopen). The cache holds only a
 few keys, so entries are evicted and hydrated again all the time.
 
-Every text written is a unique token. A small model, written from the
+Every text written is a unique token. Turns may carry messages of several
+authors. A turn that built its prompt first copies the tokens its prompt
+showed (other channels' recent messages and distilled memory) into its
+summary or its reply, as the model would. A small model, written from the
 contract and not from the code, says when a token dies:
 
 - a channel clear kills every token of that channel written before it;
 - a user purge (within its server, if it names one) kills the crude messages
-  of the user's turns and the summaries the user certainly contributed to:
-  the upgrading user, users whose turns were certainly in the window, and the
-  contributors of the summary it certainly rolled over;
-- inactivity past the longest TTL kills a key's tokens.
+  the user wrote or whose turn they triggered, and the summaries the user
+  certainly contributed to: the upgrading user, turn users and authors of
+  messages certainly in the window, turn users and authors of crude messages
+  and contributors of summaries its prompt showed, and the contributors of
+  the summary it certainly rolled over;
+- inactivity past the longest TTL kills a key's tokens;
+- a copy lives and dies with the summary or reply that holds it, and a turn
+  whose prompt showed a token that a clear or purge killed before the turn's
+  upgrade or capture was called is overtaken: its upgrade must be refused
+  and its reply (which copied the token) never captured.
 
 After every batch: no dead token in any cache entry, in what get_entry and
 build_context returned, or (after a flush) in any database row; no token of
-a refused upgrade anywhere. "Certainly" keeps the model conservative: when
-it cannot be sure a user contributed, it does not demand the summary go.
+a refused upgrade or an overtaken reply anywhere. "Certainly" keeps the model
+conservative: when it cannot be sure a user contributed, it does not demand
+the summary go.
 
 STM_STRESS=1 runs many more batches; STM_SEED replays one run.
 """
@@ -41,6 +51,7 @@ from fakes import FaultyStore
 
 from stm import (
     DialogueMessage,
+    DurabilityError,
     GenerationFinished,
     ShortTermMemory,
     STMConfig,
@@ -50,6 +61,8 @@ from stm.store.shred import readable
 from stm.store.sqlite import SQLiteStore
 
 TOKEN = re.compile(r"qz(\d+)x")
+# A copy of token M held by the summary or reply H: ``qz{M}c{H}x``.
+COPY = re.compile(r"qz(\d+)c(\d+)x")
 USERS = (1, 2, 3)
 SERVERS = {100: (10, 11, 12), 200: (20, 21)}
 PRIVATE = {12}
@@ -70,6 +83,9 @@ class Token:
     status: str = "pending"  # "ok", "refused"
     # Per key: users certainly among the contributors of this summary there.
     contrib: dict[str, set[int]] = field(default_factory=dict)
+    author: int | None = None  # who wrote a crude message (None: the bot)
+    # Users whose words the turn's prompt certainly showed (crediting a summary).
+    seen_users: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -104,8 +120,14 @@ class Model:
         self.t += 1
         return self.t
 
+    def server_of(self, key: str) -> int | None:
+        """The server a key's entry belongs to: a user key of a server channel has one."""
+        return self.key_servers.get(key, key_server(key))
+
     def token(self, kind: str, keys: tuple[str, ...], ctx: TurnContext) -> Token:
         n = len(self.tokens) + 1
+        for key in keys:
+            self.key_servers[key] = ctx.server_id
         token = Token(n, kind, keys, ctx.channel_id, ctx.server_id, ctx.user_id, self.tick())
         self.tokens[n] = token
         return token
@@ -115,7 +137,7 @@ class Model:
         if event.kind == "channel":
             return event.channel == key_channel(key)
         if event.kind == "purge":
-            return event.server is None or event.server == key_server(key)
+            return event.server is None or event.server == self.server_of(key)
         if event.kind == "expire":
             return event.key == key
         if event.kind in ("restart", "removed"):
@@ -129,16 +151,19 @@ class Model:
         """Work out who certainly contributed to a successful upgrade, per key."""
         assert token.end is not None
         for key in token.keys:
-            certain = {token.user}
+            certain = {token.user} | token.seen_users
             for other in self.tokens.values():
                 if (
                     other.kind == "crude"
+                    and other.status == "ok"
                     and key in other.keys
                     and other.end is not None
                     and other.end < token.begin
                     and not self.broken(key, other.end, token.end, window=True)
                 ):
                     certain.add(other.user)
+                    if other.author is not None:
+                        certain.add(other.author)
             previous = self.previous_upgrade(token, key)
             if previous is not None:
                 certain |= previous.contrib.get(key, set())
@@ -163,7 +188,9 @@ class Model:
             if u.kind == "summary" and key in u.keys and u is not token and u is not previous
             and u.begin < token.end and (u.end is None or u.end > previous.begin)
         ]  # fmt: skip
-        if others or self.broken(key, previous.end, token.end, window=False):
+        # From the previous upgrade's beginning: a delete while it ran may have landed
+        # after its commit, and then this one rolled over nothing.
+        if others or self.broken(key, previous.begin, token.end, window=False):
             return None
         return previous
 
@@ -176,8 +203,8 @@ class Model:
                 return True
             if event.kind == "expire" and event.key == key:
                 return True
-            if event.kind == "purge" and (event.server is None or event.server == key_server(key)):
-                if token.kind == "crude" and token.user == event.user:
+            if event.kind == "purge" and event.server in (None, self.server_of(key)):
+                if token.kind == "crude" and event.user in (token.user, token.author):
                     return True
                 if token.kind == "summary" and event.user in token.contrib.get(key, set()):
                     return True
@@ -186,15 +213,60 @@ class Model:
     def violations(self, text: str, keys: list[str], at: int, where: str) -> list[str]:
         """Tokens in ``text`` (read from one of ``keys``) that must not be there."""
         found = []
-        for match in TOKEN.finditer(text):
-            token = self.tokens[int(match.group(1))]
+        matches = [(m.group(), int(m.group(1))) for m in TOKEN.finditer(text)]
+        # A copy is judged as the summary or reply that holds it.
+        matches += [(m.group(), int(m.group(2))) for m in COPY.finditer(text)]
+        for shown, n in matches:
+            token = self.tokens[n]
             if token.status == "refused":
-                found.append(f"refused upgrade qz{token.n}x visible in {where}")
+                found.append(f"refused or overtaken {shown} visible in {where}")
                 continue
             candidates = [k for k in token.keys if k in keys] or list(token.keys)
             if all(self.dead(token, k, at) for k in candidates):
-                found.append(f"dead {token.kind} qz{token.n}x visible in {where}")
+                found.append(f"dead {token.kind} {shown} visible in {where}")
         return found
+
+    def killed_between(self, token: Token, key: str, low: int, high: int) -> bool:
+        """Did a clear or purge certainly kill ``token`` (as shown from ``key``) in (low, high)?"""
+        for event in self.events:
+            if not low < event.t < high:
+                continue
+            if event.kind == "channel" and event.channel == token.channel:
+                return True
+            if event.kind == "purge" and event.server in (None, self.server_of(key)):
+                if token.kind == "crude" and event.user in (token.user, token.author):
+                    return True
+                if token.kind == "summary" and event.user in token.contrib.get(key, set()):
+                    return True
+        return False
+
+    def deleted_between(self, low: int, high: int) -> bool:
+        return any(low < e.t < high and e.kind in ("channel", "purge") for e in self.events)
+
+    def seen(self, text: str, ctx: TurnContext) -> list[tuple[Token, str]]:
+        """The tokens a prompt showed, each with the key it was shown from."""
+        scope = "user" if ctx.server_id is None else "server"
+        found = []
+        for match in TOKEN.finditer(text):
+            token = self.tokens[int(match.group(1))]
+            keys = [k for k in token.keys if k.split(":")[1] == scope]
+            if keys and token.status != "refused":
+                found.append((token, keys[0]))
+        return found
+
+    def credit(self, holder: Token, seen: list[tuple[Token, str]]) -> None:
+        """The users a summary certainly owes to what its prompt showed."""
+        for token, key in seen:
+            if token.kind == "crude":
+                holder.seen_users.add(token.user)
+                if token.author is not None:
+                    holder.seen_users.add(token.author)
+            else:
+                holder.seen_users |= token.contrib.get(key, set())
+
+    def overtaken(self, seen: list[tuple[Token, str]], low: int, high: int) -> bool:
+        """Was a token the prompt showed certainly killed before the turn went on?"""
+        return any(self.killed_between(token, key, low, high) for token, key in seen)
 
 
 class Run:
@@ -214,11 +286,13 @@ class Run:
             write_behind_seconds=0.01,
             delete_retry_seconds=0.01,
             janitor_interval_minutes=10_000,
+            busy_timeout_ms=50,  # a restart with the database locked gives up quickly
         )
         self.db_path = db_path
         self.model = Model()
         self.memory: ShortTermMemory | None = None
         self.batches = self.operations = self.restarts = 0
+        self.pending_restarts = self.poisons = 0
         self.failures: list[str] = []
 
     # -- the memory under test ------------------------------------------------
@@ -275,22 +349,52 @@ class Run:
 
     async def capture(self) -> None:
         ctx, wait = self.context(), self.rng.randrange(4)
+        keys = self.keys(ctx)
+        low: int | None = None
+        seen: list[tuple[Token, str]] = []
+        if self.rng.random() < 0.3:
+            # The turn's prompt is built first; a delete may land before its capture.
+            low = self.model.tick()
+            text = str(await self.m.build_context(ctx))
+            self.check(text, ctx, "build_context before a capture")
+            seen = self.model.seen(text, ctx)
         for _ in range(wait):
             await asyncio.sleep(0)
-        keys = self.keys(ctx)
-        token = self.model.token("crude", keys, ctx)
-        self.active(keys)
-        await self.m.capture(
-            GenerationFinished(
-                context=ctx,
-                messages=[
-                    DialogueMessage(
-                        role="user", content=f"said qz{token.n}x", author_id=ctx.user_id
-                    )
-                ],
+        if low is None:
+            low = self.model.tick()  # without a prompt, the turn begins at its capture
+        authors = [ctx.user_id]
+        if self.rng.random() < 0.3:
+            authors.append(self.rng.choice(USERS))  # a host batching a busy channel
+        messages = []
+        tokens = []
+        for author in authors:
+            token = self.model.token("crude", keys, ctx)
+            token.author, token.begin = author, low
+            tokens.append(token)
+            messages.append(
+                DialogueMessage(role="user", content=f"said qz{token.n}x", author_id=author)
             )
-        )
-        token.end, token.status = self.model.tick(), "ok"
+        if seen or self.rng.random() < 0.3:
+            reply = self.model.token("crude", keys, ctx)
+            reply.begin = low
+            tokens.append(reply)
+            copies = " ".join(f"qz{t.n}c{reply.n}x" for t, _ in seen)
+            messages.append(
+                DialogueMessage(role="assistant", content=f"reply qz{reply.n}x {copies}")
+            )
+            if self.model.overtaken(seen, low, self.model.tick()):
+                reply.status = "refused"  # it repeats words deleted during the turn
+        self.active(keys)
+        called = self.model.tick()
+        await self.m.capture(GenerationFinished(context=ctx, messages=messages))
+        end = self.model.tick()
+        # A capture overtaken by a delete during its turn may have been left out: its
+        # words are then not certainly in the window.
+        landed = "ok" if not self.model.deleted_between(low, called) else "maybe"
+        for token in tokens:
+            token.end = end
+            if token.status == "pending":
+                token.status = landed
 
     async def upgrade(self) -> None:
         ctx, turn_first = self.context(), self.rng.random() < 0.5
@@ -298,13 +402,24 @@ class Run:
         keys = self.keys(ctx)
         token = self.model.token("summary", keys, ctx)
         self.active(keys)
+        seen: list[tuple[Token, str]] = []
         if turn_first:
-            context = await self.m.build_context(ctx)
-            self.check(str(context), ctx, "build_context before an upgrade")
+            context = str(await self.m.build_context(ctx))
+            self.check(context, ctx, "build_context before an upgrade")
+            seen = self.model.seen(context, ctx)
+            self.model.credit(token, seen)
             await self.jitter()
-        result = await self.m.run_tool(ctx, {"summary": f"summary qz{token.n}x"})
+        # The model copies what its prompt showed into the summary.
+        copies = " ".join(f"qz{t.n}c{token.n}x" for t, _ in seen)
+        overtaken = self.model.overtaken(seen, token.begin, self.model.tick())
+        result = await self.m.run_tool(ctx, {"summary": f"summary qz{token.n}x {copies}"})
         token.end = self.model.tick()
         token.status = "ok" if result.success else "refused"
+        if result.success and overtaken:
+            self.failures.append(
+                f"upgrade qz{token.n}x succeeded though a token its prompt showed was deleted "
+                "during the turn"
+            )
         if result.success:
             self.model.settle_upgrade(token)
 
@@ -334,6 +449,39 @@ class Run:
                 text += " ".join(entry.categories.values())
                 self.failures += self.model.violations(text, [key], self.model.tick(), key)
 
+    async def poison(self) -> None:
+        """A value the boundary must refuse with ValueError (or clean, for a name); nothing
+        of it may reach the writer and block what is queued behind it."""
+        await self.jitter()
+        bad = self.rng.choice([-1, 2**63, 2**64, True])
+        choice = self.rng.randrange(5)
+        self.poisons += 1
+        try:
+            if choice == 0:
+                await self.m.clear_short_term_memory_for_user(bad)
+            elif choice == 1:
+                await self.m.clear_short_term_memory_for_user(1, bad)
+            elif choice == 2:
+                await self.m.clear_short_term_memory_for_channel(bad)
+            elif choice == 3:
+                ctx = TurnContext(user_id=1, channel_id=10, server_id=100)
+                message = DialogueMessage(role="user", content="poison", author_id=bad)
+                await self.m.capture(GenerationFinished(context=ctx, messages=[message]))
+            else:
+                # A lone surrogate in a name is cleaned, not refused.
+                ctx = TurnContext(user_id=1, channel_id=10, server_id=100, channel_name="a\ud800b")
+                self.active(self.keys(ctx))  # it keeps the keys alive like any capture
+                await self.m.capture(
+                    GenerationFinished(
+                        context=ctx,
+                        messages=[DialogueMessage(role="user", content="named", author_id=1)],
+                    )
+                )
+                return
+        except ValueError:
+            return
+        self.failures.append(f"poison value {bad!r} accepted (case {choice})")
+
     def check(self, text: str, ctx: TurnContext, where: str) -> None:
         # A server channel renders server-scope memory; a DM renders the user's own.
         scope = "user" if ctx.server_id is None else "server"
@@ -343,7 +491,7 @@ class Run:
     # -- steps ----------------------------------------------------------------
     async def batch(self) -> None:
         ops = [self.capture, self.capture, self.upgrade, self.upgrade, self.read, self.read]
-        ops += [self.clear, self.purge]
+        ops += [self.clear, self.purge, self.poison]
         chosen = [self.rng.choice(ops) for _ in range(self.rng.randint(1, 4))]
         await asyncio.gather(*(op() for op in chosen))
         self.batches += 1
@@ -378,11 +526,30 @@ class Run:
             self.failures += self.model.violations(text, [key], at, f"row {key}")
 
     async def restart(self) -> None:
-        await self.m.close()
+        if self.rng.random() < 0.5:
+            await self.m.close()
+        else:
+            await self.restart_with_pending_deletes()
         self.model.events.append(Deletion(self.model.tick(), "restart"))
         await self.open()
         self.restarts += 1
         await self.flush_and_check_rows()
+
+    async def restart_with_pending_deletes(self) -> None:
+        """Another connection holds the write lock while a purge (and maybe a clear) is made
+        and the memory closes: they stay pending, and the next open must apply them before
+        anything is served."""
+        await self.m.flush()
+        with contextlib.closing(sqlite3.connect(str(self.db_path), timeout=5)) as lock:
+            lock.execute("BEGIN IMMEDIATE")
+            await self.purge()
+            if self.rng.random() < 0.5:
+                await self.clear()
+            try:
+                await self.m.close()
+            except DurabilityError:
+                self.pending_restarts += 1
+            lock.rollback()
 
     async def go(self, batches: int) -> None:
         await self.open()
@@ -413,6 +580,7 @@ async def test_nothing_deleted_comes_back(
     base = seed_for("resurrection")
     runs, per_run = scaled(6, 40), scaled(500, 1500)
     totals = {"batches": 0, "operations": 0, "restarts": 0, "tokens": 0, "deletions": 0}
+    totals |= {"pending": 0, "poisons": 0}
     for i in range(runs):
         run = Run(tmp_path / f"run{i}.sqlite3", base + i)
         await run.go(per_run)
@@ -422,13 +590,16 @@ async def test_nothing_deleted_comes_back(
         totals["batches"] += run.batches
         totals["operations"] += run.operations
         totals["restarts"] += run.restarts
+        totals["pending"] += run.pending_restarts
+        totals["poisons"] += run.poisons
         totals["tokens"] += len(run.model.tokens)
         totals["deletions"] += sum(e.kind in ("channel", "purge") for e in run.model.events)
     with capsys.disabled():
         print(
             f"\nno resurrection: {totals['batches']} concurrent interleavings "
             f"({totals['operations']} operations, {totals['deletions']} clears and purges, "
-            f"{totals['restarts']} restarts, {totals['tokens']} tokens) over {runs} seeds "
+            f"{totals['restarts']} restarts ({totals['pending']} with deletes left pending), "
+            f"{totals['poisons']} poison values, {totals['tokens']} tokens) over {runs} seeds "
             f"from {base}"
         )
 

@@ -204,3 +204,30 @@ async def test_a_failed_upgrade_restores_the_entries_it_changed(
     assert entry.summary == "BEFORE" and entry.turns_since_refresh == 1
     assert entry.last_refreshed_turn == 1
     await memory.close()
+
+
+async def test_two_concurrent_tool_calls_in_one_turn_upgrade_once(memory: ShortTermMemory) -> None:
+    """The turn is claimed before the first await: of two calls racing, one succeeds and the
+    other is refused, whatever order they finish in."""
+    c = ctx()
+    await memory.capture(turn(c, "x"))
+    first, second = await asyncio.gather(
+        memory.run_tool(c, {"summary": "FIRST"}), memory.run_tool(c, {"summary": "SECOND"})
+    )
+    assert [first.success, second.success] == [True, False]
+    assert "already being applied" in second.message
+    entry = await memory.get_entry("shortterm:server:100:10")
+    assert entry is not None and entry.summary == "FIRST" and entry.last_refreshed_turn == 1
+
+
+async def test_a_failed_upgrade_releases_the_turn_for_a_retry(
+    config: STMConfig, clock: Clock
+) -> None:
+    """When the commit fails the claim is released: the model may call the tool again."""
+    memory, store = await faulty_memory(config, clock=clock)
+    c = ctx()
+    await memory.capture(turn(c, "x"))
+    store.failures = 1
+    assert not (await memory.run_tool(c, {"summary": "LOST"})).success
+    assert (await memory.run_tool(c, {"summary": "RETRIED"})).success
+    await memory.close()

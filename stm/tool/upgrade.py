@@ -14,13 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..cache import Entry, MemoryCache
+from ..cache import Entry, MemoryCache, group_of
 from ..config import STMConfig
 from ..convert import row_of
 from ..intent import IntentGate
 from ..keys import turn_keys
 from ..models import ServerSettings, ToolResult, TurnContext
+from ..provenance import Shown
 from ..readthrough import AGAIN, Again, ReadThrough, Unavailable, Unsettled, describe, settle
+from ..render import shown_by
 from ..settings import SettingsBook
 from ..store.base import Guard, Overtaken, SaveDistilled
 from ..writer import Writer
@@ -160,9 +162,31 @@ class Upgrades:
         values = parse_arguments(arguments_model(settings.categories, limit), arguments, limit)
         if isinstance(values, str):
             return _refused(values)
+        private = ctx.__pydantic_private__
+        assert private is not None  # TurnContext has private attributes
+        # Claimed before the first await: of two calls racing in one turn, one upgrades.
+        if private.get("_upgrading"):
+            return _refused(
+                f"{TOOL_NAME} is already being applied in this turn; do not call it again."
+            )
+        private["_upgrading"] = True
+        result = None
+        try:
+            result = await self._run(ctx, settings, values)
+        finally:
+            if result is None or not result.success:
+                private["_upgrading"] = False  # failed: the model may try again
+        return result
+
+    async def _run(
+        self, ctx: TurnContext, settings: ServerSettings, values: dict[str, str]
+    ) -> ToolResult:
         self.reads.mark_turn_start(ctx)
         if self.follower is not None:
             self.follower.mark_turn_start(ctx)
+        private = ctx.__pydantic_private__
+        if private is None or private.get("_shown") is None:
+            await self._note_what_a_prompt_would_show(ctx, settings)
         keys = [
             k
             for k in turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
@@ -185,6 +209,26 @@ class Upgrades:
         if isinstance(entries, ToolResult):
             return entries
         return await self._commit(ctx, settings, entries, values)
+
+    async def _note_what_a_prompt_would_show(
+        self, ctx: TurnContext, settings: ServerSettings
+    ) -> None:
+        """Without ``build_context`` on this turn, credit what it would have rendered from
+        other channels: the host may have built the prompt through another context."""
+        group = group_of(
+            "user" if ctx.server_id is None else "server",
+            ctx.server_id,
+            ctx.user_id,
+            ctx.persona_id,
+        )
+        warming = self.reads.warm(group)
+        if warming is not None:
+            await warming
+        now = self.clock()
+        others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
+        shown = Shown.own(ctx.user_id, ctx.channel_id)
+        shown_by(None, others, settings, shown)
+        self.reads.note_shown(ctx, shown)
 
     async def _entries(self, ctx: TurnContext, keys: list[str]) -> list[Entry] | ToolResult | Again:
         """The turn's entries, a refusal, or AGAIN when the cache no longer holds one."""
@@ -216,9 +260,15 @@ class Upgrades:
         values: dict[str, str],
     ) -> ToolResult:
         now = self.clock()
+        # Everyone whose words the prompt could show the model: what build_context
+        # rendered (or would have), and the turns and authors of the turn's own windows.
+        private = ctx.__pydantic_private__
+        shown: Shown | None = None if private is None else private.get("_shown")
         contributors = {ctx.user_id}
+        if shown is not None:
+            contributors |= shown.users
         for entry in entries:
-            contributors |= entry.turn_users()
+            contributors |= entry.window_users()
         snapshots = [_Snapshot.of(e) for e in entries]
         for entry in entries:
             if settings.summary_mode:

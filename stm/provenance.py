@@ -1,0 +1,72 @@
+"""What a turn's prompt showed from memory: whom its upgrade credits, which deletions overtake it.
+
+A summary is a distillation of everything the model saw, so its contributors are
+everyone whose words the prompt could show, and a deletion of any of it during
+the turn means the turn's summary and capture could bring the deleted words back.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = ["Said", "Shown"]
+
+
+class Said(Protocol):
+    """A crude message, as far as provenance needs it."""
+
+    @property
+    def turn_user_id(self) -> int: ...
+
+    @property
+    def author_id(self) -> int | None: ...
+
+
+@dataclass(slots=True)
+class Shown:
+    """The channels whose memory a turn's prompt showed (its own included), and the users
+    whose words it showed (its own user included).
+
+    Crude messages shown are kept as the windows' slices (messages never change) and
+    read only when an upgrade or a deletion needs them: a busy channel's window may
+    have moved on by then, and the turn path stays cheap.
+    """
+
+    channels: set[int] = field(default_factory=set)
+    _users: set[int] = field(default_factory=set)
+    _windows: list[Sequence[Said]] = field(default_factory=list)
+
+    @classmethod
+    def own(cls, user_id: int, channel_id: int) -> Shown:
+        """What any turn shows the model: its own channel and its user's words."""
+        return cls({channel_id}, {user_id})
+
+    def add_users(self, users: Sequence[int] | frozenset[int] | set[int]) -> None:
+        """Credit users whose words were shown (the contributors of distilled memory)."""
+        self._users.update(users)
+
+    def add_window(self, messages: Sequence[Said]) -> None:
+        """Credit the turn users and authors of these crude messages, which were shown."""
+        self._windows.append(messages)
+
+    def add(self, other: Shown) -> None:
+        """Also what ``other`` showed."""
+        self.channels |= other.channels
+        self._users |= other._users
+        self._windows += other._windows
+
+    @property
+    def users(self) -> set[int]:
+        """Every user whose words were shown."""
+        if self._windows:
+            users = self._users
+            for window in self._windows:
+                for message in window:
+                    users.add(message.turn_user_id)
+                    if message.author_id is not None:
+                        users.add(message.author_id)
+            self._windows = []
+        return self._users

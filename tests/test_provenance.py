@@ -1,0 +1,226 @@
+"""Provenance: a purge reaches every summary whose prompt showed the purged user's words.
+
+An upgrade's contributors are everyone whose words the turn's prompt could show
+the model: its own window's turn users and authors, its user, the turn users and
+authors of crude messages rendered from other channels, and the contributors of
+distilled memory rendered from other channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tempfile
+from pathlib import Path
+
+from conftest import ctx, turn
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from shredding import KeyWitness, file_bytes, plain_text
+
+from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
+
+GENERAL, RANDOM = 10, 11
+ALICE, BOB, CAROL = 1, 2, 3
+
+
+def row_text(db_path: Path) -> str:
+    """Every row's distilled text, decrypted."""
+    return plain_text(db_path)
+
+
+async def everything_shown(memory: ShortTermMemory, users: tuple[int, ...]) -> str:
+    """The cache, every key's get_entry and every user's prompt in every channel."""
+    parts: list[str] = []
+    for entry in list(memory.cache):
+        parts.extend(m.content for m in entry.messages)
+        parts.append(entry.summary or "")
+        parts.extend(entry.categories.values())
+        snap = await memory.get_entry(entry.key)
+        if snap is not None:
+            parts.extend(m.content for m in snap.messages)
+            parts.append(snap.summary or "")
+    for user in users:
+        for channel in (GENERAL, RANDOM, 12):
+            parts.append(str(await memory.build_context(ctx(user=user, channel=channel))))
+    return "\n".join(parts)
+
+
+async def test_words_recalled_from_another_channel_are_purged_from_its_summary(
+    tmp_path: Path,
+) -> None:
+    """Alice's words in #random are shown in Bob's prompt in #general; the model copies them
+    into #general's summary; purging Alice drops that summary everywhere, and no key that
+    encrypted it is left in the files."""
+    db = tmp_path / "stm.sqlite3"
+    witness = KeyWitness(db)
+    async with ShortTermMemory.open(STMConfig(database=str(db))) as memory:
+        await memory.capture(turn(ctx(user=ALICE, channel=RANDOM), "ALICE-SECRET-PLAN"))
+        bob = ctx(user=BOB, channel=GENERAL)
+        await memory.capture(turn(ctx(user=BOB, channel=GENERAL), "hello"))
+        prompt = str(await memory.build_context(bob))
+        assert "ALICE-SECRET-PLAN" in prompt
+        assert (await memory.run_tool(bob, {"summary": "Copied: ALICE-SECRET-PLAN"})).success
+        await memory.flush()
+        witness.look()
+        assert "ALICE-SECRET-PLAN" in row_text(db)
+        copied = witness.rows(f":{GENERAL}")
+        assert copied and witness.left_in_files(copied) == len(copied)
+        await memory.clear_short_term_memory_for_user(ALICE)
+        assert "ALICE-SECRET-PLAN" not in await everything_shown(memory, (ALICE, BOB))
+        await memory.flush()
+        assert "ALICE-SECRET-PLAN" not in row_text(db)
+        assert b"ALICE-SECRET-PLAN" not in file_bytes(db)
+        assert witness.left_in_files(copied) == 0
+
+
+async def test_distilled_memory_recalled_passes_its_contributors_on(tmp_path: Path) -> None:
+    """A summary shown from another channel carries its contributors into the summary made
+    from it (supersede mode: only the distilled memory of #random is rendered)."""
+    config = STMConfig(database=str(tmp_path / "stm.sqlite3"), render_mode="supersede")
+    async with ShortTermMemory.open(config) as memory:
+        alice = ctx(user=ALICE, channel=RANDOM)
+        await memory.capture(turn(alice, "alice talks"))
+        assert (await memory.run_tool(alice, {"summary": "ALICE-NOTES"})).success
+        # Carol's turn in #random makes the window hers; the summary still credits Alice.
+        carol = ctx(user=CAROL, channel=RANDOM)
+        await memory.capture(turn(carol, "carol talks"))
+        bob = ctx(user=BOB, channel=GENERAL)
+        prompt = str(await memory.build_context(bob))
+        assert "ALICE-NOTES" in prompt and "alice talks" not in prompt
+        assert (await memory.run_tool(bob, {"summary": "Copied: ALICE-NOTES"})).success
+        await memory.clear_short_term_memory_for_user(ALICE)
+        entry = await memory.get_entry(f"shortterm:server:100:{GENERAL}")
+        assert entry is None or entry.summary is None
+
+
+async def test_run_tool_without_build_context_credits_what_the_prompt_would_show(
+    tmp_path: Path,
+) -> None:
+    """A host that built the prompt through another context still gets the upgrade credited
+    with the other channels' words a prompt of this turn would show."""
+    async with ShortTermMemory.open(STMConfig(database=str(tmp_path / "stm.sqlite3"))) as memory:
+        await memory.capture(turn(ctx(user=ALICE, channel=RANDOM), "ALICE-WORDS"))
+        bob = ctx(user=BOB, channel=GENERAL)
+        await memory.build_context(ctx(user=BOB, channel=GENERAL))  # another context object
+        assert (await memory.run_tool(bob, {"summary": "Copied: ALICE-WORDS"})).success
+        await memory.clear_short_term_memory_for_user(ALICE)
+        entry = await memory.get_entry(f"shortterm:server:100:{GENERAL}")
+        assert entry is None or entry.summary is None
+
+
+async def test_a_purge_of_someone_never_shown_keeps_the_summary(tmp_path: Path) -> None:
+    """Provenance is not a wipe: a user whose words no prompt of the turn showed (another
+    server) is not credited."""
+    async with ShortTermMemory.open(STMConfig(database=str(tmp_path / "stm.sqlite3"))) as memory:
+        await memory.capture(turn(ctx(user=ALICE, channel=20, server=200), "elsewhere"))
+        bob = ctx(user=BOB, channel=GENERAL)
+        await memory.build_context(bob)
+        assert (await memory.run_tool(bob, {"summary": "BOB-KEEPS"})).success
+        await memory.clear_short_term_memory_for_user(ALICE)
+        entry = await memory.get_entry(f"shortterm:server:100:{GENERAL}")
+        assert entry is not None and entry.summary == "BOB-KEEPS"
+
+
+# -- the class: any authors, turns, channels and purge target -------------------------
+
+TOKEN = re.compile(r"w(\d)t(\d)n(\d+)")
+USERS = (ALICE, BOB, CAROL)
+CHANNELS = (GENERAL, RANDOM, 12)
+
+turns = st.lists(
+    st.tuples(
+        st.sampled_from(USERS),  # whose turn
+        st.sampled_from(CHANNELS),
+        st.lists(st.sampled_from(USERS), min_size=1, max_size=3),  # authors of its messages
+        st.sampled_from(["none", "built", "blind"]),  # no upgrade, after build_context, without
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+async def _play(
+    db: Path,
+    plan: list[tuple[int, int, list[int], str]],
+    target: int,
+    server: int | None,
+    mode: str,
+) -> None:
+    config = STMConfig(
+        database=str(db), max_messages_per_channel=4, crude_message_count=2, render_mode=mode
+    )
+    async with ShortTermMemory.open(config) as memory:
+        n = 0
+        for user, channel, authors, upgrade in plan:
+            here = TurnContext(user_id=user, channel_id=channel, server_id=100)
+            seen = ""
+            if upgrade == "built":
+                seen = str(await memory.build_context(here))
+            elif upgrade == "blind":
+                # The host built the prompt through another context object.
+                twin = TurnContext(user_id=user, channel_id=channel, server_id=100)
+                seen = str(await memory.build_context(twin))
+            messages = []
+            for author in authors:
+                n += 1
+                messages.append(
+                    DialogueMessage(role="user", content=f"w{author}t{user}n{n}", author_id=author)
+                )
+            n += 1
+            # The bot's reply: words of the turn's user (author unknown, as hosts send it).
+            messages.append(DialogueMessage(role="assistant", content=f"w0t{user}n{n}"))
+            await memory.capture(GenerationFinished(context=here, messages=messages))
+            if upgrade != "none":
+                # The model copies everything it saw: the prompt and the channel's history.
+                window = await memory.get_entry(f"shortterm:server:100:{channel}")
+                history = " ".join(m.content for m in window.messages) if window else ""
+                copied = " ".join(m.group() for m in TOKEN.finditer(seen))
+                result = await memory.run_tool(here, {"summary": f"{copied} {history}"})
+                assert result.success, result.message
+        await memory.clear_short_term_memory_for_user(target, server)
+
+        def leaked(text: str) -> list[str]:
+            return [
+                m.group()
+                for m in TOKEN.finditer(text)
+                if target in (int(m.group(1)), int(m.group(2)))
+            ]
+
+        assert not leaked(await everything_shown(memory, USERS))
+        await memory.flush()
+        assert not leaked(row_text(db))
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    plan=turns,
+    target=st.sampled_from(USERS),
+    server=st.sampled_from([None, 100]),
+    mode=st.sampled_from(["crude_summary", "supersede"]),
+)
+# Members of the class that a search may not reach in its budget, named outright: words
+# recalled from another channel, with and without a prompt built; distilled memory recalled
+# in supersede mode; another author's message inside someone else's turn.
+@example([(1, 11, [1], "none"), (2, 10, [2], "built")], 1, None, "crude_summary")
+@example([(1, 11, [1], "none"), (2, 10, [2], "blind")], 1, 100, "crude_summary")
+@example([(1, 11, [1], "built"), (2, 11, [2], "none"), (2, 10, [2], "built")], 1, None, "supersede")
+@example([(1, 10, [1, 3], "built")], 3, None, "crude_summary")
+def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
+    plan: list[tuple[int, int, list[int], str]], target: int, server: int | None, mode: str
+) -> None:
+    """Any assignment of authors to turns and channels, upgrades after a prompt built on
+    their context or on another, any purge target (everywhere or in the server), either
+    render mode: none of the purged user's words (their messages, the replies to their
+    turns, summaries that copied either) remain in the cache, get_entry, any prompt or any
+    row."""
+    # In RAM where there is a RAM disk: every upgrade waits for a durable commit.
+    shm = Path("/dev/shm")
+    with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as folder:
+        asyncio.run(_play(Path(folder) / "stm.sqlite3", plan, target, server, mode))
