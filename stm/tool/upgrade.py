@@ -331,10 +331,16 @@ def _guard(ctx: TurnContext, entry: Entry, position: int | None, origin: str) ->
     process cleared or purged some of it after the turn began."""
     if position is None:
         return None
+    channels, users = {ctx.channel_id, entry.channel_id}, entry.contributors | {ctx.user_id}
+    private = ctx.__pydantic_private__
+    shown: Shown | None = private.get("_shown") if private is not None else None
+    if shown is not None:
+        channels |= shown.channels
+        users |= shown.users
     return Guard(
         after=position,
-        channels=frozenset({ctx.channel_id, entry.channel_id}),
-        users=frozenset(entry.contributors | {ctx.user_id}),
+        channels=frozenset(channels),
+        users=frozenset(users),
         server_id=ctx.server_id,
         own_origin=origin,
     )
