@@ -65,9 +65,13 @@ class Background:
             except Exception:
                 log.exception("short-term memory %s failed", name.removeprefix("stm-"))
 
+    def forever(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``coro`` (a loop, such as the feed's follower) until ``stop``."""
+        self._periodic.append(asyncio.get_running_loop().create_task(coro, name=name))
+
     @property
     def periodic(self) -> list[asyncio.Task[None]]:
-        """The periodic tasks (the janitor)."""
+        """The periodic tasks (the janitor, the follower)."""
         return list(self._periodic)
 
     async def stop(self) -> None:

@@ -66,6 +66,13 @@ class STMConfig(BaseSettings):
     delete_retry_seconds: float = Field(
         1.0, gt=0, le=3600, description="First wait before a failed durable delete is retried."
     )
+    coherence_seconds: float = Field(
+        2.0,
+        ge=0.1,
+        le=300,
+        description="How soon a change committed by another process on the same database "
+        "(a purge, a clear, an upgrade) is honoured by this one.",
+    )
 
     def __init__(self, **values: Any) -> None:
         try:

@@ -47,6 +47,11 @@ class DeletionLog:
             return None
         return [(deletion, keys) for n, deletion, keys in self._recent if n > seq]
 
+    def forget_all(self) -> None:
+        """Count every piece of work begun before now as overtaken (deletions were missed)."""
+        self.seq += 1
+        self._recent.clear()
+
 
 def apply_to_row(row: StoredRow, deletion: Deletion) -> StoredRow | None:
     """What is left of a row read before ``deletion`` ran."""

@@ -152,6 +152,8 @@ class TurnContext(_Plain):
     # the instance when first noted (and copied with it, as pydantic copied them).
     # How many deletions the memory had made when this turn first reached it.
     _deletion_seq: int | None = None
+    # The change feed's position this process's cache reflected when the turn began.
+    _feed_position: int | None = None
     # (gate, text, answer) of the intent check of this turn's text: asked once per turn.
     _intent: tuple[object, str, bool] | None = None
     # What this turn's prompt showed from memory (its upgrade credits it), and whether an
@@ -159,7 +161,7 @@ class TurnContext(_Plain):
     _shown: Shown | None = None
     _upgrading: bool = False
     _notes: ClassVar[frozenset[str]] = frozenset(
-        {"_deletion_seq", "_intent", "_shown", "_upgrading"}
+        {"_deletion_seq", "_feed_position", "_intent", "_shown", "_upgrading"}
     )
 
     _checks: ClassVar[dict[str, Callable[[Any, str], Any]]] = {

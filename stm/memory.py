@@ -25,6 +25,8 @@ from .background import Background, Opening
 from .cache import Entry, MemoryCache, StoredMessage, group_of
 from .config import STMConfig
 from .convert import snapshot
+from .follower import Follower
+from .forget import forget_channel, forget_user
 from .ids import check_bool, check_id, check_optional_id
 from .intent import IntentGate
 from .journal import Journal
@@ -65,6 +67,9 @@ from .tool.upgrade import MemoryTool, Upgrades
 from .writer import Writer
 
 __all__ = ["MemoryTool", "ShortTermMemory"]
+
+# How long the change feed keeps a change at least.
+FEED_RETENTION_SECONDS = 600.0
 
 
 class ShortTermMemory:
@@ -111,6 +116,17 @@ class ShortTermMemory:
             self.intent_gate,
             lambda: self.closed,
         )
+        self.follower = Follower(
+            store,
+            self.cache,
+            self._reads,
+            self.settings,
+            lambda: self.writer,
+            self._background.spawn,
+            coherence_seconds=config.coherence_seconds,
+        )
+        self._upgrades.follower = self.follower
+        self._upgrades.origin = store.origin
         self.tool = MemoryTool(self)
         self._render_cache = RenderCache()
         self.closed = False
@@ -155,6 +171,12 @@ class ShortTermMemory:
         self.settings.load(
             await self.store.load_server_settings(), await self.store.load_opt_outs()
         )
+        # A settings change committed after this position is applied by the follower; one
+        # committed before it but after the load above is read by the second load.
+        await self.follower.start()
+        self.settings.load(
+            await self.store.load_server_settings(), await self.store.load_opt_outs()
+        )
         self._writer = Writer(
             self.store,
             write_behind=self.config.write_behind_seconds,
@@ -166,6 +188,7 @@ class ShortTermMemory:
         self._background.every(
             self.config.janitor_interval_minutes * 60, self.run_janitor, "stm-janitor"
         )
+        self._background.forever(self.follower.run(), "stm-follower")
 
     async def flush(self) -> None:
         """Return once every background write and delete so far is durable.
@@ -347,6 +370,7 @@ class ShortTermMemory:
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
         live_key = server_k or user_k
         self._reads.mark_turn_start(ctx)
+        self.follower.mark_turn_start(ctx)
         group = group_of(
             "user" if server_k is None else "server", ctx.server_id, ctx.user_id, ctx.persona_id
         )
@@ -407,17 +431,9 @@ class ShortTermMemory:
         Evicted at once; the durable delete runs in the background (see ``flush``).
         """
         check_id(channel_id, "channel_id")
-        keys = self.cache.keys_of_channel(channel_id)
-        for key in keys:
-            entry = self.cache.remove(key)
-            if entry is not None:
-                entry.deleted = True
-                self._reads.forget_group(entry.group)
-        self.writer.forget_dirty(keys)
-        op = DeleteChannel(channel_id)
-        self._reads.deletions.record(op)
-        self.writer.submit_delete(op, what=f"clearing channel {channel_id}")
-        return len(keys)
+        evicted = forget_channel(self.cache, self._reads, self.writer, channel_id)
+        self.writer.submit_delete(DeleteChannel(channel_id), what=f"clearing channel {channel_id}")
+        return evicted
 
     async def clear_short_term_memory_for_user(
         self, user_id: int, server_id: int | None = None
@@ -429,29 +445,11 @@ class ShortTermMemory:
         """
         check_id(user_id, "user_id")
         check_optional_id(server_id, "server_id")
-        touched: list[str] = []
-        for key in self.cache.keys_of_user(user_id):
-            entry = self.cache.peek(key)
-            if entry is None or (server_id is not None and entry.server_id != server_id):
-                continue
-            touched.append(key)
-            if entry.scope == "user" and entry.user_id == user_id:
-                self.cache.remove(key)
-                entry.deleted = True
-                self.writer.forget_dirty([key])
-                continue
-            kept = [m for m in entry.messages if user_id not in (m.turn_user_id, m.author_id)]
-            if len(kept) != len(entry.messages):
-                entry.messages = kept
-            if user_id in entry.contributors:
-                entry.summary, entry.categories, entry.contributors = None, {}, frozenset()
-                entry.version += 1
+        touched = forget_user(self.cache, self._reads, self.writer, user_id, server_id)
         op = PurgeUser(user_id, server_id)
-        # The keys it changed: a turn in one of them was overtaken (see ``overtaken``).
-        self._reads.deletions.record(op, frozenset(touched))
         where = "everywhere" if server_id is None else f"in server {server_id}"
         self.writer.submit_delete(op, what=f"purging user {user_id} {where}")
-        return len(touched)
+        return touched
 
     # -- expiry ---------------------------------------------------------------
     async def run_janitor(self) -> int:
@@ -465,6 +463,12 @@ class ShortTermMemory:
         self.writer.forget_dirty(expired)
         self.writer.submit_delete(
             DeleteExpired(*self._reads.thresholds()), what="deleting expired rows"
+        )
+        # The feed's changes are kept long past the coherence bound (a follower that
+        # misses some drops its whole cache); times are the writers' clocks.
+        await self.store.prune_changes(
+            older_than=time.time()
+            - max(FEED_RETENTION_SECONDS, 100 * self.config.coherence_seconds)
         )
         return len(expired)
 

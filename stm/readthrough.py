@@ -342,3 +342,28 @@ class ReadThrough:
         for row in rows:
             if self.cache.peek(row.key) is None:
                 self.put(entry_from(row), touched=False)
+
+    # -- another process's upgrade ----------------------------------------------
+    async def reload(self, key: str) -> None:
+        """Take the key's distilled content and counters from its row again (another process
+        wrote them); the crude messages held here stay. A change made here meanwhile wins."""
+        entry = self.cache.peek(key)
+        if entry is None:
+            return
+        version = entry.version
+        rows = await self._read(LoadRows((key,), *self.thresholds()), [key])
+        if self.cache.peek(key) is not entry or entry.deleted or entry.version != version:
+            return
+        if rows is None:
+            entry.hydrated = False  # the next turn reads the row
+            return
+        row = rows[0] if rows else None
+        if row is None:
+            entry.summary, entry.categories, entry.contributors = None, {}, frozenset()
+            return
+        entry.summary, entry.categories = row.summary, dict(row.categories)
+        entry.contributors = row.contributors
+        self.cache.index_users(entry, row.contributors)
+        entry.turns_since_refresh = row.turns_since_refresh
+        entry.last_refreshed_turn = row.last_refreshed_turn
+        entry.hydrated = True

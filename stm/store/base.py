@@ -137,6 +137,9 @@ class Guard:
     channels: frozenset[int]
     users: frozenset[int]
     server_id: int | None
+    # The origin whose deletes do not count: the saving process's own, which its
+    # deletion log already checked (the turn's position may predate their commit).
+    own_origin: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +158,9 @@ def overtaking(guard: Guard, deletes: Iterable[Change]) -> Overtaken | None:
     The one definition of "overtaken by another process" both stores use.
     """
     for change in deletes:
-        if change.position <= guard.after:
+        if change.position <= guard.after or (
+            guard.own_origin and change.origin == guard.own_origin
+        ):
             continue
         if change.kind == "clear_channel" and change.channel_id in guard.channels:
             return Overtaken(change.position)

@@ -24,7 +24,7 @@ from ..provenance import Shown
 from ..readthrough import AGAIN, Again, ReadThrough, Unavailable, Unsettled, describe, settle
 from ..render import shown_by
 from ..settings import SettingsBook
-from ..store.base import SaveDistilled
+from ..store.base import Guard, Overtaken, SaveDistilled
 from ..writer import Writer
 from . import TOOL_NAME
 from .schema import arguments_model, parse_arguments, tool_definition
@@ -38,6 +38,10 @@ class _Runs(Protocol):
     def tool_schema(self, ctx: TurnContext) -> dict[str, Any] | None: ...
 
     async def run_tool(self, ctx: TurnContext, arguments: object) -> ToolResult: ...
+
+
+class _Follows(Protocol):
+    def mark_turn_start(self, ctx: TurnContext) -> None: ...
 
 
 class MemoryTool:
@@ -118,6 +122,9 @@ class Upgrades:
         self.clock = clock
         self.intent_gate = intent_gate
         self._closed = closed
+        # Set by the memory: the feed position a turn's view was current with.
+        self.follower: _Follows | None = None
+        self.origin = ""
 
     def blocked(self, ctx: TurnContext, settings: ServerSettings) -> str | None:
         """Why the tool is not offered to this turn, or None when it is."""
@@ -182,6 +189,8 @@ class Upgrades:
         self, ctx: TurnContext, settings: ServerSettings, values: dict[str, str]
     ) -> ToolResult:
         self.reads.mark_turn_start(ctx)
+        if self.follower is not None:
+            self.follower.mark_turn_start(ctx)
         if ctx._shown is None:
             await self._note_what_a_prompt_would_show(ctx, settings)
         keys = [
@@ -284,11 +293,18 @@ class Upgrades:
         # Write in the order the turn made its changes: identity rows from capture first,
         # then the upgrade (as when every new key was read first, which queued them).
         writer.queue_dirty()
+        # Another process may have deleted, after this turn began, what its prompt showed:
+        # the store refuses the save then, inside the writing transaction.
+        position = ctx._feed_position
         writes = [
-            writer.submit(SaveDistilled(row_of(e)), what=f"upgrade of {e.key}") for e in entries
+            writer.submit(
+                SaveDistilled(row_of(e), _guard(ctx, e, position, self.origin)),
+                what=f"upgrade of {e.key}",
+            )
+            for e in entries
         ]
         try:
-            await asyncio.gather(*writes)
+            results = await asyncio.gather(*writes)
         except Exception as exc:
             log.error("short-term memory upgrade not saved (%s): %s", entries[0].key, exc)
             for snapshot in snapshots:
@@ -297,6 +313,13 @@ class Upgrades:
                 f"{TOOL_NAME} failed: the memory could not be saved ({exc}). "
                 "Nothing was stored; you may try again later."
             )
+        if any(isinstance(result, Overtaken) for result in results):
+            for snapshot in snapshots:
+                snapshot.restore()
+            return _refused(
+                f"{TOOL_NAME} was not applied: this conversation's memory was "
+                "cleared during the turn. Nothing was saved."
+            )
         ctx.disable_short_term_memory_update = True
         names = ", ".join(sorted(values))
         return ToolResult(
@@ -304,3 +327,22 @@ class Upgrades:
             message=f"Short-term memory updated ({names}). This is silent: users do not see it, "
             "so do not mention it.",
         )
+
+
+def _guard(ctx: TurnContext, entry: Entry, position: int | None, origin: str) -> Guard | None:
+    """What the turn's prompt showed, for the store to refuse the save when another
+    process cleared or purged some of it after the turn began."""
+    if position is None:
+        return None
+    channels, users = {ctx.channel_id, entry.channel_id}, entry.contributors | {ctx.user_id}
+    shown: Shown | None = ctx._shown
+    if shown is not None:
+        channels |= shown.channels
+        users |= shown.users
+    return Guard(
+        after=position,
+        channels=frozenset(channels),
+        users=frozenset(users),
+        server_id=ctx.server_id,
+        own_origin=origin,
+    )

@@ -1,0 +1,173 @@
+"""Following the change feed: what other processes committed, applied to this process's cache.
+
+Several processes may share one database, each with its own cache. Every change
+another process must honour is in the store's change feed (``store/base.py``).
+The follower reads the feed in the background, in position order, and applies
+each change that another process made:
+
+- an upgrade: the key's distilled memory is dropped at once and its row read
+  again (the crude messages this process holds stay: they exist only here);
+- a channel clear, a user purge: the same as the local ones (``forget.py``),
+  crude messages held only by this process included, and recorded in the
+  deletion log, so reads in flight and turns that began earlier are overtaken
+  exactly as by a local delete;
+- settings and opt-outs: reloaded; a janitor's deletion: the entry is evicted.
+
+It reads when woken (SQLite's ``data_version`` moved, a PostgreSQL NOTIFY) and
+at least every quarter of the coherence bound, so a lost wake-up costs at most
+that. When it has not been able to read the feed for longer than the bound (the
+database unreachable) or it fell behind the feed's retention, it drops the
+whole cache: what it might still show could have been deleted elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from .cache import MemoryCache
+from .forget import forget_channel, forget_everything, forget_key, forget_user
+from .models import TurnContext
+from .readthrough import ReadThrough
+from .settings import SettingsBook
+from .store.base import Change, Store
+from .writer import Writer
+
+__all__ = ["Follower"]
+
+log = logging.getLogger("stm")
+
+# How many times per coherence bound the feed is read when nothing wakes the follower.
+READS_PER_BOUND = 4
+
+
+class Follower:
+    """Applies other processes' changes to this process's cache within ``coherence_seconds``."""
+
+    def __init__(
+        self,
+        store: Store,
+        cache: MemoryCache,
+        reads: ReadThrough,
+        settings: SettingsBook,
+        writer: Callable[[], Writer],
+        spawn: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]],
+        *,
+        coherence_seconds: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.cache = cache
+        self.reads = reads
+        self.settings = settings
+        self._writer = writer
+        self._spawn = spawn
+        self.coherence_seconds = coherence_seconds
+        self._monotonic = monotonic
+        # The feed position whose changes (and every earlier one) the cache reflects.
+        self.position = 0
+        # When the newest complete read of the feed began: the cache reflects every
+        # change committed before it.
+        self.current_at = monotonic()
+        self.applied = 0
+        self.dropped_caches = 0
+        self._failing = False
+
+    async def start(self) -> None:
+        """Take the feed's position; call before the cache serves anything."""
+        self.position = await self.store.current_position()
+        self.current_at = self._monotonic()
+
+    def mark_turn_start(self, ctx: TurnContext) -> None:
+        """Remember the position this turn's view is current with (once per turn): its
+        upgrade is refused if a delete after it touched what the prompt showed."""
+        if ctx._feed_position is None:
+            ctx._feed_position = self.position
+
+    async def catch_up(self) -> int:
+        """Read and apply every change committed so far; returns how many were applied."""
+        started = self._monotonic()
+        applied = 0
+        while True:
+            page = await self.store.read_changes(self.position)
+            if page.fell_behind:
+                self._drop_everything("it fell behind the change feed's retention")
+            for change in page.changes:
+                if change.origin != self.store.origin:
+                    self._apply(change)
+                    applied += 1
+            self.position = page.next_after
+            if not page.more:
+                break
+        self.current_at = started
+        self.applied += applied
+        return applied
+
+    async def run(self) -> None:
+        """Follow the feed until cancelled."""
+        interval = self.coherence_seconds / READS_PER_BOUND
+        while True:
+            try:
+                await self.catch_up()
+                if self._failing:
+                    self._failing = False
+                    log.warning("short-term memory follows the change feed again")
+            except Exception as exc:
+                if not self._failing:
+                    self._failing = True
+                    log.warning("short-term memory cannot read the change feed: %s", exc)
+                # Only a feed that cannot be read counts, not a slow read on a busy
+                # machine: a slow read still brings every change.
+                if self._monotonic() - self.current_at > self.coherence_seconds:
+                    self._drop_everything(
+                        f"the change feed could not be read for {self.coherence_seconds:g} s "
+                        "(STM_COHERENCE_SECONDS)"
+                    )
+                    self.current_at = self._monotonic()
+            try:
+                if await self.store.wait_for_change(interval):
+                    # Another connection committed: the "every row is cached" shortcut
+                    # taken at opening no longer holds.
+                    self.reads.rows_left_cache()
+            except Exception:
+                await asyncio.sleep(interval)
+
+    # -- applying one change --------------------------------------------------------------
+    def _apply(self, change: Change) -> None:
+        self.reads.rows_left_cache()
+        writer = self._writer()
+        match change.kind:
+            case "clear_channel" if change.channel_id is not None:
+                forget_channel(self.cache, self.reads, writer, change.channel_id)
+            case "purge_user" if change.user_id is not None:
+                forget_user(self.cache, self.reads, writer, change.user_id, change.server_id)
+            case "upgrade" if change.key is not None:
+                self._replaced(change.key)
+            case "expire" if change.key is not None:
+                forget_key(self.cache, self.reads, writer, change.key)
+            case "settings" | "opt_out":
+                self._spawn(self._reload_settings(), "stm-reload-settings")
+            case _:
+                log.warning("short-term memory ignored an unknown change: %r", change)
+
+    def _replaced(self, key: str) -> None:
+        """Another process wrote the key's distilled memory: stop showing ours, read theirs."""
+        entry = self.cache.peek(key)
+        if entry is None:
+            return
+        entry.summary, entry.categories, entry.contributors = None, {}, frozenset()
+        entry.version += 1
+        self._spawn(self.reads.reload(key), f"stm-reload {key}")
+
+    async def _reload_settings(self) -> None:
+        self.settings.load(
+            await self.store.load_server_settings(), await self.store.load_opt_outs()
+        )
+
+    def _drop_everything(self, why: str) -> None:
+        dropped = forget_everything(self.cache, self.reads, self._writer())
+        self.dropped_caches += 1
+        log.warning("short-term memory dropped its cache (%d keys): %s", dropped, why)

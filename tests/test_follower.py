@@ -1,0 +1,129 @@
+"""The follower: another process's changes applied to this process's cache, exactly once
+and in order, staged by hand (two memories on one database, the follower of the second
+stopped so that the test decides when it reads the feed)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from conftest import Opener, ctx, turn
+
+from stm import ShortTermMemory
+
+BOTH_STORES = True
+KEY = "shortterm:server:100:10"
+
+
+async def paused(memory: ShortTermMemory) -> ShortTermMemory:
+    """Stop the memory's background follower: the test calls ``catch_up`` itself."""
+    for task in memory.background.periodic:
+        if task.get_name() == "stm-follower":
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return memory
+
+
+async def test_an_upgrade_overtaken_by_another_process_purge_is_refused(
+    open_memory: Opener,
+) -> None:
+    """B's turn began before A purged a user B's prompt showed; B has not read the feed
+    yet when its upgrade runs: the store refuses it and nothing is written."""
+    a = await open_memory()
+    b = await paused(await open_memory())
+    await b.capture(turn(ctx(user=1), "SECRET"))
+    turn_ctx = ctx(user=2)
+    await b.build_context(turn_ctx)
+    await a.clear_short_term_memory_for_user(1)
+    await a.flush()
+    result = await b.run_tool(turn_ctx, {"summary": "SUMMARY WITH SECRET"})
+    assert not result.success and "cleared during the turn" in result.message
+    await b.flush()
+    stored = await a.get_entry(KEY)
+    assert stored is None or stored.summary is None
+    await b.follower.catch_up()
+    entry = await b.get_entry(KEY)
+    assert entry is None or all("SECRET" not in m.content for m in entry.messages)
+
+
+async def test_an_upgrade_after_the_remote_purge_was_applied_is_refused(
+    open_memory: Opener,
+) -> None:
+    """The remote purge goes into the same deletion log as a local one: a turn that began
+    before the follower applied it is refused by the local check too."""
+    a = await open_memory()
+    b = await paused(await open_memory())
+    await b.capture(turn(ctx(user=1), "SECRET"))
+    turn_ctx = ctx(user=2)
+    await b.build_context(turn_ctx)
+    await a.clear_short_term_memory_for_channel(10)
+    await a.flush()
+    assert await b.follower.catch_up() == 1
+    assert b._reads.overtaken(turn_ctx)
+    result = await b.run_tool(turn_ctx, {"summary": "BACK"})
+    assert not result.success
+
+
+async def test_own_changes_are_not_applied_again(open_memory: Opener) -> None:
+    """A process skips its own changes in the feed: its fresh summary is not dropped."""
+    b = await paused(await open_memory())
+    await b.capture(turn(ctx(user=1), "hello"))
+    assert (await b.run_tool(ctx(user=1), {"summary": "MINE"})).success
+    await b.flush()
+    assert await b.follower.catch_up() == 0
+    entry = b.cache.peek(KEY)
+    assert entry is not None and entry.summary == "MINE"
+
+
+async def test_a_follower_behind_the_feed_retention_drops_its_whole_cache(
+    open_memory: Opener,
+) -> None:
+    """Changes B never saw were pruned: B cannot know what they deleted and forgets all,
+    crude messages only it held included."""
+    a = await open_memory()
+    b = await paused(await open_memory())
+    await b.capture(turn(ctx(user=1, channel=20), "ONLY-IN-B"))
+    await a.clear_short_term_memory_for_channel(10)
+    await a.flush()
+    assert await a.store.prune_changes(older_than=time.time() + 60) >= 1
+    await b.follower.catch_up()
+    assert len(b.cache) == 0
+    assert b.follower.dropped_caches == 1
+
+
+class _Unreachable:
+    """A store whose feed cannot be read (the database is down)."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+
+    async def read_changes(self, after: int, limit: int = 1000) -> None:
+        raise OSError("connection refused")
+
+    async def wait_for_change(self, seconds: float) -> bool:
+        await asyncio.sleep(seconds)
+        return False
+
+
+async def test_a_follower_that_cannot_read_the_feed_past_the_bound_drops_its_cache(
+    open_memory: Opener,
+) -> None:
+    """Unable to learn what others deleted for longer than the bound, a process stops
+    showing what it holds rather than risk showing what was purged elsewhere."""
+    b = await paused(await open_memory(coherence_seconds=0.1))
+    await b.capture(turn(ctx(user=1), "HELD"))
+    b.follower.store = _Unreachable(b.store.origin)  # type: ignore[assignment]
+    following = asyncio.create_task(b.follower.run())
+    try:
+        for _ in range(1000):
+            if b.follower.dropped_caches:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+    assert b.follower.dropped_caches >= 1
+    assert len(b.cache) == 0
