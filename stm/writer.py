@@ -121,7 +121,12 @@ class Writer:
     def submit(self, op: Op, what: str = "") -> asyncio.Future[Any]:
         """Queue ``op``; the future answers with its result once committed, or the error."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._push(_Item(self._next(), op, future=future, what=what or type(op).__name__))
+        what = what or type(op).__name__
+        if self._task.done():
+            # Nothing would ever answer it: the caller hears at once that it was not saved.
+            future.set_exception(DurabilityError([f"{what}: the memory is closed"]))
+            return future
+        self._push(_Item(self._next(), op, future=future, what=what))
         if self._retry_at:
             # Deletes ahead wait out a backoff (up to MAX_BACKOFF) and nothing may overtake
             # them: retry them now with this behind them, so its caller hears after one

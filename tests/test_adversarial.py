@@ -1,0 +1,90 @@
+"""Attacks through the public API on promises the contract makes, each as a test."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from stm import (
+    Category,
+    DialogueMessage,
+    DurabilityError,
+    GenerationFinished,
+    ShortTermMemory,
+    STMConfig,
+    TurnContext,
+)
+
+# The contract's STM_COHERENCE_SECONDS default is 2; the watchdog leaves room beyond it.
+COHERENCE_WATCHDOG_SECONDS = 3.0
+
+
+def _ctx(**changes: object) -> TurnContext:
+    fields: dict[str, object] = {
+        "user_id": 1,
+        "channel_id": 10,
+        "server_id": 100,
+        "user_name": "alice",
+        "user_text": "hi",
+    }
+    fields.update(changes)
+    return TurnContext(**fields)
+
+
+def _turn(ctx: TurnContext, text: str) -> GenerationFinished:
+    return GenerationFinished(
+        context=ctx,
+        messages=[
+            DialogueMessage(
+                role="user", content=text, author_id=ctx.user_id, speaker_name=ctx.user_name
+            ),
+            DialogueMessage(role="assistant", content="noted"),
+        ],
+    )
+
+
+async def test_a_purge_in_one_process_is_honoured_by_another_within_the_coherence_bound(
+    tmp_path: Path,
+) -> None:
+    """A purge committed by one process hides the user's words in every other within the bound."""
+    config = STMConfig(database=str(tmp_path / "shared.sqlite3"))
+    bot = await ShortTermMemory.open(config)
+    cli = await ShortTermMemory.open(config)
+    try:
+        await bot.capture(_turn(_ctx(user_id=2, user_name="bob", channel_id=11), "BOBSECRET"))
+        assert "BOBSECRET" in str(await bot.build_context(_ctx(channel_id=12)))
+
+        await cli.clear_short_term_memory_for_user(2)
+        await cli.flush()
+
+        async def still_shown() -> bool:
+            return "BOBSECRET" in str(await bot.build_context(_ctx(channel_id=12, user_id=3)))
+
+        # Polled up to a watchdog beyond the contract's 2-second bound; not a speed check.
+        polls = int(COHERENCE_WATCHDOG_SECONDS / 0.05)
+        for _ in range(polls):
+            if not await still_shown():
+                break
+            await asyncio.sleep(0.05)
+        assert not await still_shown()
+    finally:
+        await bot.close()
+        await cli.close()
+
+
+async def test_settings_calls_on_a_closed_memory_answer_instead_of_hanging(
+    tmp_path: Path,
+) -> None:
+    """A settings or opt-out call after close() returns or raises; it never waits forever."""
+    memory = await ShortTermMemory.open(STMConfig(database=str(tmp_path / "m.sqlite3")))
+    await memory.close()
+
+    calls = asyncio.gather(
+        memory.set_user_opt_out(1, True),
+        memory.update_server_settings(100, refresh_cadence=3),
+        memory.set_categories(100, [Category(label="topic", description="what we discuss")]),
+        return_exceptions=True,
+    )
+    # A watchdog for a deadlock: each call must answer (a result or an error) at once.
+    results = await asyncio.wait_for(calls, 3.0)
+    assert all(isinstance(r, DurabilityError) for r in results), results
