@@ -36,6 +36,9 @@ class STMConfig(BaseSettings):
     crude_ttl_hours: float = Field(12.0, gt=0, le=MAX_TTL_HOURS)
     summary_ttl_hours: float = Field(24.0, gt=0, le=MAX_TTL_HOURS)
     max_summary_length: int = Field(1500, ge=1, le=100_000)
+    # Discord's own limit is 4000 characters; a host that batches may send longer ones,
+    # which are cut so that one message cannot fill every prompt that recalls it.
+    max_message_length: int = Field(4000, ge=1, le=100_000)
     max_categories: int = Field(5, ge=1, le=25)
     max_other_channels: int = Field(3, ge=0, le=50)
     refresh_cadence: int = Field(5, ge=1, le=10_000)

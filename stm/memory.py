@@ -309,8 +309,16 @@ class ShortTermMemory:
             return
         now = self.clock()
         user_id = ctx.user_id
+        limit = self.config.max_message_length
         messages = [
-            StoredMessage(m.role, m.content, m.speaker_name, m.author_id, m._epoch, user_id)
+            StoredMessage(
+                m.role,
+                m.content if len(m.content) <= limit else m.content[:limit],
+                m.speaker_name,
+                m.author_id,
+                m._epoch,
+                user_id,
+            )
             for m in event.messages
             if m.content and not m.content.isspace()  # strip() would copy every message
         ]

@@ -88,3 +88,14 @@ async def test_settings_calls_on_a_closed_memory_answer_instead_of_hanging(
     # A watchdog for a deadlock: each call must answer (a result or an error) at once.
     results = await asyncio.wait_for(calls, 3.0)
     assert all(isinstance(r, DurabilityError) for r in results), results
+
+
+async def test_a_huge_message_is_cut_before_it_reaches_other_prompts(tmp_path: Path) -> None:
+    """One captured message cannot fill every prompt that recalls it."""
+    config = STMConfig(database=str(tmp_path / "m.sqlite3"), max_message_length=100)
+    async with ShortTermMemory.open(config) as memory:
+        await memory.capture(_turn(_ctx(channel_id=11), "A" * 1_000_000))
+        context = str(await memory.build_context(_ctx(channel_id=12)))
+        assert "A" * 100 in context
+        assert "A" * 101 not in context
+        assert len(context) < 2_000
