@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Sequence
+import urllib.parse
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -58,6 +60,7 @@ from .base import (
     Touch,
     overtaking,
 )
+from .inspect import CheckReport, StoreStats, UserHoldings
 
 __all__ = [
     "MIGRATIONS",
@@ -307,6 +310,76 @@ class SQLiteStore:
         if not self.closed:
             self.closed = True
             await self._connection.close()
+
+    # -- the operator's read-only view (``inspect.Inspector``) ------------------------
+    @classmethod
+    async def open_existing(
+        cls, path: str, *, busy_timeout_ms: int = 5000, require_current: bool = True
+    ) -> SQLiteStore:
+        """Open a database that must already exist, read-only; never create or migrate it.
+
+        Raises StoreError saying why a file cannot serve: missing, locked, corrupt, not a
+        short-term memory database, or (with ``require_current``) of an older schema;
+        SchemaVersionError when a newer version of the library wrote it.
+        """
+        if path == ":memory:":
+            raise StoreError("':memory:' is private to the process that opens it: name a file")
+        if not await asyncio.to_thread(os.path.isfile, path):
+            raise StoreError(f"no short-term memory database at {path!r} (nothing was created)")
+        connection = aiosqlite.connect(
+            _readonly_uri(path), uri=True, isolation_level=None, timeout=busy_timeout_ms / 1000
+        )
+        try:
+            await connection
+        except sqlite3.Error as exc:
+            await connection.close()
+            raise StoreError(_explain(path, exc)) from exc
+        except BaseException:
+            await connection.close()
+            raise
+        store = cls(connection, path)
+        db = store._db
+        try:
+            await store._call(_check_existing, db, path, busy_timeout_ms, require_current)
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    async def stats(self, thresholds: tuple[float, float], soon: tuple[float, float]) -> StoreStats:
+        """Counts; ``thresholds`` and ``soon`` are (crude_before, summary_before) for now and
+        for the end of the "near expiry" window."""
+        return await self._inspect(_stats, self.path, thresholds, soon)
+
+    async def row(self, key: str) -> StoredRow | None:
+        """The row under ``key``, expired or not."""
+        rows = await self._inspect(_select, f"{_SELECT} WHERE key = :key", {"key": key})
+        return rows[0] if rows else None
+
+    async def rows_of_channel(self, channel_id: int) -> list[StoredRow]:
+        """Every row of a channel, any scope or persona, newest first."""
+        sql = f"{_SELECT} WHERE channel_id = :channel ORDER BY updated_at DESC, key"
+        return await self._inspect(_select, sql, {"channel": channel_id})
+
+    async def holdings_of_user(self, user_id: int) -> UserHoldings:
+        """The user's own rows, the rows the user contributed to, and the opt-out."""
+        return await self._inspect(_holdings, user_id)
+
+    async def count_expired(self, thresholds: tuple[float, float]) -> int:
+        """Rows the janitor would delete now."""
+        params = {"crude": thresholds[0], "summary": thresholds[1]}
+        sql = f"SELECT count(*) FROM short_term_memories WHERE {_EXPIRED}"
+        return await self._inspect(_count, sql, params)
+
+    async def check(self) -> CheckReport:
+        """``PRAGMA integrity_check`` and ``foreign_key_check``, and the schema version."""
+        return await self._inspect(_check)
+
+    async def _inspect(self, fn: Callable[..., _T], *args: Any) -> _T:
+        try:
+            return await self._call(fn, self._db, *args)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(_explain(self.path, exc)) from exc
 
 
 # -- on the connection's thread ------------------------------------------------------
@@ -766,3 +839,133 @@ def _row_from(row: Any, contributors: frozenset[int], secret: bytes | None = Non
         updated_at=float(updated_at),
         version=int(version),
     )
+
+
+# -- the operator's read-only view, on the connection's thread -------------------------
+_SELECT = f"SELECT id, {_COLUMNS}, version FROM short_term_memories"
+
+
+def _readonly_uri(path: str) -> str:
+    return "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+
+
+def _check_existing(
+    db: sqlite3.Connection, path: str, busy_timeout_ms: int, require_current: bool
+) -> None:
+    try:
+        db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        version = int(_scalar(db, "PRAGMA user_version"))
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(_explain(path, exc)) from exc
+    if version > len(MIGRATIONS):
+        raise SchemaVersionError(
+            f"{path!r} has schema version {version}, newer than this version of the "
+            f"library understands ({len(MIGRATIONS)}); upgrade the library or use another file"
+        )
+    if version == 0 and tables:
+        raise StoreError(f"{path!r} is not a short-term memory database (it holds other tables)")
+    if require_current and version < len(MIGRATIONS):
+        raise StoreError(
+            f"{path!r} has schema version {version}, older than this library's "
+            f"({len(MIGRATIONS)}); run 'python -m stm migrate' first"
+        )
+
+
+def _explain(path: str, exc: sqlite3.Error) -> str:
+    """One line saying why the file cannot serve, in an operator's words."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        why = "is locked by another process"
+    elif code in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
+        why = "is corrupt or not a database"
+    elif code == sqlite3.SQLITE_CANTOPEN:
+        why = "cannot be opened"
+    elif code == sqlite3.SQLITE_READONLY:
+        why = "is read-only"
+    else:
+        why = "cannot be read"
+    return f"short-term memory database {path!r} {why}: {exc}"
+
+
+def _stats(
+    db: sqlite3.Connection,
+    path: str,
+    thresholds: tuple[float, float],
+    soon: tuple[float, float],
+) -> StoreStats:
+    now = {"crude": thresholds[0], "summary": thresholds[1]}
+    # Near expiry: expired by the end of the window, not yet now.
+    window = {"crude": soon[0], "summary": soon[1], "crude_now": now["crude"]}
+    window["summary_now"] = now["summary"]
+    count = "SELECT count(*) FROM short_term_memories"
+    db.execute("BEGIN")  # one snapshot for every count
+    try:
+        rows = db.execute("SELECT scope, count(*) FROM short_term_memories GROUP BY scope")
+        by_scope = {"server": 0, "user": 0} | {str(s): int(n) for s, n in rows}
+        distilled = f"{count} WHERE summary IS NOT NULL OR categories != '{{}}'"
+        users = (
+            "SELECT count(*) FROM (SELECT user_id FROM short_term_memories "
+            "WHERE user_id IS NOT NULL UNION SELECT user_id FROM short_term_memory_contributors)"
+        )
+        return StoreStats(
+            entries=sum(by_scope.values()),
+            entries_by_scope=by_scope,
+            distilled=int(_scalar(db, distilled)),
+            servers=int(_scalar(db, "SELECT count(DISTINCT server_id) FROM short_term_memories")),
+            users=int(_scalar(db, users)),
+            expired=_count(db, f"{count} WHERE {_EXPIRED}", now),
+            near_expiry=_count(db, f"{count} WHERE {_EXPIRED} AND NOT ({_EXPIRED_NOW})", window),
+            opt_outs=int(_scalar(db, "SELECT count(*) FROM stm_user_opt_outs")),
+            server_settings=int(_scalar(db, "SELECT count(*) FROM stm_server_settings")),
+            schema_version=int(_scalar(db, "PRAGMA user_version")),
+            database_bytes=_file_bytes(path),
+            feed_position=_current_position(db),
+        )
+    finally:
+        db.execute("COMMIT")
+
+
+def _count(db: sqlite3.Connection, sql: str, params: Mapping[str, Any]) -> int:
+    return int(db.execute(sql, params).fetchone()[0])
+
+
+_EXPIRED_NOW = _EXPIRED.replace(":crude", ":crude_now").replace(":summary", ":summary_now")
+
+
+def _file_bytes(path: str) -> int:
+    """The database file and its WAL, as they are on disk."""
+    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+
+
+def _holdings(db: sqlite3.Connection, user_id: int) -> UserHoldings:
+    params = {"user": user_id}
+    db.execute("BEGIN")
+    try:
+        own = _select(
+            db,
+            f"{_SELECT} WHERE +scope = 'user' AND user_id = :user ORDER BY updated_at DESC",
+            params,
+        )
+        contributed = _select(
+            db,
+            f"{_SELECT} WHERE id IN (SELECT memory_id FROM short_term_memory_contributors "
+            "WHERE user_id = :user) AND NOT (scope = 'user' AND user_id = :user) "
+            "ORDER BY updated_at DESC",
+            params,
+        )
+        row = db.execute("SELECT since FROM stm_user_opt_outs WHERE user_id = ?", (user_id,))
+        since = row.fetchone()
+    finally:
+        db.execute("COMMIT")
+    return UserHoldings(user_id, own, contributed, None if since is None else float(since[0]))
+
+
+def _check(db: sqlite3.Connection) -> CheckReport:
+    integrity = [str(row[0]) for row in db.execute("PRAGMA integrity_check")]
+    foreign = [
+        f"{table} row {rowid} refers to a missing {parent} row"
+        for table, rowid, parent, _ in db.execute("PRAGMA foreign_key_check")
+    ]
+    version = int(_scalar(db, "PRAGMA user_version"))
+    return CheckReport(version, len(MIGRATIONS), integrity, foreign)

@@ -1,0 +1,5 @@
+"""``python -m stm``: the operator's command line (see ``stm/cli.py``)."""
+
+from .cli import main
+
+main(prog_name="python -m stm")

@@ -1,0 +1,94 @@
+"""What a store tells an operator: counts, one user's or channel's rows, health checks.
+
+These reads serve the operator command line (``python -m stm``), never the turn
+path; a store opened for them is read-only and is never created or migrated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .base import StoredRow
+
+__all__ = ["CheckReport", "Inspector", "StoreStats", "UserHoldings"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """What the database holds, counted."""
+
+    entries: int
+    entries_by_scope: dict[str, int]
+    distilled: int
+    servers: int
+    users: int
+    expired: int
+    near_expiry: int
+    opt_outs: int
+    server_settings: int
+    schema_version: int
+    database_bytes: int
+    feed_position: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UserHoldings:
+    """Everything a database holds about one user."""
+
+    user_id: int
+    own: list[StoredRow]
+    contributed: list[StoredRow]
+    opted_out_since: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    """The result of the database's own integrity and foreign-key checks."""
+
+    schema_version: int
+    code_version: int
+    integrity: list[str] = field(default_factory=list)
+    foreign_keys: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the file is sound and its schema is the one this code writes."""
+        return (
+            self.integrity == ["ok"]
+            and not self.foreign_keys
+            and self.schema_version == self.code_version
+        )
+
+
+class Inspector(Protocol):
+    """The operator's read-only view of a store."""
+
+    async def stats(self, thresholds: tuple[float, float], soon: tuple[float, float]) -> StoreStats:
+        """Counts; ``thresholds`` and ``soon`` are (crude_before, summary_before) for now and
+        for the end of the "near expiry" window."""
+        ...
+
+    async def row(self, key: str) -> StoredRow | None:
+        """The row under ``key``, expired or not."""
+        ...
+
+    async def rows_of_channel(self, channel_id: int) -> list[StoredRow]:
+        """Every row of a channel, any scope or persona."""
+        ...
+
+    async def holdings_of_user(self, user_id: int) -> UserHoldings:
+        """The user's own rows, the rows the user contributed to, and the opt-out."""
+        ...
+
+    async def count_expired(self, thresholds: tuple[float, float]) -> int:
+        """Rows the janitor would delete now."""
+        ...
+
+    async def check(self) -> CheckReport:
+        """Integrity and foreign-key checks, and the schema version."""
+        ...
+
+    async def close(self) -> None:
+        """Close the store."""
+        ...
