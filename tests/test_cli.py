@@ -1,0 +1,619 @@
+"""The operator command line, run as a real subprocess against files the library made.
+
+Every command: its output for people and its ``--json`` for scripts, confirmation of
+destructive commands (answered on a real terminal), bad arguments, and databases that
+are missing, locked, corrupt or newer than the code: one line, a non-zero exit status,
+and nothing created or changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pty
+import sqlite3
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import Clock, ctx, turn
+
+from stm import ShortTermMemory, STMConfig
+from stm.tables import printable, table
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# What the fixture database holds: user 42 in two channels of server 100 and a DM,
+# user 7 in channel 10 with 42 (so the server's memory of channel 10 has both), and
+# user 9 alone in server 200, opted out.
+TURNS = [(42, 10, 100), (42, 11, 100), (7, 10, 100), (42, 20, None), (9, 30, 200)]
+
+
+def summary_of(user: int, channel: int) -> str:
+    return f"SUMMARY-{user}-{channel} boats and harbours"
+
+
+@dataclass
+class Run:
+    status: int
+    out: str
+    err: str
+
+    def json(self) -> object:
+        return json.loads(self.out)
+
+
+def environment(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STM_")}
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+def stm(db: Path | None, *args: str, stdin: str = "", **env: str) -> Run:
+    """``python -m stm [--database db] args...`` with stdin a pipe (not a terminal)."""
+    command = [sys.executable, "-m", "stm"]
+    if db is not None:
+        command += ["--database", str(db)]
+    done = subprocess.run(
+        [*command, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=_existing_folder(db) if db is not None else ROOT,
+        env=environment(**env),
+        timeout=120,
+    )
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+def stm_on_terminal(db: Path, *args: str, answer: str, stdout_tty: bool = False) -> Run:
+    """Run with stdin (and optionally stdout) on a pseudo-terminal; type ``answer``."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stm", "--database", str(db), *args],
+            stdin=slave,
+            stdout=slave if stdout_tty else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=db.parent,
+            env=environment(),
+        )
+        os.close(slave)
+        slave = -1
+        os.write(master, answer.encode())
+        chunks: list[bytes] = []
+        if stdout_tty:
+            with contextlib.suppress(OSError):  # EIO once the child closed its end
+                while chunk := os.read(master, 65536):
+                    chunks.append(chunk)
+        out, err = proc.communicate(timeout=120)
+        text = b"".join(chunks).decode() if stdout_tty else out.decode()
+        return Run(proc.returncode, text, err.decode())
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+
+
+def rows(db: Path) -> dict[str, str | None]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return dict(conn.execute("SELECT key, summary FROM short_term_memories").fetchall())
+
+
+def file_bytes(db: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+
+
+async def make_database(path: Path, clock: Clock | None = None) -> None:
+    config = STMConfig(database=str(path))
+    async with ShortTermMemory.open(config, clock=clock or Clock()) as memory:
+        for user, channel, server in TURNS:
+            c = ctx(user=user, channel=channel, server=server, channel_name=f"chan{channel}")
+            await memory.capture(turn(c, f"hello from {user}"))
+            result = await memory.run_tool(c, {"summary": summary_of(user, channel)})
+            assert result.success, result.message
+        await memory.set_user_opt_out(9, True)
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> Path:
+    path = tmp_path / "stm.sqlite3"
+    await make_database(path)
+    return path
+
+
+def one_line_error(run: Run, *words: str) -> None:
+    assert run.status != 0, run
+    lines = run.err.strip().splitlines()
+    assert len(lines) == 1, run.err
+    assert lines[0].startswith("stm: error: "), run.err
+    for word in words:
+        assert word in lines[0], run.err
+
+
+# -- reading ----------------------------------------------------------------------
+def test_stats_counts_what_the_database_holds(db: Path) -> None:
+    """stats counts entries by scope, servers, users, opt-outs and the schema; the table
+    is aligned and has no colour codes when stdout is not a terminal."""
+    found = stm(db, "--json", "stats")
+    assert found.status == 0, found.err
+    data = found.json()
+    assert isinstance(data, dict)
+    assert data["entries_by_scope"] == {"server": 3, "user": 5}
+    assert data["entries"] == 8
+    assert data["distilled"] == 8
+    assert data["servers"] == 2
+    assert data["users"] == 3
+    assert data["expired"] == 0
+    assert data["opted_out_users"] == 1
+    assert data["schema_version"] == 1
+    assert data["database_bytes"] >= db.stat().st_size > 0
+    assert data["feed_position"] is None
+
+    text = stm(db, "stats")
+    assert text.status == 0
+    assert "\x1b" not in text.out
+    lines = text.out.splitlines()
+    assert "entries" in text.out and "8 (server 3, user 5)" in text.out
+    starts = {len(line) - len(line.split("  ", 1)[1].lstrip()) for line in lines}
+    assert len(starts) == 1, lines  # every value starts in the same column
+
+
+async def test_stats_counts_expired_and_near_expiry(tmp_path: Path) -> None:
+    """Rows past their TTL are counted as expired, rows that pass it within the window as
+    near expiry (the same rule as the library's janitor)."""
+    path = tmp_path / "old.sqlite3"
+    clock = Clock()
+    clock.advance(hours=-30)  # summaries live 24 h: every row written then has expired
+    await make_database(path, clock)
+    async with ShortTermMemory.open(STMConfig(database=str(path)), clock=Clock()) as memory:
+        c = ctx(user=5, channel=50, server=100)
+        await memory.capture(turn(c, "new"))
+        assert (await memory.run_tool(c, {"summary": "fresh"})).success
+    data = stm(path, "--json", "stats", "--near-hours", "25").json()
+    assert isinstance(data, dict)
+    assert (data["expired"], data["near_expiry"]) == (8, 2)
+    data = stm(path, "--json", "stats", "--near-hours", "1").json()
+    assert isinstance(data, dict)
+    assert (data["expired"], data["near_expiry"]) == (8, 0)
+
+
+def test_show_a_key(db: Path) -> None:
+    """show KEY prints one entry, its summary and contributors; --json gives the same."""
+    key = "shortterm:server:100:10"
+    shown = stm(db, "show", key)
+    assert shown.status == 0, shown.err
+    assert summary_of(7, 10) in shown.out
+    assert "7, 42" in shown.out
+    data = stm(db, "--json", "show", key).json()
+    assert data == {"entries": [_row(data, key)]}
+    assert _row(data, key)["contributors"] == [7, 42]
+    missing = stm(db, "show", "shortterm:server:100:99")
+    one_line_error(missing, "nothing is held under shortterm:server:100:99")
+
+
+def test_show_a_user_and_a_channel(db: Path) -> None:
+    """--user lists the user's own entries and the shared ones they contributed to;
+    --channel every scope of the channel; nothing of anyone else."""
+    data = stm(db, "--json", "show", "--user", "42").json()
+    keys = {entry["key"] for entry in _entries(data)}
+    assert keys == {
+        "shortterm:user:42:10",
+        "shortterm:user:42:11",
+        "shortterm:user:42:20",
+        "shortterm:server:100:10",
+        "shortterm:server:100:11",
+        "shortterm:user:7:10",  # 42's turn was in its recall window when 7 upgraded
+    }
+    text = stm(db, "show", "--user", "42")
+    assert text.status == 0
+    assert "own entries: 3" in text.out and "contributed to: 3" in text.out
+    assert summary_of(9, 30) not in text.out
+    _assert_aligned(text.out)
+
+    channel = stm(db, "--json", "show", "--channel", "10").json()
+    assert {e["key"] for e in _entries(channel)} == {
+        "shortterm:server:100:10",
+        "shortterm:user:42:10",
+        "shortterm:user:7:10",
+    }
+    opted = stm(db, "--json", "show", "--user", "9").json()
+    assert isinstance(opted, dict) and opted["opted_out"]["opted_out"] is True
+
+
+def test_stored_text_cannot_drive_the_terminal(db: Path) -> None:
+    """A stored value holding escape sequences is shown with them made visible."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute(
+            "UPDATE short_term_memories SET summary = ? WHERE key = ?",
+            ("evil\x1b]0;owned\x07\x1b[2Jtext\nnext", "shortterm:user:42:10"),
+        )
+        conn.commit()
+    for args in (("show", "shortterm:user:42:10"), ("show", "--user", "42")):
+        shown = stm(db, *args)
+        assert shown.status == 0
+        assert "\x1b" not in shown.out and "\x07" not in shown.out
+        assert "evil\\u001b]0;owned" in shown.out
+
+
+def test_export_a_user(db: Path) -> None:
+    """export --user gives everything held about the user as JSON: own entries, shared
+    memory they contributed to (without other people's ids), the opt-out, and what the
+    database cannot hold."""
+    run = stm(db, "export", "--user", "42")
+    assert run.status == 0, run.err
+    data = run.json()
+    assert isinstance(data, dict)
+    assert data["user_id"] == 42
+    assert {e["summary"] for e in data["entries"]} == {
+        summary_of(42, 10),
+        summary_of(42, 11),
+        summary_of(42, 20),
+    }
+    assert {e["key"] for e in data["contributed_to"]} == {
+        "shortterm:server:100:10",
+        "shortterm:server:100:11",
+        "shortterm:user:7:10",
+    }
+    assert all("contributors" not in e for e in data["entries"] + data["contributed_to"])
+    assert data["opted_out"] == {"opted_out": False, "since": None}
+    assert "recent messages" in data["not_included"]
+    assert summary_of(9, 30) not in run.out
+    nine = stm(db, "export", "--user", "9").json()
+    assert isinstance(nine, dict) and nine["opted_out"]["opted_out"] is True
+
+
+def test_check_a_sound_and_a_damaged_database(db: Path) -> None:
+    """check passes a sound file; a broken foreign key makes it fail with status 1."""
+    good = stm(db, "--json", "check")
+    assert good.status == 0, good.err
+    assert good.json() == {
+        "database": str(db),
+        "ok": True,
+        "integrity": ["ok"],
+        "foreign_keys": [],
+        "schema_version": 1,
+        "code_schema_version": 1,
+    }
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("INSERT INTO short_term_memory_contributors VALUES (1, 999999)")
+        conn.commit()
+    bad = stm(db, "check")
+    assert bad.status == 1
+    assert "FAILED" in bad.out and "short_term_memory_contributors" in bad.out
+    data = stm(db, "--json", "check").json()
+    assert isinstance(data, dict) and data["ok"] is False and len(data["foreign_keys"]) == 1
+
+
+def test_colour_only_on_a_terminal(db: Path) -> None:
+    """The same command is coloured on a terminal and plain through a pipe."""
+    piped = stm(db, "check")
+    assert "\x1b[" not in piped.out and "ok" in piped.out
+    shown = stm_on_terminal(db, "check", answer="", stdout_tty=True)
+    assert shown.status == 0
+    assert "\x1b[32mok" in shown.out
+
+
+# -- changing -----------------------------------------------------------------------
+def test_purge_user_asks_first(db: Path) -> None:
+    """purge-user asks on a terminal: 'n' changes nothing (status 1), 'y' purges; without
+    a terminal and without --yes it refuses and changes nothing."""
+    before = rows(db)
+    no = stm_on_terminal(db, "purge-user", "42", answer="n\n")
+    assert no.status == 1
+    assert "Erase user 42's short-term memory everywhere (6 entries)" in no.err
+    assert "aborted" in no.err
+    assert rows(db) == before
+    piped = stm(db, "purge-user", "42", stdin="y\n")
+    one_line_error(piped, "--yes", "not a terminal")
+    assert rows(db) == before
+    yes = stm_on_terminal(db, "purge-user", "42", answer="y\n")
+    assert yes.status == 0, yes.err
+    assert "purged user 42 everywhere: 6 entries erased or cleared; durable" in yes.out
+    _assert_user_42_purged(db, server=None)
+
+
+def test_purge_user_with_yes_and_json(db: Path) -> None:
+    """--yes purges without asking; --json reports it once durable."""
+    run = stm(db, "--json", "purge-user", "42", "--yes")
+    assert run.status == 0, run.err
+    data = run.json()
+    assert isinstance(data, dict)
+    assert data["durable"] is True and data["entries_before"] == 6 and data["entries_now"] == 0
+    _assert_user_42_purged(db, server=None)
+
+
+def test_purge_user_in_one_server(db: Path) -> None:
+    """--server limits the purge to one server: the user's DM memory stays."""
+    run = stm(db, "purge-user", "42", "--server", "100", "--yes")
+    assert run.status == 0, run.err
+    assert "in server 100: 5 entries" in run.out
+    _assert_user_42_purged(db, server=100)
+
+
+def test_purge_channel(db: Path) -> None:
+    """purge-channel asks, then erases every scope of the channel and leaves no trace."""
+    before = rows(db)
+    no = stm_on_terminal(db, "purge-channel", "10", answer="no\n")
+    assert no.status == 1 and rows(db) == before
+    yes = stm_on_terminal(db, "--json", "purge-channel", "10", answer="yes\n")
+    assert yes.status == 0, yes.err
+    data = json.loads(yes.out)
+    assert data["entries_before"] == 3 and data["entries_now"] == 0 and data["durable"] is True
+    left = rows(db)
+    assert not [key for key in left if key.endswith(":10")]
+    assert len(left) == len(before) - 3
+    assert summary_of(7, 10).encode() not in file_bytes(db)
+
+
+async def test_janitor(tmp_path: Path) -> None:
+    """janitor --dry-run counts expired rows and deletes nothing; janitor asks, then
+    deletes them and nothing else."""
+    path = tmp_path / "old.sqlite3"
+    clock = Clock()
+    clock.advance(hours=-30)
+    await make_database(path, clock)
+    async with ShortTermMemory.open(STMConfig(database=str(path))) as memory:
+        c = ctx(user=5, channel=50, server=100)
+        await memory.capture(turn(c, "new"))
+        assert (await memory.run_tool(c, {"summary": "fresh"})).success
+    before = rows(path)
+    dry = stm(path, "--json", "janitor", "--dry-run")
+    assert dry.json() == {"expired": 8, "deleted": 0, "dry_run": True}
+    assert rows(path) == before
+    assert "8 expired rows would be deleted" in stm(path, "janitor", "--dry-run").out
+    refused = stm(path, "janitor")
+    one_line_error(refused, "--yes")
+    assert rows(path) == before
+    no = stm_on_terminal(path, "janitor", answer="n\n")
+    assert no.status == 1 and "Delete 8 expired rows" in no.err and rows(path) == before
+    done = stm(path, "--json", "janitor", "--yes")
+    assert done.status == 0, done.err
+    data = done.json()
+    assert isinstance(data, dict) and data["deleted"] == 8
+    assert set(rows(path)) == {"shortterm:user:5:50", "shortterm:server:100:50"}
+
+
+async def test_migrate(tmp_path: Path) -> None:
+    """migrate brings an older file to this schema, says when there is nothing to do,
+    creates a database only with --create, and never touches a file of other tables."""
+    missing = tmp_path / "new.sqlite3"
+    one_line_error(stm(missing, "migrate"), "--create", "nothing was created")
+    assert not missing.exists()
+    created = stm(missing, "--json", "migrate", "--create")
+    assert created.json() == {"database": str(missing), "created": True, "from": None, "to": 1}
+    again = stm(missing, "migrate")
+    assert again.status == 0 and "nothing to do" in again.out
+    old = tmp_path / "old.sqlite3"
+    sqlite3.connect(old).close()
+    old.write_bytes(b"")  # an empty file is a database of schema version 0
+    assert "from schema version 0 to 1" in stm(old, "migrate").out
+    assert stm(old, "check").status == 0
+    other = tmp_path / "other.sqlite3"
+    with contextlib.closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE accounts (id INTEGER)")
+    one_line_error(stm(other, "migrate"), "not a short-term memory database")
+    with contextlib.closing(sqlite3.connect(other)) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master")]
+    assert names == ["accounts"]
+
+
+# -- what goes wrong ---------------------------------------------------------------
+COMMANDS = [
+    ("stats",),
+    ("show", "shortterm:user:42:10"),
+    ("show", "--user", "42"),
+    ("show", "--channel", "10"),
+    ("export", "--user", "42"),
+    ("purge-user", "42", "--yes"),
+    ("purge-channel", "10", "--yes"),
+    ("janitor", "--dry-run"),
+    ("janitor", "--yes"),
+    ("migrate",),
+    ("check",),
+]
+READS = [c for c in COMMANDS if c[0] not in ("purge-user", "purge-channel", "migrate")]
+READS = [c for c in READS if c != ("janitor", "--yes")]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_a_missing_database_is_never_created(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """Every command on a missing file: one line naming it, status 1, no file made."""
+    path = tmp_path / "data" / "stm.sqlite3"
+    run = stm(path, "--json", *args)
+    one_line_error(run, str(path), "nothing was created")
+    assert run.out == ""
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_a_corrupt_database_is_named(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """A file that is not a database: one line saying so, status 1, the file untouched."""
+    path = tmp_path / "stm.sqlite3"
+    garbage = b"not a database " * 700
+    path.write_bytes(garbage)
+    one_line_error(stm(path, *args), "corrupt or not a database")
+    assert path.read_bytes() == garbage
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stm.sqlite3"]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_a_newer_database_is_refused(db: Path, args: tuple[str, ...]) -> None:
+    """A file from a newer schema: one line naming both versions, status 1, unchanged."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA user_version = 7")
+    before = rows(db)
+    one_line_error(stm(db, *args), "schema version 7", "newer")
+    assert rows(db) == before
+
+
+LOCK_HOLDER = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+if sys.argv[2] == "exclusive":
+    db.execute("PRAGMA locking_mode = EXCLUSIVE")
+    db.execute("BEGIN EXCLUSIVE")
+else:
+    db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+db.execute("ROLLBACK")
+"""
+
+
+@contextlib.contextmanager
+def locked(path: Path, mode: str) -> Iterator[None]:
+    """Another process holds the file's lock (``exclusive``: readers are shut out too)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(path), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        holder.stdin.write("go\n")
+        holder.stdin.close()
+        holder.stdout.close()
+        assert holder.wait(timeout=60) == 0
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_a_locked_database_is_named(db: Path, args: tuple[str, ...]) -> None:
+    """A file another process holds locked: one line saying so, status 1, nothing done."""
+    before = rows(db)
+    with locked(db, "exclusive"):
+        run = stm(db, *args, STM_BUSY_TIMEOUT_MS="100")
+    one_line_error(run, "locked")
+    assert rows(db) == before
+
+
+@pytest.mark.parametrize("args", [("purge-user", "42", "--yes"), ("purge-channel", "10", "--yes")])
+def test_a_purge_blocked_by_a_writer_is_not_acknowledged(db: Path, args: tuple[str, ...]) -> None:
+    """While another process holds the write lock, a purge says it is not durable (one
+    line, status 1) instead of claiming success; reads go on meanwhile (WAL)."""
+    before = rows(db)
+    with locked(db, "write"):
+        assert stm(db, "stats", STM_BUSY_TIMEOUT_MS="100").status == 0
+        run = stm(db, *args, STM_BUSY_TIMEOUT_MS="100", STM_DELETE_RETRY_SECONDS="0.05")
+    one_line_error(run, "not durable", "locked")
+    assert rows(db) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("show", "--user", "abc"), ["--user", "abc"]),
+        (("show",), ["exactly one of KEY, --user ID or --channel ID"]),
+        (("show", "--user", "1", "--channel", "2"), ["exactly one"]),
+        (("show", "shortterm:channel:1"), ["not a short-term memory key"]),
+        (("purge-user",), ["Missing argument 'ID'"]),
+        (("purge-user", "-5", "--yes"), ["-5"]),
+        (("purge-channel", "18446744073709551616", "--yes"), ["18446744073709551616"]),
+        (("export",), ["--user"]),
+        (("stats", "--near-hours", "0"), ["--near-hours"]),
+        (("frobnicate",), ["No such command 'frobnicate'"]),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, tuple) else "",
+)
+def test_bad_arguments(db: Path, args: tuple[str, ...], words: list[str]) -> None:
+    """A bad argument: one line naming it and the help to read, status 2, nothing done."""
+    before = rows(db)
+    run = stm(db, *args)
+    assert run.status == 2, run
+    one_line_error(run, *words, "--help")
+    assert run.out == ""
+    assert rows(db) == before
+
+
+def test_a_bad_setting_is_named(db: Path) -> None:
+    """A bad STM_* setting is one line naming the variable."""
+    one_line_error(stm(db, "stats", STM_BUSY_TIMEOUT_MS="soon"), "STM_BUSY_TIMEOUT_MS")
+
+
+def test_the_settings_name_the_database(db: Path) -> None:
+    """Without --database the command reads STM_DATABASE, like the library."""
+    run = stm(None, "--json", "stats", STM_DATABASE=str(db))
+    assert run.status == 0, run.err
+    data = run.json()
+    assert isinstance(data, dict) and data["database"] == str(db)
+
+
+def test_installed_as_a_console_script() -> None:
+    """The package installs the command line as ``discord-stm``."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["scripts"]["discord-stm"] == "stm.cli:main"
+    assert any(dep.startswith("click") for dep in project["dependencies"])
+    help_ = stm(None, "--help")
+    assert help_.status == 0
+    for command in ("stats", "show", "export", "purge-user", "purge-channel", "janitor"):
+        assert command in help_.out
+    assert "migrate" in help_.out and "check" in help_.out
+
+
+def test_table_and_printable_helpers() -> None:
+    """Columns line up with wide characters; controls never reach the terminal raw."""
+    lines = table(["A", "B"], [["日本", "x"], ["abc", "y"]])
+    assert lines == ["A     B", "日本  x", "abc   y"]
+    assert printable("a\x1b[31mb\nc") == "a\\u001b[31mb ⏎ c"
+
+
+# -- helpers ------------------------------------------------------------------------
+def _existing_folder(path: Path) -> Path:
+    """The nearest folder of ``path`` that exists (a missing database's may not)."""
+    return next(p for p in path.parents if p.exists())
+
+
+def _assert_aligned(out: str) -> None:
+    """In each table, every column starts where its header does."""
+    header: str | None = None
+    checked = 0
+    for line in out.splitlines():
+        if line.startswith("KEY "):
+            header = line
+            continue
+        if header is None or not line.startswith("shortterm:"):
+            header = None
+            continue
+        for name in ("SERVER", "CHANNEL", "UPDATED", "EXPIRES", "MEMORY"):
+            at = header.index(name)
+            assert line[at - 2 : at] == "  " and line[at] != " ", (name, header, line)
+            checked += 1
+    assert checked
+
+
+def _entries(data: object) -> list[dict[str, object]]:
+    assert isinstance(data, dict)
+    entries = data["entries"]
+    assert isinstance(entries, list)
+    return entries
+
+
+def _row(data: object, key: str) -> dict[str, object]:
+    return next(e for e in _entries(data) if e["key"] == key)
+
+
+def _assert_user_42_purged(db: Path, server: int | None) -> None:
+    """What the library's purge leaves: none of 42's own rows (in scope), shared summaries
+    42 contributed to cleared, 42's text nowhere in the file's bytes."""
+    left = rows(db)
+    in_scope = [(42, 10), (42, 11)] + ([(42, 20)] if server is None else [])
+    for user, channel in in_scope:
+        assert f"shortterm:user:{user}:{channel}" not in left
+        assert summary_of(user, channel).encode() not in file_bytes(db)
+    assert left["shortterm:server:100:10"] is None  # 42 contributed: cleared
+    assert left["shortterm:user:7:10"] is None
+    assert left["shortterm:server:200:30"] == summary_of(9, 30)
+    if server is not None:
+        assert left["shortterm:user:42:20"] == summary_of(42, 20)
+    assert printable("x") == "x"
