@@ -15,6 +15,7 @@ A turn goes through it in stages, each kept in its own module:
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -70,6 +71,8 @@ __all__ = ["MemoryTool", "ShortTermMemory"]
 
 # How long the change feed keeps a change at least.
 FEED_RETENTION_SECONDS = 600.0
+
+log = logging.getLogger("stm")
 
 
 class ShortTermMemory:
@@ -441,6 +444,7 @@ class ShortTermMemory:
         check_id(channel_id, "channel_id")
         evicted = forget_channel(self.cache, self._reads, self.writer, channel_id)
         self.writer.submit_delete(DeleteChannel(channel_id), what=f"clearing channel {channel_id}")
+        log.info("clearing channel %s (%d keys held here)", channel_id, evicted)
         return evicted
 
     async def clear_short_term_memory_for_user(
@@ -457,6 +461,7 @@ class ShortTermMemory:
         op = PurgeUser(user_id, server_id)
         where = "everywhere" if server_id is None else f"in server {server_id}"
         self.writer.submit_delete(op, what=f"purging user {user_id} {where}")
+        log.info("purging user %s %s (%d keys held here)", user_id, where, touched)
         return touched
 
     # -- expiry ---------------------------------------------------------------

@@ -234,7 +234,7 @@ class ReadThrough:
         and shares a round trip with what is queued with it); await the result for its rows,
         with the deletions made while it was in flight applied."""
         since = self.deletions.seq
-        future = self._writer().submit(op, what=f"read of {len(keys)} keys")
+        future = self._writer().submit(op, what="read of " + ", ".join(keys[:3]))
         return self._read_result(future, since, keys)
 
     async def _read_result(

@@ -20,7 +20,7 @@ from .slugs import slugify
 
 __all__ = ["SettingsBook", "invalid_input"]
 
-log = logging.getLogger("stm")
+log = logging.getLogger("stm.settings")
 
 
 def invalid_input(exc: ValidationError) -> InvalidInput:

@@ -74,5 +74,5 @@ class ToolRegistry:
         try:
             return await tool.run(ctx, arguments)
         except Exception:
-            log.exception("tool %s failed (channel %s)", name, ctx.channel_id)
+            log.exception("tool %s failed (user %s, channel %s)", name, ctx.user_id, ctx.channel_id)
             return ToolResult(success=False, message=f"The tool {name} failed; it did nothing.")

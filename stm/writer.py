@@ -233,7 +233,7 @@ class Writer:
     def _swap_dirty(self) -> None:
         if self._dirty:
             dirty, self._dirty = self._dirty, {}
-            self._push(_Item(self._next(), None, dirty=dirty, what="write-behind"))
+            self._push(_Item(self._next(), None, dirty=dirty, what=_write_behind(dirty)))
 
     async def _run(self) -> None:
         while True:
@@ -323,7 +323,7 @@ class Writer:
             for _ in items:
                 self._queue.popleft()
             if self._failure is not None:
-                log.warning("short-term memory writes are durable again")
+                log.info("short-term memory writes are durable again")
             self._failure = None
             self._backoff = self._retry_at = 0.0
             erased = False
@@ -434,3 +434,10 @@ def _describe(op: Op) -> str:
         case DeleteChannel(channel_id):
             return f"clearing channel {channel_id}"
     return type(op).__name__
+
+
+def _write_behind(dirty: dict[str, Entry]) -> str:
+    """What a write-behind batch is, in a log line: its first keys."""
+    keys = list(dirty)
+    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+    return f"write-behind of {', '.join(keys[:3])}{more}"

@@ -66,8 +66,8 @@ def _scope_label(ctx: TurnContext) -> str:
     return server_k or user_k
 
 
-def _durability_note(exc: DurabilityError) -> str:
-    log.error("short-term memory purge not yet durable: %s", exc)
+def _durability_note(exc: DurabilityError, what: str) -> str:
+    log.error("short-term memory %s not yet durable: %s", what, exc)
     return (
         "\n**Warning:** it is gone from the bot's memory, but the database could not confirm "
         "the deletion yet. It keeps retrying; run the command again later to make sure."
@@ -225,7 +225,7 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
     async def on_generation_finished(self, event: GenerationFinished) -> None:
         """Stage 01: remember the turn the host just answered."""
         if not isinstance(event, GenerationFinished):
-            log.warning("ignoring generation_finished event of type %s", type(event).__name__)
+            log.warning("ignoring a generation_finished event of type %s", type(event).__name__)
             return
         try:
             await self.memory.capture(event)
@@ -277,7 +277,7 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
         try:
             await self.memory.flush()
         except DurabilityError as exc:
-            text += _durability_note(exc)
+            text += _durability_note(exc, f"purge of user {interaction.user.id} everywhere")
         await reply(interaction, text)
 
     @memory_group.command(name="pause", description="Stop the bot remembering your messages.")
@@ -323,7 +323,8 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
         try:
             await self.memory.flush()
         except DurabilityError as exc:
-            text += _durability_note(exc)
+            where = "everywhere" if server_id is None else f"in server {server_id}"
+            text += _durability_note(exc, f"purge of user {user.id} {where}")
         await reply(interaction, text)
 
     # -- errors ---------------------------------------------------------------

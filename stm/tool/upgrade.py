@@ -321,6 +321,8 @@ class Upgrades:
                 "cleared during the turn. Nothing was saved."
             )
         ctx.disable_short_term_memory_update = True
+        # The text itself only at DEBUG: logs are kept and shipped with less care than memory.
+        log.debug("upgrade of %s saved: %r", ", ".join(e.key for e in entries), values)
         names = ", ".join(sorted(values))
         return ToolResult(
             success=True,
