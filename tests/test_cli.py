@@ -493,7 +493,7 @@ def test_a_locked_database_is_named(db: Path, args: tuple[str, ...]) -> None:
     before = rows(db)
     with locked(db, "exclusive"):
         run = stm(db, *args, STM_BUSY_TIMEOUT_MS="100")
-    one_line_error(run, "locked")
+    one_line_error(run, "is locked by another process")
     assert rows(db) == before
 
 
