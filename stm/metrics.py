@@ -1,0 +1,78 @@
+"""Counters and timings of a memory, as plain numbers a host can read (``memory.metrics``).
+
+The turn path only adds to plain integers; everything else (the cache's size, the
+writer's queue) is read when a snapshot is taken. ``stm.prometheus`` exposes the
+snapshot in Prometheus' text format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["MetricsSnapshot", "REFUSAL_REASONS", "Tally"]
+
+# Why ``run_tool`` answered success=False, one word each (the label of the refusal count).
+REFUSAL_REASONS = (
+    "shut_down",  # the memory is closed
+    "disabled",  # short-term memory is off in the server
+    "already_updated",  # a second call in one turn
+    "explicit_intent",  # the user asked to remember: long-term memory's job
+    "opted_out",  # the user asked not to be remembered
+    "invalid_arguments",  # what the model sent did not fit the schema
+    "unavailable",  # the store could not be read
+    "cleared",  # the conversation was cleared or purged during the turn
+    "busy",  # the cache kept evicting the turn's entries
+    "not_saved",  # the commit failed
+)
+
+
+@dataclass(slots=True)
+class Tally:
+    """What the facade counts as it goes (plain attributes: an increment is one add)."""
+
+    captures: int = 0
+    upgrades: int = 0
+    upgrade_seconds: float = 0.0
+    refusals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REFUSAL_REASONS, 0))
+    channel_clears: int = 0
+    user_purges: int = 0
+    janitor_passes: int = 0
+    hydrations: int = 0
+    hydrated_keys: int = 0
+    hydration_failures: int = 0
+
+    def refused(self, reason: str) -> None:
+        """Count one refusal of the tool."""
+        self.refusals[reason] = self.refusals.get(reason, 0) + 1
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    """A memory's counters at one moment. Counts grow for the life of the process;
+    ``cache_keys`` and ``writer_queue_depth`` are levels."""
+
+    captures: int
+    upgrades: int
+    upgrade_seconds: float
+    refusals: dict[str, int]
+    channel_clears: int
+    user_purges: int
+    janitor_passes: int
+    hydrations: int
+    hydrated_keys: int
+    hydration_failures: int
+    cache_keys: int
+    cache_evictions: int
+    writer_queue_depth: int
+    writer_batches: int
+    writer_batch_ops: int
+    writer_largest_batch: int
+    commit_seconds: float
+    durable_write_failures: int
+    durable_write_retries: int
+    feed_lag_seconds: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The snapshot as a plain dict (JSON-ready)."""
+        return asdict(self)
