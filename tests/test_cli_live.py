@@ -1,0 +1,103 @@
+"""A purge from the command line reaches a bot process that is running on the database.
+
+The bot process holds crude messages only in its own memory; the command line is
+another process. After ``purge-user`` exits, the bot must stop showing anything of the
+purged user within the coherence bound (``STM_COHERENCE_SECONDS``, default 2 s).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_cli import environment, stm
+
+ROOT = Path(__file__).resolve().parent.parent
+BOUND = 2.0  # STM_COHERENCE_SECONDS' default
+PURGED = "WORDS-OF-USER-42-3b7e"
+PURGED_SUMMARY = "SUMMARY-HOLDING-USER-42-c1d9"
+KEPT = "WORDS-OF-USER-7-88aa"
+
+
+class Bot:
+    """``tests/memory_process.py`` as a running process."""
+
+    def __init__(self, db: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "memory_process.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=db.parent,
+            env=environment(STM_DATABASE=str(db), STM_WRITE_BEHIND_SECONDS="0.05"),
+        )
+        assert self.readline() == "ready"
+
+    def readline(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
+
+    def ask(self, op: str, **fields: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
+        self.proc.stdin.flush()
+        answer = json.loads(self.readline())
+        assert isinstance(answer, dict)
+        return answer
+
+    def shows(self, words: str) -> bool:
+        """Does any context or entry this process would serve hold ``words``?"""
+        views = [
+            self.ask("context", user=7, channel=11, server=100),  # channel 10 as "other"
+            self.ask("context", user=7, channel=10, server=100),
+            self.ask("context", user=42, channel=10, server=100),
+        ]
+        return any(words in view["text"] or words in "".join(view["entries"]) for view in views)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if self.proc.poll() is None:
+            self.proc.stdin.write(json.dumps({"op": "close"}) + "\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def bot(tmp_path: Path) -> Iterator[Bot]:
+    running = Bot(tmp_path / "stm.sqlite3")
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def test_a_cli_purge_reaches_a_running_bot(bot: Bot, tmp_path: Path) -> None:
+    """After ``purge-user 42`` exits, the bot shows none of 42's words (crude messages held
+    only in the bot, and the shared summary 42 contributed to) within the bound, and keeps
+    the other user's words."""
+    db = tmp_path / "stm.sqlite3"
+    assert bot.ask("turn", user=42, channel=10, server=100, text=PURGED)["ok"]
+    assert bot.ask("turn", user=7, channel=10, server=100, text=KEPT)["ok"]
+    assert bot.ask("upgrade", user=42, channel=10, server=100, summary=PURGED_SUMMARY)["ok"]
+    assert bot.shows(PURGED) and bot.shows(PURGED_SUMMARY) and bot.shows(KEPT)
+
+    purge = stm(db, "purge-user", "42", "--yes")
+    committed = time.monotonic()
+    assert purge.status == 0, purge.err
+    while bot.shows(PURGED) or bot.shows(PURGED_SUMMARY):
+        # Poll well past the bound so that the delay is measured, not just judged.
+        assert time.monotonic() - committed < BOUND + 5, "the bot still shows user 42"
+        time.sleep(0.02)
+    delay = time.monotonic() - committed
+    print(f"\nCLI purge reached the bot process in {delay:.3f} s (bound {BOUND} s)")
+    assert delay <= BOUND
+    for _ in range(5):
+        assert not bot.shows(PURGED) and not bot.shows(PURGED_SUMMARY)
+    assert bot.shows(KEPT)
