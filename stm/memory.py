@@ -32,6 +32,7 @@ from .ids import check_bool, check_id, check_optional_id
 from .intent import IntentGate
 from .journal import Journal
 from .keys import parse_key, turn_keys
+from .metrics import MetricsSnapshot, Tally
 from .models import (
     Category,
     GenerationFinished,
@@ -101,6 +102,7 @@ class ShortTermMemory:
         self.settings = SettingsBook(config)
         self._writer: Writer | None = None
         self._background = Background(self.scheduler)
+        self._tally = Tally()
         self._reads = ReadThrough(
             config,
             self.cache,
@@ -108,6 +110,7 @@ class ShortTermMemory:
             self._background.spawn,
             clock,
             empty_at_open=store.empty_at_open,
+            tally=self._tally,
         )
         self._upgrades = Upgrades(
             config,
@@ -118,6 +121,7 @@ class ShortTermMemory:
             clock,
             self.intent_gate,
             lambda: self.closed,
+            tally=self._tally,
         )
         self.follower = Follower(
             store,
@@ -257,6 +261,32 @@ class ShortTermMemory:
             "pending": writer.pending,
         }
 
+    @property
+    def metrics(self) -> MetricsSnapshot:
+        """Counters and timings since open, as plain numbers (see ``stm.metrics``)."""
+        t, writer = self._tally, self.writer
+        return MetricsSnapshot(
+            captures=t.captures,
+            upgrades=t.upgrades,
+            upgrade_seconds=t.upgrade_seconds,
+            refusals=dict(t.refusals),
+            channel_clears=t.channel_clears,
+            user_purges=t.user_purges,
+            janitor_passes=t.janitor_passes,
+            hydrations=t.hydrations,
+            hydrated_keys=t.hydrated_keys,
+            hydration_failures=t.hydration_failures,
+            cache_keys=len(self.cache),
+            cache_evictions=self.cache.evicted,
+            writer_queue_depth=writer.pending,
+            writer_batches=writer.commits,
+            writer_batch_ops=writer.ops_committed,
+            writer_largest_batch=writer.largest_batch,
+            commit_seconds=writer.store_seconds,
+            durable_write_failures=writer.failures,
+            durable_write_retries=writer.retries,
+        )
+
     # -- settings -----------------------------------------------------------
     def settings_for(self, server_id: int | None) -> ServerSettings:
         """The settings in force for a server (the defaults for DMs and new servers)."""
@@ -338,6 +368,7 @@ class ShortTermMemory:
                 users -= paused
         if not messages:
             return
+        self._tally.captures += 1
         user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
         cold: list[str] = []
         writer = self.writer
@@ -442,6 +473,7 @@ class ShortTermMemory:
         Evicted at once; the durable delete runs in the background (see ``flush``).
         """
         check_id(channel_id, "channel_id")
+        self._tally.channel_clears += 1
         evicted = forget_channel(self.cache, self._reads, self.writer, channel_id)
         self.writer.submit_delete(DeleteChannel(channel_id), what=f"clearing channel {channel_id}")
         log.info("clearing channel %s (%d keys held here)", channel_id, evicted)
@@ -459,6 +491,7 @@ class ShortTermMemory:
         check_optional_id(server_id, "server_id")
         touched = forget_user(self.cache, self._reads, self.writer, user_id, server_id)
         op = PurgeUser(user_id, server_id)
+        self._tally.user_purges += 1
         where = "everywhere" if server_id is None else f"in server {server_id}"
         self.writer.submit_delete(op, what=f"purging user {user_id} {where}")
         log.info("purging user %s %s (%d keys held here)", user_id, where, touched)
@@ -468,6 +501,7 @@ class ShortTermMemory:
     async def run_janitor(self) -> int:
         """Drop expired entries from the cache and queue the deletion of expired rows."""
         now = self.clock()
+        self._tally.janitor_passes += 1
         expired = self.cache.expired_keys(now)
         for key in expired:
             self.cache.remove(key)

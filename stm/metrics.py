@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["MetricsSnapshot", "REFUSAL_REASONS", "Tally"]
+__all__ = ["REFUSAL_REASONS", "MetricsSnapshot", "Tally"]
 
 # Why ``run_tool`` answered success=False, one word each (the label of the refusal count).
 REFUSAL_REASONS = (

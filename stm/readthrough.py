@@ -24,6 +24,7 @@ from .convert import entry_from
 from .deletions import DeletionLog, apply_to_row, overtakes
 from .expiry import Expiry, Thresholds, row_expired
 from .keys import parse_key, turn_keys
+from .metrics import Tally
 from .models import DialogueMessage, TurnContext
 from .provenance import Shown
 from .store.base import LoadRecent, LoadRows, StoredRow
@@ -105,6 +106,7 @@ class ReadThrough:
         clock: Callable[[], float],
         *,
         empty_at_open: bool,
+        tally: Tally | None = None,
     ) -> None:
         self.config = config
         self.cache = cache
@@ -122,6 +124,7 @@ class ReadThrough:
         # except by a delete. A key missing from the cache then has no row to read, so
         # new keys skip the read. The first eviction or expiry drop ends it for good.
         self._all_rows_cached = empty_at_open
+        self._tally = tally or Tally()
 
     # -- entries --------------------------------------------------------------
     def new_entry(self, key: str, ctx: TurnContext, now: float, *, hydrated: bool) -> Entry:
@@ -243,8 +246,11 @@ class ReadThrough:
         try:
             rows: list[StoredRow] = await future
         except Exception as exc:
+            self._tally.hydration_failures += 1
             log.warning("short-term memory could not be read (%s): %s", ", ".join(keys[:3]), exc)
             return None
+        self._tally.hydrations += 1
+        self._tally.hydrated_keys += len(rows)
         later = self.deletions.since(since)
         if later is None:
             return None  # overtaken by more deletions than are remembered: read again later

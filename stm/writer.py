@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -102,6 +103,13 @@ class Writer:
         self._isolate = 0
         self.commits = 0
         self.round_trips = 0
+        # Metrics (plain counters; see stm/metrics.py): operations committed, the largest
+        # batch, time spent in the store, failed transactions and retries after one.
+        self.ops_committed = 0
+        self.largest_batch = 0
+        self.store_seconds = 0.0
+        self.failures = 0
+        self.retries = 0
         self._queue: deque[_Item] = deque()
         self._dirty: dict[str, Entry] = {}
         self._seq = 0
@@ -309,16 +317,25 @@ class Writer:
                     rows = tuple(row_of(e) for e in item.dirty.values() if not e.deleted)
                     ops.append(Touch(rows))
             self.round_trips += 1
-            results = await self.store.run(ops)
+            if self._failure is not None:
+                self.retries += 1
+            started = time.perf_counter()
+            try:
+                results = await self.store.run(ops)
+            finally:
+                self.store_seconds += time.perf_counter() - started
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            self.failures += 1
             if is_permanent(exc):
                 self._reject(items, exc)
             else:
                 self._fail(items, exc)
         else:
             self.commits += 1
+            self.ops_committed += len(ops)
+            self.largest_batch = max(self.largest_batch, len(ops))
             self._isolate = max(0, self._isolate - len(items))
             for _ in items:
                 self._queue.popleft()

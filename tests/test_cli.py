@@ -418,8 +418,16 @@ COMMANDS = [
     ("migrate",),
     ("check",),
 ]
-READS = [c for c in COMMANDS if c[0] not in ("purge-user", "purge-channel", "migrate")]
-READS = [c for c in READS if c != ("janitor", "--yes")]
+# A missing file is tried with every command. The other faults with a few: every command
+# opens the file read-only first (the destructive ones to preview what they would do),
+# and only these differ in what they do next.
+DOORS = [
+    ("stats",),
+    ("export", "--user", "42"),
+    ("purge-user", "42", "--yes"),
+    ("migrate",),
+    ("check",),
+]
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
@@ -432,7 +440,7 @@ def test_a_missing_database_is_never_created(tmp_path: Path, args: tuple[str, ..
     assert not (tmp_path / "data").exists()
 
 
-@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+@pytest.mark.parametrize("args", DOORS, ids=" ".join)
 def test_a_corrupt_database_is_named(tmp_path: Path, args: tuple[str, ...]) -> None:
     """A file that is not a database: one line saying so, status 1, the file untouched."""
     path = tmp_path / "stm.sqlite3"
@@ -443,7 +451,7 @@ def test_a_corrupt_database_is_named(tmp_path: Path, args: tuple[str, ...]) -> N
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stm.sqlite3"]
 
 
-@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+@pytest.mark.parametrize("args", DOORS, ids=" ".join)
 def test_a_newer_database_is_refused(db: Path, args: tuple[str, ...]) -> None:
     """A file from a newer schema: one line naming both versions, status 1, unchanged."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
@@ -487,7 +495,7 @@ def locked(path: Path, mode: str) -> Iterator[None]:
         assert holder.wait(timeout=60) == 0
 
 
-@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+@pytest.mark.parametrize("args", DOORS, ids=" ".join)
 def test_a_locked_database_is_named(db: Path, args: tuple[str, ...]) -> None:
     """A file another process holds locked: one line saying so, status 1, nothing done."""
     before = rows(db)

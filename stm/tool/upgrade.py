@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,6 +20,7 @@ from ..config import STMConfig
 from ..convert import row_of
 from ..intent import IntentGate
 from ..keys import turn_keys
+from ..metrics import Tally
 from ..models import ServerSettings, ToolResult, TurnContext
 from ..provenance import Shown
 from ..readthrough import AGAIN, Again, ReadThrough, Unavailable, Unsettled, describe, settle
@@ -113,6 +115,8 @@ class Upgrades:
         clock: Callable[[], float],
         intent_gate: IntentGate,
         closed: Callable[[], bool],
+        *,
+        tally: Tally | None = None,
     ) -> None:
         self.config = config
         self.cache = cache
@@ -125,22 +129,30 @@ class Upgrades:
         # Set by the memory: the feed position a turn's view was current with.
         self.follower: _Follows | None = None
         self.origin = ""
+        self._tally = tally or Tally()
 
     def blocked(self, ctx: TurnContext, settings: ServerSettings) -> str | None:
         """Why the tool is not offered to this turn, or None when it is."""
+        why = self._why_blocked(ctx, settings)
+        return None if why is None else why[1]
+
+    def _why_blocked(self, ctx: TurnContext, settings: ServerSettings) -> tuple[str, str] | None:
+        """(the refusal's reason for the metrics, its text), or None when not blocked."""
         if self._closed():
-            return "short-term memory is shut down"
+            return "shut_down", "short-term memory is shut down"
         if not settings.enabled:
-            return "short-term memory is turned off in this server"
+            return "disabled", "short-term memory is turned off in this server"
         if ctx.disable_short_term_memory_update:
-            return "short-term memory was already updated in this turn; do not call it again"
+            return "already_updated", (
+                "short-term memory was already updated in this turn; do not call it again"
+            )
         if ctx.explicit_memory_intent or self._asks_to_remember(ctx):
-            return (
+            return "explicit_intent", (
                 "the user explicitly asked to remember something; that belongs to long-term "
                 "memory, not this tool"
             )
         if self.settings.is_opted_out(ctx.user_id):
-            return "the user asked not to be remembered"
+            return "opted_out", "the user asked not to be remembered"
         return None
 
     def _asks_to_remember(self, ctx: TurnContext) -> bool:
@@ -151,6 +163,10 @@ class Upgrades:
         answer = gate.matches(text)
         ctx._intent = (gate, text, answer)
         return answer
+
+    def _refused(self, reason: str, message: str) -> ToolResult:
+        self._tally.refused(reason)
+        return _refused(message)
 
     def definition(self, ctx: TurnContext) -> dict[str, Any] | None:
         """The tool for this turn, or None when unavailable."""
@@ -164,17 +180,18 @@ class Upgrades:
     async def run(self, ctx: TurnContext, arguments: object) -> ToolResult:
         """Validate the arguments, read the turn's entries, guard, then commit."""
         settings = self.settings.for_server(ctx.server_id)
-        blocked = self.blocked(ctx, settings)
+        blocked = self._why_blocked(ctx, settings)
         if blocked is not None:
-            return _refused(f"{TOOL_NAME} is not available: {blocked}.")
+            return self._refused(blocked[0], f"{TOOL_NAME} is not available: {blocked[1]}.")
         limit = self.config.max_summary_length
         values = parse_arguments(arguments_model(settings.categories, limit), arguments, limit)
         if isinstance(values, str):
-            return _refused(values)
+            return self._refused("invalid_arguments", values)
         # Claimed before the first await: of two calls racing in one turn, one upgrades.
         if ctx._upgrading:
-            return _refused(
-                f"{TOOL_NAME} is already being applied in this turn; do not call it again."
+            return self._refused(
+                "already_updated",
+                f"{TOOL_NAME} is already being applied in this turn; do not call it again.",
             )
         ctx._upgrading = True
         result = None
@@ -203,14 +220,16 @@ class Upgrades:
         except Unavailable:
             # Upgrading without the row would overwrite what it holds (its
             # contributors among it) with a guess.
-            return _refused(
+            return self._refused(
+                "unavailable",
                 f"{TOOL_NAME} could not be applied: the memory store is unavailable "
-                "right now. Nothing was saved."
+                "right now. Nothing was saved.",
             )
         except Unsettled:
-            return _refused(
+            return self._refused(
+                "busy",
                 f"{TOOL_NAME} could not be applied: the memory is too busy right now. "
-                "Nothing was saved; you may try again later."
+                "Nothing was saved; you may try again later.",
             )
         if isinstance(entries, ToolResult):
             return entries
@@ -240,11 +259,15 @@ class Upgrades:
         """The turn's entries, a refusal, or AGAIN when the cache no longer holds one."""
         entries = [await self._entry(key, ctx) for key in keys]
         if self._closed() or ctx.disable_short_term_memory_update:
-            return _refused(f"{TOOL_NAME} is not available any more in this turn.")
+            return self._refused(
+                "shut_down" if self._closed() else "already_updated",
+                f"{TOOL_NAME} is not available any more in this turn.",
+            )
         if any(e.deleted for e in entries) or self.reads.overtaken(ctx):
-            return _refused(
+            return self._refused(
+                "cleared",
                 f"{TOOL_NAME} was not applied: this conversation's memory was "
-                "cleared during the turn. Nothing was saved."
+                "cleared during the turn. Nothing was saved.",
             )
         # Reading one key's row can evict the other key's entry when the cache is
         # full; an upgrade of an entry the cache no longer holds would not be seen.
@@ -290,6 +313,7 @@ class Upgrades:
         for snapshot in snapshots:
             snapshot.version = snapshot.entry.version
         writer = self._writer()
+        started = time.perf_counter()
         # Write in the order the turn made its changes: identity rows from capture first,
         # then the upgrade (as when every new key was read first, which queued them).
         writer.queue_dirty()
@@ -309,9 +333,10 @@ class Upgrades:
             log.error("short-term memory upgrade not saved (%s): %s", entries[0].key, exc)
             for snapshot in snapshots:
                 snapshot.restore()
-            return _refused(
+            return self._refused(
+                "not_saved",
                 f"{TOOL_NAME} failed: the memory could not be saved ({exc}). "
-                "Nothing was stored; you may try again later."
+                "Nothing was stored; you may try again later.",
             )
         if any(isinstance(result, Overtaken) for result in results):
             for snapshot in snapshots:
@@ -321,6 +346,8 @@ class Upgrades:
                 "cleared during the turn. Nothing was saved."
             )
         ctx.disable_short_term_memory_update = True
+        self._tally.upgrades += 1
+        self._tally.upgrade_seconds += time.perf_counter() - started
         # The text itself only at DEBUG: logs are kept and shipped with less care than memory.
         log.debug("upgrade of %s saved: %r", ", ".join(e.key for e in entries), values)
         names = ", ".join(sorted(values))
