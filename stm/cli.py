@@ -29,6 +29,7 @@ from .convert import entry_from
 from .errors import DurabilityError, STMError
 from .keys import parse_key
 from .memory import ShortTermMemory
+from .metrics import MetricsSnapshot
 from .store.base import StoredRow
 from .store.inspect import UserHoldings
 from .store.sqlite import SQLiteStore
@@ -257,14 +258,14 @@ def purge_user(opts: _Options, user_id: int, server_id: int | None, yes: bool) -
         async with _reading(opts) as store:
             return _in_server(await store.holdings_of_user(user_id), server_id)
 
-    seconds = _run(_durably(opts, purge, f"purge of user {user_id} {where}"))
+    done = _run(_durably(opts, purge, f"purge of user {user_id} {where}"))
     remaining = _run(left())
-    log.info("purged user %s %s from %s in %.2fs", user_id, where, opts.path, seconds)
+    log.info("purged user %s %s from %s in %.2fs", user_id, where, opts.path, done.seconds)
     _report(
         opts,
         {"purged": "user", "user_id": user_id, "server_id": server_id, "entries_before": held},
         remaining,
-        seconds,
+        done,
         f"purged user {user_id} {where}: {held} entries erased or cleared",
     )
 
@@ -290,14 +291,14 @@ def purge_channel(opts: _Options, channel_id: int, yes: bool) -> None:
     async def purge(memory: ShortTermMemory) -> None:
         await memory.clear_short_term_memory_for_channel(channel_id)
 
-    seconds = _run(_durably(opts, purge, f"purge of channel {channel_id}"))
+    done = _run(_durably(opts, purge, f"purge of channel {channel_id}"))
     remaining = _run(count())
-    log.info("purged channel %s from %s in %.2fs", channel_id, opts.path, seconds)
+    log.info("purged channel %s from %s in %.2fs", channel_id, opts.path, done.seconds)
     _report(
         opts,
         {"purged": "channel", "channel_id": channel_id, "entries_before": held},
         remaining,
-        seconds,
+        done,
         f"purged channel {channel_id}: {held} entries erased",
     )
 
@@ -325,15 +326,14 @@ def janitor(opts: _Options, dry_run: bool, yes: bool) -> None:
     async def sweep(memory: ShortTermMemory) -> None:
         await memory.run_janitor()
 
-    seconds = _run(_durably(opts, sweep, "janitor pass"))
+    done = _run(_durably(opts, sweep, "janitor pass"))
     remaining = _run(count())
     if opts.as_json:
         _echo_json(
-            {"expired": expired, "deleted": expired - remaining, "dry_run": False,
-             "seconds": round(seconds, 3)}
-        )  # fmt: skip
+            {"expired": expired, "deleted": expired - remaining, "dry_run": False, **done.json()}
+        )
     else:
-        click.echo(f"deleted {expired - remaining} expired rows; durable ({seconds:.2f} s)")
+        click.echo(f"deleted {expired - remaining} expired rows; durable ({done.text()})")
 
 
 @cli.command()
@@ -462,10 +462,31 @@ async def _reading(opts: _Options, *, require_current: bool = True) -> AsyncIter
         await store.close()
 
 
+@dataclass(frozen=True)
+class _Done:
+    """How a change went: its time, and the writes it took (from ``memory.metrics``)."""
+
+    seconds: float
+    metrics: MetricsSnapshot
+
+    def json(self) -> dict[str, Any]:
+        m = self.metrics
+        return {
+            "seconds": round(self.seconds, 3),
+            "commits": m.writer_batches,
+            "durable_write_failures": m.durable_write_failures,
+            "durable_write_retries": m.durable_write_retries,
+        }
+
+    def text(self) -> str:
+        retries = self.metrics.durable_write_retries
+        return f"{self.seconds:.2f} s" + (f", after {retries} retries" if retries else "")
+
+
 async def _durably(
     opts: _Options, change: Callable[[ShortTermMemory], Coroutine[Any, Any, None]], what: str
-) -> float:
-    """Make ``change`` through the library and wait until it is durable; seconds taken."""
+) -> _Done:
+    """Make ``change`` through the library and wait until it is durable."""
     if not await asyncio.to_thread(os.path.isfile, opts.path):
         # Checked again right before: ShortTermMemory.open would create a missing file.
         raise CommandError(f"no short-term memory database at {opts.path!r} (nothing was created)")
@@ -486,10 +507,11 @@ async def _durably(
                         await asyncio.sleep(opts.config.delete_retry_seconds * attempt)
             if failure is not None:
                 raise CommandError(f"{what} is not durable: {failure}")
+        done = _Done(time.perf_counter() - started, memory.metrics)
     finally:
         with contextlib.suppress(DurabilityError):
             await memory.close()  # the error above already says what is not durable
-    return time.perf_counter() - started
+    return done
 
 
 # -- asking -----------------------------------------------------------------------
@@ -629,15 +651,12 @@ def _opt_out_json(holdings: UserHoldings) -> dict[str, Any]:
     return {"opted_out": since is not None, "since": None if since is None else iso(since)}
 
 
-def _report(
-    opts: _Options, data: dict[str, Any], remaining: int, seconds: float, text: str
-) -> None:
+def _report(opts: _Options, data: dict[str, Any], remaining: int, done: _Done, text: str) -> None:
     """Say what a purge did, once durable; a row written since (by a running bot) is named."""
     if opts.as_json:
-        _echo_json({**data, "durable": True, "entries_now": remaining,
-                    "seconds": round(seconds, 3)})  # fmt: skip
+        _echo_json({**data, "durable": True, "entries_now": remaining, **done.json()})
         return
-    click.echo(f"{text}; durable, file rewritten ({seconds:.2f} s)")
+    click.echo(f"{text}; durable, file rewritten ({done.text()})")
     if remaining:
         click.echo(f"{remaining} entries were written again since (new activity)")
 

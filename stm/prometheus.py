@@ -83,7 +83,7 @@ class MemoryCollector:
         yield gauge("writer_largest_batch", "Most ops in one commit.", m.writer_largest_batch)
         yield core.SummaryMetricFamily(
             f"{p}_commit_seconds",
-            "Time of each transaction against the store.",
+            "Time spent in store transactions (failed ones too); count: commits.",
             count_value=m.writer_batches,
             sum_value=m.commit_seconds,
         )

@@ -326,6 +326,8 @@ def test_purge_user_with_yes_and_json(db: Path) -> None:
     data = run.json()
     assert isinstance(data, dict)
     assert data["durable"] is True and data["entries_before"] == 6 and data["entries_now"] == 0
+    assert data["commits"] >= 2  # the delete, then the rewrite of the file
+    assert (data["durable_write_failures"], data["durable_write_retries"]) == (0, 0)
     _assert_user_42_purged(db, server=None)
 
 
