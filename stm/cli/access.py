@@ -1,0 +1,182 @@
+"""How a command reaches the database: read-only, or through the library until durable."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+from ..cache import HOUR
+from ..config import STMConfig
+from ..errors import DurabilityError, STMError
+from ..memory import ShortTermMemory
+from ..metrics import MetricsSnapshot
+from ..store.sqlite import SQLiteStore
+
+__all__ = [
+    "CommandError",
+    "Done",
+    "Options",
+    "configure_logging",
+    "confirm",
+    "durably",
+    "progress",
+    "reading",
+    "run",
+    "thresholds",
+]
+
+_T = TypeVar("_T")
+# Tries of a purge's flush before the command gives up (the library keeps nothing
+# queued once this process exits, so the error says what is not durable).
+FLUSH_ATTEMPTS = 3
+
+
+class CommandError(click.ClickException):
+    """An error the operator can act on: one line, exit status 1."""
+
+
+@dataclass
+class Options:
+    database: str | None
+    as_json: bool
+    _config: STMConfig | None = None
+
+    @property
+    def config(self) -> STMConfig:
+        """The ``STM_*`` settings, with ``--database`` over ``STM_DATABASE``."""
+        if self._config is None:
+            overrides = {} if self.database is None else {"database": self.database}
+            self._config = STMConfig(**overrides)
+        return self._config
+
+    @property
+    def path(self) -> str:
+        database = self.config.database
+        if database.startswith(("postgresql://", "postgres://")):
+            raise CommandError("PostgreSQL databases are not supported by this version")
+        return database
+
+
+def run(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run one step of a command; library errors become one-line command errors."""
+    try:
+        return asyncio.run(coro)
+    except STMError as exc:
+        raise CommandError(str(exc)) from exc
+    except OSError as exc:
+        raise CommandError(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")) from exc
+
+
+@contextlib.asynccontextmanager
+async def reading(opts: Options, *, require_current: bool = True) -> AsyncIterator[SQLiteStore]:
+    """The database, read-only; it must exist and be a short-term memory database."""
+    store = await SQLiteStore.open_existing(
+        opts.path, busy_timeout_ms=opts.config.busy_timeout_ms, require_current=require_current
+    )
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@dataclass(frozen=True)
+class Done:
+    """How a change went: its time, and the writes it took (from ``memory.metrics``)."""
+
+    seconds: float
+    metrics: MetricsSnapshot
+
+    def json(self) -> dict[str, Any]:
+        m = self.metrics
+        return {
+            "seconds": round(self.seconds, 3),
+            "commits": m.writer_batches,
+            "durable_write_failures": m.durable_write_failures,
+            "durable_write_retries": m.durable_write_retries,
+        }
+
+    def text(self) -> str:
+        retries = self.metrics.durable_write_retries
+        return f"{self.seconds:.2f} s" + (f", after {retries} retries" if retries else "")
+
+
+async def durably(
+    opts: Options, change: Callable[[ShortTermMemory], Coroutine[Any, Any, None]], what: str
+) -> Done:
+    """Make ``change`` through the library and wait until it is durable."""
+    if not await asyncio.to_thread(os.path.isfile, opts.path):
+        # Checked again right before: ShortTermMemory.open would create a missing file.
+        raise CommandError(f"no short-term memory database at {opts.path!r} (nothing was created)")
+    started = time.perf_counter()
+    memory = await ShortTermMemory.open(opts.config)
+    failure: DurabilityError | None = None
+    try:
+        with progress(what):
+            await change(memory)
+            for attempt in range(1, FLUSH_ATTEMPTS + 1):
+                try:
+                    await memory.flush()
+                    failure = None
+                    break
+                except DurabilityError as exc:
+                    failure = exc
+                    if attempt < FLUSH_ATTEMPTS:
+                        await asyncio.sleep(opts.config.delete_retry_seconds * attempt)
+            if failure is not None:
+                raise CommandError(f"{what} is not durable: {failure}")
+        done = Done(time.perf_counter() - started, memory.metrics)
+    finally:
+        with contextlib.suppress(DurabilityError):
+            await memory.close()  # the error above already says what is not durable
+    return done
+
+
+# -- asking -----------------------------------------------------------------------
+def confirm(yes: bool, question: str) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise CommandError("not changing anything without confirmation: pass --yes (stdin is "
+                           "not a terminal)")  # fmt: skip
+    if not click.confirm(question, default=False, err=True):
+        raise CommandError("aborted: nothing was changed")
+
+
+def configure_logging(verbose: int) -> None:
+    if verbose:
+        logging.basicConfig(
+            level=logging.DEBUG if verbose > 1 else logging.INFO,
+            stream=sys.stderr,
+            format="%(levelname)s %(name)s: %(message)s",
+        )
+    else:
+        # Without a handler Python prints warnings with their tracebacks: errors the
+        # operator must see come back as the command's own one-line message instead.
+        logging.getLogger().addHandler(logging.NullHandler())
+
+
+@contextlib.contextmanager
+def progress(what: str) -> Iterator[None]:
+    """Say what a long step is doing, on a terminal only (stderr, so output stays clean)."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    click.echo(click.style(f"{what}…", dim=True), err=True, nl=False)
+    try:
+        yield
+    finally:
+        click.echo("\r\x1b[K", err=True, nl=False)
+
+
+def thresholds(config: STMConfig, now: float) -> tuple[float, float]:
+    """(crude_before, summary_before): rows last active before these have expired at ``now``."""
+    return now - config.crude_ttl_hours * HOUR, now - config.summary_ttl_hours * HOUR

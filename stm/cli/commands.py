@@ -1,0 +1,414 @@
+"""The commands of ``python -m stm``: stats, show, export, purges, janitor, migrate, check."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import click
+
+from ..cache import HOUR
+from ..keys import parse_key
+from ..memory import ShortTermMemory
+from ..store.base import StoredRow
+from ..store.inspect import CheckReport, UserHoldings
+from ..store.sqlite import SQLiteStore
+from ..tables import human_bytes, iso, printable
+from .access import (
+    CommandError,
+    Options,
+    configure_logging,
+    confirm,
+    durably,
+    progress,
+    reading,
+    run,
+    thresholds,
+)
+from .view import (
+    echo_entry,
+    echo_json,
+    echo_pairs,
+    echo_rows,
+    in_server,
+    opt_out_json,
+    report,
+    row_json,
+)
+
+__all__ = ["cli", "main"]
+
+log = logging.getLogger("stm.cli")
+
+# Discord ids are unsigned 64-bit snowflakes; SQLite stores signed 64-bit integers.
+ID = click.IntRange(0, 2**63 - 1)
+
+
+# -- the command group ----------------------------------------------------------------
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--database",
+    metavar="PATH",
+    help="The database (default: STM_DATABASE, else data/stm.sqlite3). Never created.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option(
+    "-v", "--verbose", count=True, help="Log to stderr: -v for info, -vv for debug (may show text)."
+)
+@click.pass_context
+def cli(ctx: click.Context, database: str | None, as_json: bool, verbose: int) -> None:
+    """Inspect and manage the short-term memory of a bot, also while the bot runs."""
+    configure_logging(verbose)
+    ctx.obj = Options(database, as_json)
+
+
+pass_options = click.make_pass_decorator(Options)
+
+
+@cli.command()
+@click.option(
+    "--near-hours",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Rows expiring within this many hours count as near expiry.",
+)
+@pass_options
+def stats(opts: Options, near_hours: float) -> None:
+    """What the database holds: entries by scope, servers, users, expiry, size, schema."""
+
+    async def read() -> dict[str, Any]:
+        async with reading(opts) as store:
+            now = time.time()
+            found = await store.stats(
+                thresholds(opts.config, now), thresholds(opts.config, now + near_hours * HOUR)
+            )
+        return {
+            "database": opts.path,
+            "schema_version": found.schema_version,
+            "database_bytes": found.database_bytes,
+            "entries": found.entries,
+            "entries_by_scope": found.entries_by_scope,
+            "distilled": found.distilled,
+            "servers": found.servers,
+            "users": found.users,
+            "expired": found.expired,
+            "near_expiry": found.near_expiry,
+            "near_expiry_hours": near_hours,
+            "opted_out_users": found.opt_outs,
+            "servers_with_settings": found.server_settings,
+            "feed_position": found.feed_position,
+        }
+
+    data = run(read())
+    if opts.as_json:
+        echo_json(data)
+        return
+    scopes = data["entries_by_scope"]
+    feed = data["feed_position"]
+    echo_pairs(
+        [
+            ("database", printable(data["database"])),
+            ("schema version", str(data["schema_version"])),
+            ("size", human_bytes(data["database_bytes"])),
+            ("entries", f"{data['entries']} (server {scopes['server']}, user {scopes['user']})"),
+            ("with distilled memory", str(data["distilled"])),
+            ("servers", str(data["servers"])),
+            ("users", str(data["users"])),
+            ("expired", f"{data['expired']} (the next janitor pass deletes them)"),
+            ("near expiry", f"{data['near_expiry']} (within {near_hours:g} h)"),
+            ("opted-out users", str(data["opted_out_users"])),
+            ("servers with settings", str(data["servers_with_settings"])),
+            ("feed position", "none (no change feed)" if feed is None else str(feed)),
+        ]
+    )
+
+
+@cli.command()
+@click.argument("key", required=False)
+@click.option("--user", "user_id", type=ID, help="All of a user's entries, and shared ones.")
+@click.option("--channel", "channel_id", type=ID, help="All entries of a channel.")
+@pass_options
+def show(opts: Options, key: str | None, user_id: int | None, channel_id: int | None) -> None:
+    """One scope key, or every entry of a user (--user) or of a channel (--channel)."""
+    if sum(x is not None for x in (key, user_id, channel_id)) != 1:
+        raise click.UsageError("give exactly one of KEY, --user ID or --channel ID")
+    if key is not None:
+        try:
+            parse_key(key)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="KEY") from None
+
+    async def read() -> tuple[list[StoredRow], UserHoldings | None]:
+        async with reading(opts) as store:
+            if key is not None:
+                row = await store.row(key)
+                return ([] if row is None else [row]), None
+            if channel_id is not None:
+                return await store.rows_of_channel(channel_id), None
+            assert user_id is not None
+            holdings = await store.holdings_of_user(user_id)
+            return holdings.own + holdings.contributed, holdings
+
+    rows, holdings = run(read())
+    now = time.time()
+    if opts.as_json:
+        echo_json(
+            {
+                "entries": [row_json(row, opts.config, contributors=True) for row in rows],
+                **({} if holdings is None else {"opted_out": opt_out_json(holdings)}),
+            }
+        )
+        return
+    if key is not None:
+        if not rows:
+            raise CommandError(f"nothing is held under {key}")
+        echo_entry(rows[0], opts.config, now)
+        return
+    if holdings is not None:
+        echo_rows("the user's own entries", holdings.own, opts.config, now)
+        echo_rows("shared entries the user contributed to", holdings.contributed, opts.config, now)
+        if holdings.opted_out_since is not None:
+            click.echo(f"opted out since {iso(holdings.opted_out_since)}")
+        return
+    echo_rows(f"entries of channel {channel_id}", rows, opts.config, now)
+
+
+@cli.command()
+@click.option("--user", "user_id", type=ID, required=True, help="The user's Discord id.")
+@pass_options
+def export(opts: Options, user_id: int) -> None:
+    """Everything held about a user, as JSON (an answer to a data request)."""
+
+    async def read() -> UserHoldings:
+        async with reading(opts) as store:
+            return await store.holdings_of_user(user_id)
+
+    holdings = run(read())
+    echo_json(
+        {
+            "user_id": user_id,
+            "exported_at": iso(time.time()),
+            "database": opts.path,
+            "entries": [row_json(row, opts.config) for row in holdings.own],
+            "contributed_to": [row_json(row, opts.config) for row in holdings.contributed],
+            "opted_out": opt_out_json(holdings),
+            "not_included": (
+                "recent messages (crude memory) are held only in the memory of running bot "
+                "processes, never in the database; they expire after "
+                f"{opts.config.crude_ttl_hours:g} hours without activity"
+            ),
+        }
+    )
+
+
+@cli.command("purge-user")
+@click.argument("user_id", type=ID, metavar="ID")
+@click.option("--server", "server_id", type=ID, help="Only in this server (default: everywhere).")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@pass_options
+def purge_user(opts: Options, user_id: int, server_id: int | None, yes: bool) -> None:
+    """Erase everything held about a user (and shared memory they contributed to)."""
+    where = "everywhere" if server_id is None else f"in server {server_id}"
+
+    async def preview() -> int:
+        async with reading(opts) as store:
+            return in_server(await store.holdings_of_user(user_id), server_id)
+
+    held = run(preview())
+    confirm(
+        yes,
+        f"Erase user {user_id}'s short-term memory {where} ({held} entries) from "
+        f"{printable(opts.path)}?",
+    )
+
+    async def purge(memory: ShortTermMemory) -> None:
+        await memory.clear_short_term_memory_for_user(user_id, server_id)
+
+    async def left() -> int:
+        async with reading(opts) as store:
+            return in_server(await store.holdings_of_user(user_id), server_id)
+
+    done = run(durably(opts, purge, f"purge of user {user_id} {where}"))
+    remaining = run(left())
+    log.info("purged user %s %s from %s in %.2fs", user_id, where, opts.path, done.seconds)
+    report(
+        opts,
+        {"purged": "user", "user_id": user_id, "server_id": server_id, "entries_before": held},
+        remaining,
+        done,
+        f"purged user {user_id} {where}: {held} entries erased or cleared",
+    )
+
+
+@cli.command("purge-channel")
+@click.argument("channel_id", type=ID, metavar="ID")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@pass_options
+def purge_channel(opts: Options, channel_id: int, yes: bool) -> None:
+    """Erase every scope and persona of a channel's memory (what /refresh does)."""
+
+    async def count() -> int:
+        async with reading(opts) as store:
+            return len(await store.rows_of_channel(channel_id))
+
+    held = run(count())
+    confirm(
+        yes,
+        f"Erase channel {channel_id}'s short-term memory ({held} entries) from "
+        f"{printable(opts.path)}?",
+    )
+
+    async def purge(memory: ShortTermMemory) -> None:
+        await memory.clear_short_term_memory_for_channel(channel_id)
+
+    done = run(durably(opts, purge, f"purge of channel {channel_id}"))
+    remaining = run(count())
+    log.info("purged channel %s from %s in %.2fs", channel_id, opts.path, done.seconds)
+    report(
+        opts,
+        {"purged": "channel", "channel_id": channel_id, "entries_before": held},
+        remaining,
+        done,
+        f"purged channel {channel_id}: {held} entries erased",
+    )
+
+
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@pass_options
+def janitor(opts: Options, dry_run: bool, yes: bool) -> None:
+    """Delete expired rows now (bots also do it every STM_JANITOR_INTERVAL_MINUTES)."""
+
+    async def count() -> int:
+        async with reading(opts) as store:
+            return await store.count_expired(thresholds(opts.config, time.time()))
+
+    expired = run(count())
+    if dry_run:
+        if opts.as_json:
+            echo_json({"expired": expired, "deleted": 0, "dry_run": True})
+        else:
+            click.echo(f"{expired} expired rows would be deleted")
+        return
+    confirm(yes, f"Delete {expired} expired rows from {printable(opts.path)}?")
+
+    async def sweep(memory: ShortTermMemory) -> None:
+        await memory.run_janitor()
+
+    done = run(durably(opts, sweep, "janitor pass"))
+    remaining = run(count())
+    if opts.as_json:
+        echo_json(
+            {"expired": expired, "deleted": expired - remaining, "dry_run": False, **done.json()}
+        )
+    else:
+        click.echo(f"deleted {expired - remaining} expired rows; durable ({done.text()})")
+
+
+@cli.command()
+@click.option("--create", is_flag=True, help="Create the database if it does not exist.")
+@pass_options
+def migrate(opts: Options, create: bool) -> None:
+    """Bring the database's schema to this version's (bots do it when they start)."""
+    path = opts.path
+
+    exists = os.path.exists(path)
+    if not exists and not create:
+        raise CommandError(
+            f"no short-term memory database at {path!r} (nothing was created); "
+            "pass --create to make a new one"
+        )
+
+    async def work() -> tuple[int | None, int]:
+        before: int | None = None
+        if exists:
+            async with reading(opts, require_current=False) as store:
+                before = await store.schema_version()
+        store = await SQLiteStore.open(path, busy_timeout_ms=opts.config.busy_timeout_ms)
+        try:
+            return before, await store.schema_version()
+        finally:
+            await store.close()
+
+    before, after = run(work())
+    if opts.as_json:
+        echo_json({"database": path, "created": before is None, "from": before, "to": after})
+    elif before is None:
+        click.echo(f"created {printable(path)} at schema version {after}")
+    elif before == after:
+        click.echo(f"{printable(path)} is at schema version {after}: nothing to do")
+    else:
+        click.echo(f"migrated {printable(path)} from schema version {before} to {after}")
+
+
+@cli.command()
+@pass_options
+def check(opts: Options) -> int:
+    """Integrity and foreign-key checks, and the schema version; exit status 1 on a problem."""
+
+    async def work() -> CheckReport:
+        async with reading(opts, require_current=False) as store:
+            with progress("checking the database"):
+                return await store.check()
+
+    found = run(work())
+    if opts.as_json:
+        echo_json(
+            {
+                "database": opts.path,
+                "ok": found.ok,
+                "integrity": found.integrity,
+                "foreign_keys": found.foreign_keys,
+                "schema_version": found.schema_version,
+                "code_schema_version": found.code_version,
+            }
+        )
+    else:
+        good, bad = click.style("ok", fg="green"), click.style("FAILED", fg="red", bold=True)
+        schema_ok = found.schema_version == found.code_version
+        integrity_ok = found.integrity == ["ok"]
+        echo_pairs(
+            [
+                ("database", printable(opts.path)),
+                ("integrity", good if integrity_ok else bad),
+                ("foreign keys", good if not found.foreign_keys else bad),
+                (
+                    "schema version",
+                    f"{found.schema_version} (this code: {found.code_version}) "
+                    + (good if schema_ok else bad + " (run migrate)"),
+                ),
+            ]
+        )
+        for line in ([] if integrity_ok else found.integrity) + found.foreign_keys:
+            click.echo("  " + printable(line))
+    return 0 if found.ok else 1
+
+
+# -- running ------------------------------------------------------------------------
+def main(argv: list[str] | None = None, prog_name: str | None = None) -> None:
+    """Run the command line; exit with its status (errors: one line on stderr)."""
+    try:
+        status = cli.main(args=argv, prog_name=prog_name or _prog_name(), standalone_mode=False)
+    except click.exceptions.Abort:
+        _fail("aborted: nothing was changed", 1)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        _fail(exc.format_message() + hint, exc.exit_code)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    sys.exit(status if isinstance(status, int) else 0)
+
+
+def _prog_name() -> str:
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python -m stm" if name in ("", "__main__.py", "-c") else name
+
+
+def _fail(message: str, status: int) -> None:
+    click.echo(f"stm: error: {' '.join(message.split())}", err=True)
+    sys.exit(status)

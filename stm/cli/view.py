@@ -1,0 +1,150 @@
+"""What the commands print: aligned tables for people, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from typing import Any
+
+import click
+
+from ..cache import HOUR
+from ..config import STMConfig
+from ..convert import entry_from
+from ..store.base import StoredRow
+from ..store.inspect import UserHoldings
+from ..tables import ago, iso, printable, shorten, table, until
+from .access import Done, Options
+
+__all__ = [
+    "echo_entry",
+    "echo_json",
+    "echo_pairs",
+    "echo_rows",
+    "expires_at",
+    "in_server",
+    "opt_out_json",
+    "report",
+    "row_json",
+]
+
+
+def echo_json(data: object) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def echo_pairs(pairs: list[tuple[str, str]]) -> None:
+    width = max(len(name) for name, _ in pairs)
+    for name, value in pairs:
+        click.echo(f"{click.style(name.ljust(width), bold=True)}  {value}")
+
+
+def echo_rows(title: str, rows: list[StoredRow], config: STMConfig, now: float) -> None:
+    click.echo(click.style(f"{title}: {len(rows)}", bold=True))
+    if not rows:
+        return
+    headers = ("KEY", "SERVER", "CHANNEL", "UPDATED", "EXPIRES", "MEMORY")
+    cells = [
+        [
+            row.key,
+            "-" if row.server_id is None else str(row.server_id),
+            printable(row.channel_name or str(row.channel_id)),
+            ago(now - row.updated_at),
+            until(expires_at(row, config) - now),
+            _memory_text(row),
+        ]
+        for row in rows
+    ]
+    fixed = table(headers[:-1], [c[:-1] for c in cells])
+    room = max(20, _columns() - max(len(line) for line in fixed) - 2)
+    for i, line in enumerate(table(headers, [[*c[:-1], shorten(c[-1], room)] for c in cells])):
+        click.echo(click.style(line, bold=True) if i == 0 else line)
+
+
+def echo_entry(row: StoredRow, config: STMConfig, now: float) -> None:
+    expires = expires_at(row, config)
+    pairs = [
+        ("key", row.key),
+        ("scope", row.scope),
+        ("server", _named(row.server_id, row.server_name)),
+        ("channel", _named(row.channel_id, row.channel_name)),
+        ("private channel", "yes" if row.channel_private else "no"),
+        ("persona", "-" if row.persona_id is None else str(row.persona_id)),
+        ("updated", f"{iso(row.updated_at)} ({ago(now - row.updated_at)})"),
+        ("expires", f"{iso(expires)} ({until(expires - now)})"),
+        ("turns since update", str(row.turns_since_refresh)),
+        ("contributors", ", ".join(str(u) for u in sorted(row.contributors)) or "-"),
+        ("summary", printable(row.summary) if row.summary else "-"),
+    ]  # fmt: skip
+    pairs += [(f"  {name}", printable(value)) for name, value in sorted(row.categories.items())]
+    echo_pairs(pairs)
+
+
+def _named(ident: int | None, name: str | None) -> str:
+    if ident is None:
+        return "-"
+    return f"{ident} ({printable(name)})" if name else str(ident)
+
+
+def _memory_text(row: StoredRow) -> str:
+    if row.summary:
+        return printable(row.summary)
+    if row.categories:
+        return printable("; ".join(f"{k}: {v}" for k, v in sorted(row.categories.items())))
+    return "(recent messages only, not stored)"
+
+
+def _columns() -> int:
+    return shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else 120
+
+
+def row_json(row: StoredRow, config: STMConfig, *, contributors: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "key": row.key,
+        "scope": row.scope,
+        "server_id": row.server_id,
+        "server_name": row.server_name,
+        "channel_id": row.channel_id,
+        "channel_name": row.channel_name,
+        "parent_channel_id": row.parent_channel_id,
+        "channel_private": row.channel_private,
+        "persona_id": row.persona_id,
+        "user_id": row.user_id,
+        "summary": row.summary,
+        "categories": dict(row.categories),
+        "turns_since_refresh": row.turns_since_refresh,
+        "last_refreshed_turn": row.last_refreshed_turn,
+        "updated_at": iso(row.updated_at),
+        "expires_at": iso(expires_at(row, config)),
+    }
+    if contributors:
+        # Not in exports: the other contributors are other people's data.
+        data["contributors"] = sorted(row.contributors)
+    return data
+
+
+def opt_out_json(holdings: UserHoldings) -> dict[str, Any]:
+    since = holdings.opted_out_since
+    return {"opted_out": since is not None, "since": None if since is None else iso(since)}
+
+
+def report(opts: Options, data: dict[str, Any], remaining: int, done: Done, text: str) -> None:
+    """Say what a purge did, once durable; a row written since (by a running bot) is named."""
+    if opts.as_json:
+        echo_json({**data, "durable": True, "entries_now": remaining, **done.json()})
+        return
+    click.echo(f"{text}; durable, file rewritten ({done.text()})")
+    if remaining:
+        click.echo(f"{remaining} entries were written again since (new activity)")
+
+
+def in_server(holdings: UserHoldings, server_id: int | None) -> int:
+    rows = holdings.own + holdings.contributed
+    return sum(1 for row in rows if server_id is None or row.server_id == server_id)
+
+
+def expires_at(row: StoredRow, config: STMConfig) -> float:
+    return entry_from(row).expires_at(
+        config.crude_ttl_hours * HOUR, config.summary_ttl_hours * HOUR
+    )
