@@ -524,13 +524,10 @@ def test_a_purge_blocked_by_a_writer_is_not_acknowledged(db: Path, args: tuple[s
     [
         (("show", "--user", "abc"), ["--user", "abc"]),
         (("show",), ["exactly one of KEY, --user ID or --channel ID"]),
-        (("show", "--user", "1", "--channel", "2"), ["exactly one"]),
         (("show", "shortterm:channel:1"), ["not a short-term memory key"]),
         (("purge-user",), ["Missing argument 'ID'"]),
-        (("purge-user", "-5", "--yes"), ["-5"]),
         (("purge-channel", "18446744073709551616", "--yes"), ["18446744073709551616"]),
         (("export",), ["--user"]),
-        (("stats", "--near-hours", "0"), ["--near-hours"]),
         (("frobnicate",), ["No such command 'frobnicate'"]),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, tuple) else "",
