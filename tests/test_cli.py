@@ -72,15 +72,18 @@ def stm(db: Path | None, *args: str, stdin: str = "", **env: str) -> Run:
     return Run(done.returncode, done.stdout, done.stderr)
 
 
-def stm_on_terminal(db: Path, *args: str, answer: str, stdout_tty: bool = False) -> Run:
-    """Run with stdin (and optionally stdout) on a pseudo-terminal; type ``answer``."""
+def stm_on_terminal(
+    db: Path, *args: str, answer: str, stdout_tty: bool = False, stderr_tty: bool = False
+) -> Run:
+    """Run with stdin (and optionally stdout, stderr) on a pseudo-terminal; type ``answer``.
+    What goes to the terminal comes back as ``out``."""
     master, slave = pty.openpty()
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "stm", "--database", str(db), *args],
             stdin=slave,
             stdout=slave if stdout_tty else subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=slave if stderr_tty else subprocess.PIPE,
             cwd=db.parent,
             env=environment(),
         )
@@ -88,13 +91,17 @@ def stm_on_terminal(db: Path, *args: str, answer: str, stdout_tty: bool = False)
         slave = -1
         os.write(master, answer.encode())
         chunks: list[bytes] = []
-        if stdout_tty:
+        if stdout_tty or stderr_tty:
             with contextlib.suppress(OSError):  # EIO once the child closed its end
                 while chunk := os.read(master, 65536):
                     chunks.append(chunk)
         out, err = proc.communicate(timeout=120)
-        text = b"".join(chunks).decode() if stdout_tty else out.decode()
-        return Run(proc.returncode, text, err.decode())
+        terminal = b"".join(chunks).decode()
+        return Run(
+            proc.returncode,
+            terminal if stdout_tty else out.decode(),
+            terminal if stderr_tty else err.decode(),
+        )
     finally:
         os.close(master)
         if slave >= 0:
@@ -298,6 +305,16 @@ def test_colour_only_on_a_terminal(db: Path) -> None:
     shown = stm_on_terminal(db, "check", answer="", stdout_tty=True)
     assert shown.status == 0
     assert "\x1b[32mok" in shown.out
+
+
+def test_progress_only_on_a_terminal(db: Path) -> None:
+    """A purge says what it is waiting for on a terminal's stderr, and nothing of it
+    through a pipe."""
+    shown = stm_on_terminal(db, "purge-channel", "10", "--yes", answer="", stderr_tty=True)
+    assert shown.status == 0, shown.err
+    assert "purge of channel 10…" in shown.err
+    piped = stm(db, "purge-channel", "11", "--yes")
+    assert piped.status == 0 and "…" not in piped.err + piped.out
 
 
 # -- changing -----------------------------------------------------------------------
