@@ -57,15 +57,21 @@ def environment(**extra: str) -> dict[str, str]:
 
 def stm(db: Path | None, *args: str, stdin: str = "", **env: str) -> Run:
     """``python -m stm [--database db] args...`` with stdin a pipe (not a terminal)."""
+    cwd = _existing_folder(db) if db is not None else ROOT
+    return stm_at(cwd, None if db is None else str(db), *args, stdin=stdin, **env)
+
+
+def stm_at(cwd: Path, database: str | None, *args: str, stdin: str = "", **env: str) -> Run:
+    """``python -m stm [--database database] args...`` run in ``cwd``."""
     command = [sys.executable, "-m", "stm"]
-    if db is not None:
-        command += ["--database", str(db)]
+    if database is not None:
+        command += ["--database", database]
     done = subprocess.run(
         [*command, *args],
         input=stdin,
         capture_output=True,
         text=True,
-        cwd=_existing_folder(db) if db is not None else ROOT,
+        cwd=cwd,
         env=environment(**env),
         timeout=120,
     )
@@ -76,15 +82,29 @@ def stm_on_terminal(
     db: Path, *args: str, answer: str, stdout_tty: bool = False, stderr_tty: bool = False
 ) -> Run:
     """Run with stdin (and optionally stdout, stderr) on a pseudo-terminal; type ``answer``.
-    What goes to the terminal comes back as ``out``."""
+    What goes to the terminal comes back as ``out`` (or ``err``)."""
+    return stm_on_terminal_at(
+        db.parent, str(db), *args, answer=answer, stdout_tty=stdout_tty, stderr_tty=stderr_tty
+    )
+
+
+def stm_on_terminal_at(
+    cwd: Path,
+    database: str,
+    *args: str,
+    answer: str,
+    stdout_tty: bool = False,
+    stderr_tty: bool = False,
+) -> Run:
+    """``stm_on_terminal`` for any ``database`` setting, run in ``cwd``."""
     master, slave = pty.openpty()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "stm", "--database", str(db), *args],
+            [sys.executable, "-m", "stm", "--database", database, *args],
             stdin=slave,
             stdout=slave if stdout_tty else subprocess.PIPE,
             stderr=slave if stderr_tty else subprocess.PIPE,
-            cwd=db.parent,
+            cwd=cwd,
             env=environment(),
         )
         os.close(slave)
@@ -117,7 +137,7 @@ def file_bytes(db: Path) -> bytes:
     return b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
 
 
-async def make_database(path: Path, clock: Clock | None = None) -> None:
+async def make_database(path: Path | str, clock: Clock | None = None) -> None:
     config = STMConfig(database=str(path))
     async with ShortTermMemory.open(config, clock=clock or Clock()) as memory:
         for user, channel, server in TURNS:
