@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 import click
 
-from ..cache import HOUR
 from ..config import STMConfig
 from ..errors import DurabilityError, STMError
+from ..expiry import Expiry, Thresholds
 from ..memory import ShortTermMemory
 from ..metrics import MetricsSnapshot
 from ..store.sqlite import SQLiteStore
@@ -177,6 +177,6 @@ def progress(what: str) -> Iterator[None]:
         click.echo("\r\x1b[K", err=True, nl=False)
 
 
-def thresholds(config: STMConfig, now: float) -> tuple[float, float]:
-    """(crude_before, summary_before): rows last active before these have expired at ``now``."""
-    return now - config.crude_ttl_hours * HOUR, now - config.summary_ttl_hours * HOUR
+def thresholds(config: STMConfig, now: float) -> Thresholds:
+    """Rows last active at or before these have expired at ``now`` (the library's rule)."""
+    return Expiry.hours(config.crude_ttl_hours, config.summary_ttl_hours).thresholds(now)

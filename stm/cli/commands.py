@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ..cache import HOUR
+from ..expiry import HOUR
 from ..keys import parse_key
 from ..memory import ShortTermMemory
 from ..store.base import StoredRow

@@ -9,9 +9,8 @@ from typing import Any
 
 import click
 
-from ..cache import HOUR
 from ..config import STMConfig
-from ..convert import entry_from
+from ..expiry import Expiry
 from ..store.base import StoredRow
 from ..store.inspect import UserHoldings
 from ..tables import ago, iso, printable, shorten, table, until
@@ -145,6 +144,6 @@ def in_server(holdings: UserHoldings, server_id: int | None) -> int:
 
 
 def expires_at(row: StoredRow, config: STMConfig) -> float:
-    return entry_from(row).expires_at(
-        config.crude_ttl_hours * HOUR, config.summary_ttl_hours * HOUR
-    )
+    """When the row expires if untouched (the library's one expiry rule)."""
+    expiry = Expiry.hours(config.crude_ttl_hours, config.summary_ttl_hours)
+    return expiry.expires_at(row.updated_at, bool(row.summary) or bool(row.categories))

@@ -38,7 +38,7 @@ from typing import Any, TypeVar, cast
 import aiosqlite
 
 from ..errors import SchemaVersionError, StoreError
-from ..expiry import EXPIRED_SQL
+from ..expiry import DISTILLED_SQL, EXPIRED_SQL
 from . import shred
 from .base import (
     Change,
@@ -903,7 +903,7 @@ def _stats(
     try:
         rows = db.execute("SELECT scope, count(*) FROM short_term_memories GROUP BY scope")
         by_scope = {"server": 0, "user": 0} | {str(s): int(n) for s, n in rows}
-        distilled = f"{count} WHERE summary IS NOT NULL OR categories != '{{}}'"
+        distilled = f"{count} WHERE {DISTILLED_SQL}"
         users = (
             "SELECT count(*) FROM (SELECT user_id FROM short_term_memories "
             "WHERE user_id IS NOT NULL UNION SELECT user_id FROM short_term_memory_contributors)"
