@@ -59,3 +59,15 @@ def test_small_formats() -> None:
     assert human_bytes(45056) == "44.0 KiB"
     assert ago(30) == "just now" and ago(3 * 3600 + 120) == "3h 2m ago"
     assert until(-1) == "expired" and until(90000) == "in 1d 1h"
+
+
+def test_a_server_url_is_shown_without_its_password() -> None:
+    """Output names a PostgreSQL database without the password its URL may hold."""
+    from stm.store.inspect import shown
+
+    assert (
+        shown("postgresql://bot:s3cret@db.example:5432/stm")
+        == "postgresql://bot@db.example:5432/stm"
+    )
+    assert shown("postgresql://bot@db/stm?search_path=x") == "postgresql://bot@db/stm?search_path=x"
+    assert shown("data/stm.sqlite3") == "data/stm.sqlite3"

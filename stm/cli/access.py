@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -19,7 +18,7 @@ from ..errors import DurabilityError, STMError
 from ..expiry import Expiry, Thresholds
 from ..memory import ShortTermMemory
 from ..metrics import MetricsSnapshot
-from ..store.sqlite import SQLiteStore
+from ..store.inspect import Inspector, file_missing, open_inspector, shown
 
 __all__ = [
     "CommandError",
@@ -59,11 +58,9 @@ class Options:
         return self._config
 
     @property
-    def path(self) -> str:
-        database = self.config.database
-        if database.startswith(("postgresql://", "postgres://")):
-            raise CommandError("PostgreSQL databases are not supported by this version")
-        return database
+    def shown(self) -> str:
+        """The database as output shows it (a server's URL without its password)."""
+        return shown(self.config.database)
 
 
 def run(coro: Coroutine[Any, Any, _T]) -> _T:
@@ -77,11 +74,9 @@ def run(coro: Coroutine[Any, Any, _T]) -> _T:
 
 
 @contextlib.asynccontextmanager
-async def reading(opts: Options, *, require_current: bool = True) -> AsyncIterator[SQLiteStore]:
+async def reading(opts: Options, *, require_current: bool = True) -> AsyncIterator[Inspector]:
     """The database, read-only; it must exist and be a short-term memory database."""
-    store = await SQLiteStore.open_existing(
-        opts.path, busy_timeout_ms=opts.config.busy_timeout_ms, require_current=require_current
-    )
+    store = await open_inspector(opts.config, require_current=require_current)
     try:
         yield store
     finally:
@@ -113,9 +108,9 @@ async def durably(
     opts: Options, change: Callable[[ShortTermMemory], Coroutine[Any, Any, None]], what: str
 ) -> Done:
     """Make ``change`` through the library and wait until it is durable."""
-    if not await asyncio.to_thread(os.path.isfile, opts.path):
+    if await asyncio.to_thread(file_missing, opts.config):
         # Checked again right before: ShortTermMemory.open would create a missing file.
-        raise CommandError(f"no short-term memory database at {opts.path!r} (nothing was created)")
+        raise CommandError(f"no short-term memory database at {opts.shown!r} (nothing was created)")
     started = time.perf_counter()
     memory = await ShortTermMemory.open(opts.config)
     failure: DurabilityError | None = None

@@ -14,8 +14,7 @@ from ..expiry import HOUR
 from ..keys import parse_key
 from ..memory import ShortTermMemory
 from ..store.base import StoredRow
-from ..store.inspect import CheckReport, UserHoldings
-from ..store.sqlite import SQLiteStore
+from ..store.inspect import CheckReport, NoDatabase, UserHoldings, open_migrating
 from ..tables import human_bytes, iso, printable
 from .access import (
     CommandError,
@@ -87,7 +86,7 @@ def stats(opts: Options, near_hours: float) -> None:
                 thresholds(opts.config, now), thresholds(opts.config, now + near_hours * HOUR)
             )
         return {
-            "database": opts.path,
+            "database": opts.shown,
             "schema_version": found.schema_version,
             "database_bytes": found.database_bytes,
             "entries": found.entries,
@@ -192,7 +191,7 @@ def export(opts: Options, user_id: int) -> None:
         {
             "user_id": user_id,
             "exported_at": iso(time.time()),
-            "database": opts.path,
+            "database": opts.shown,
             "entries": [row_json(row, opts.config) for row in holdings.own],
             "contributed_to": [row_json(row, opts.config) for row in holdings.contributed],
             "opted_out": opt_out_json(holdings),
@@ -222,7 +221,7 @@ def purge_user(opts: Options, user_id: int, server_id: int | None, yes: bool) ->
     confirm(
         yes,
         f"Erase user {user_id}'s short-term memory {where} ({held} entries) from "
-        f"{printable(opts.path)}?",
+        f"{printable(opts.shown)}?",
     )
 
     async def purge(memory: ShortTermMemory) -> None:
@@ -234,7 +233,7 @@ def purge_user(opts: Options, user_id: int, server_id: int | None, yes: bool) ->
 
     done = run(durably(opts, purge, f"purge of user {user_id} {where}"))
     remaining = run(left())
-    log.info("purged user %s %s from %s in %.2fs", user_id, where, opts.path, done.seconds)
+    log.info("purged user %s %s from %s in %.2fs", user_id, where, opts.shown, done.seconds)
     report(
         opts,
         {"purged": "user", "user_id": user_id, "server_id": server_id, "entries_before": held},
@@ -259,7 +258,7 @@ def purge_channel(opts: Options, channel_id: int, yes: bool) -> None:
     confirm(
         yes,
         f"Erase channel {channel_id}'s short-term memory ({held} entries) from "
-        f"{printable(opts.path)}?",
+        f"{printable(opts.shown)}?",
     )
 
     async def purge(memory: ShortTermMemory) -> None:
@@ -267,7 +266,7 @@ def purge_channel(opts: Options, channel_id: int, yes: bool) -> None:
 
     done = run(durably(opts, purge, f"purge of channel {channel_id}"))
     remaining = run(count())
-    log.info("purged channel %s from %s in %.2fs", channel_id, opts.path, done.seconds)
+    log.info("purged channel %s from %s in %.2fs", channel_id, opts.shown, done.seconds)
     report(
         opts,
         {"purged": "channel", "channel_id": channel_id, "entries_before": held},
@@ -295,7 +294,7 @@ def janitor(opts: Options, dry_run: bool, yes: bool) -> None:
         else:
             click.echo(f"{expired} expired rows would be deleted")
         return
-    confirm(yes, f"Delete {expired} expired rows from {printable(opts.path)}?")
+    confirm(yes, f"Delete {expired} expired rows from {printable(opts.shown)}?")
 
     async def sweep(memory: ShortTermMemory) -> None:
         await memory.run_janitor()
@@ -315,21 +314,20 @@ def janitor(opts: Options, dry_run: bool, yes: bool) -> None:
 @pass_options
 def migrate(opts: Options, create: bool) -> None:
     """Bring the database's schema to this version's (bots do it when they start)."""
-    path = opts.path
-
-    exists = os.path.exists(path)
-    if not exists and not create:
-        raise CommandError(
-            f"no short-term memory database at {path!r} (nothing was created); "
-            "pass --create to make a new one"
-        )
+    path = opts.shown
 
     async def work() -> tuple[int | None, int]:
         before: int | None = None
-        if exists:
-            async with reading(opts, require_current=False) as store:
-                before = await store.schema_version()
-        store = await SQLiteStore.open(path, busy_timeout_ms=opts.config.busy_timeout_ms)
+        try:
+            async with reading(opts, require_current=False) as found:
+                before = await found.schema_version()
+        except NoDatabase:
+            if not create:
+                raise CommandError(
+                    f"no short-term memory database at {path!r} (nothing was created); "
+                    "pass --create to make a new one"
+                ) from None
+        store = await open_migrating(opts.config)
         try:
             return before, await store.schema_version()
         finally:
@@ -360,7 +358,7 @@ def check(opts: Options) -> int:
     if opts.as_json:
         echo_json(
             {
-                "database": opts.path,
+                "database": opts.shown,
                 "ok": found.ok,
                 "integrity": found.integrity,
                 "foreign_keys": found.foreign_keys,
@@ -374,7 +372,7 @@ def check(opts: Options) -> int:
         integrity_ok = found.integrity == ["ok"]
         echo_pairs(
             [
-                ("database", printable(opts.path)),
+                ("database", printable(opts.shown)),
                 ("integrity", good if integrity_ok else bad),
                 ("foreign keys", good if not found.foreign_keys else bad),
                 (

@@ -6,12 +6,32 @@ path; a store opened for them is read-only and is never created or migrated.
 
 from __future__ import annotations
 
+import os
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..config import STMConfig
+from ..errors import ConfigError, StoreError
 from .base import StoredRow
 
-__all__ = ["CheckReport", "Inspector", "StoreStats", "UserHoldings"]
+__all__ = [
+    "CheckReport",
+    "Inspector",
+    "NoDatabase",
+    "StoreStats",
+    "UserHoldings",
+    "file_missing",
+    "open_inspector",
+    "open_migrating",
+    "shown",
+]
+
+_SERVER_SCHEMES = ("postgresql://", "postgres://")
+
+
+class NoDatabase(StoreError):
+    """There is no short-term memory database where the settings point (none was made)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +109,56 @@ class Inspector(Protocol):
         """Integrity and foreign-key checks, and the schema version."""
         ...
 
+    async def schema_version(self) -> int:
+        """The schema version the database records."""
+        ...
+
     async def close(self) -> None:
         """Close the store."""
         ...
+
+
+async def open_inspector(config: STMConfig, *, require_current: bool = True) -> Inspector:
+    """The read-only view of the database ``config`` names; it must exist already.
+
+    Raises NoDatabase when there is none, StoreError when it cannot serve, and (with
+    ``require_current``) when its schema is older than this code's.
+    """
+    if config.database.startswith(_SERVER_SCHEMES):
+        raise ConfigError("STM_DATABASE: PostgreSQL is not supported by this version")
+    from .sqlite import SQLiteStore
+
+    return await SQLiteStore.open_existing(
+        config.database, busy_timeout_ms=config.busy_timeout_ms, require_current=require_current
+    )
+
+
+async def open_migrating(config: STMConfig) -> Inspector:
+    """The store ``config`` names, opened as the library opens it: created if missing,
+    migrated to this code's schema."""
+    if config.database.startswith(_SERVER_SCHEMES):
+        raise ConfigError("STM_DATABASE: PostgreSQL is not supported by this version")
+    from .sqlite import SQLiteStore
+
+    return await SQLiteStore.open(config.database, busy_timeout_ms=config.busy_timeout_ms)
+
+
+def file_missing(config: STMConfig) -> bool:
+    """True when ``config`` names a database file that does not exist (opening the store
+    would create it)."""
+    database = config.database
+    if database == ":memory:" or database.startswith(_SERVER_SCHEMES):
+        return False
+    return not os.path.isfile(database)
+
+
+def shown(database: str) -> str:
+    """The ``database`` setting as output may show it: a URL without its password."""
+    if not database.startswith(_SERVER_SCHEMES):
+        return database
+    parts = urllib.parse.urlsplit(database)
+    if parts.password is None:
+        return database
+    netloc = parts.netloc.rpartition("@")
+    user = parts.username or ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}@{netloc[2]}"))

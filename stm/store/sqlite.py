@@ -60,7 +60,7 @@ from .base import (
     Touch,
     overtaking,
 )
-from .inspect import CheckReport, StoreStats, UserHoldings
+from .inspect import CheckReport, NoDatabase, StoreStats, UserHoldings
 
 __all__ = [
     "MIGRATIONS",
@@ -325,7 +325,7 @@ class SQLiteStore:
         if path == ":memory:":
             raise StoreError("':memory:' is private to the process that opens it: name a file")
         if not await asyncio.to_thread(os.path.isfile, path):
-            raise StoreError(f"no short-term memory database at {path!r} (nothing was created)")
+            raise NoDatabase(f"no short-term memory database at {path!r} (nothing was created)")
         connection = aiosqlite.connect(
             _readonly_uri(path), uri=True, isolation_level=None, timeout=busy_timeout_ms / 1000
         )
