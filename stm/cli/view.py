@@ -11,6 +11,7 @@ import click
 
 from ..config import STMConfig
 from ..expiry import Expiry
+from ..store import is_postgres_url
 from ..store.base import StoredRow
 from ..store.inspect import UserHoldings
 from ..tables import ago, iso, printable, shorten, table, until
@@ -133,7 +134,9 @@ def report(opts: Options, data: dict[str, Any], remaining: int, done: Done, text
     if opts.as_json:
         echo_json({**data, "durable": True, "entries_now": remaining, **done.json()})
         return
-    click.echo(f"{text}; durable, file rewritten ({done.text()})")
+    # On SQLite the file is rewritten too, so that no copy of the deleted text survives.
+    erased = "durable" if is_postgres_url(opts.config.database) else "durable, file rewritten"
+    click.echo(f"{text}; {erased} ({done.text()})")
     if remaining:
         click.echo(f"{remaining} entries were written again since (new activity)")
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ..config import STMConfig
-from ..errors import ConfigError, StoreError
+from ..errors import StoreError
+from . import is_postgres_url
 from .base import StoredRow
 
 __all__ = [
@@ -26,8 +27,6 @@ __all__ = [
     "open_migrating",
     "shown",
 ]
-
-_SERVER_SCHEMES = ("postgresql://", "postgres://")
 
 
 class NoDatabase(StoreError):
@@ -81,6 +80,7 @@ class CheckReport:
         )
 
 
+@runtime_checkable
 class Inspector(Protocol):
     """The operator's read-only view of a store."""
 
@@ -124,8 +124,12 @@ async def open_inspector(config: STMConfig, *, require_current: bool = True) -> 
     Raises NoDatabase when there is none, StoreError when it cannot serve, and (with
     ``require_current``) when its schema is older than this code's.
     """
-    if config.database.startswith(_SERVER_SCHEMES):
-        raise ConfigError("STM_DATABASE: PostgreSQL is not supported by this version")
+    if is_postgres_url(config.database):
+        from .postgres import PostgresStore
+
+        return await PostgresStore.open_existing(
+            config.database, lock_timeout_ms=config.busy_timeout_ms, require_current=require_current
+        )
     from .sqlite import SQLiteStore
 
     return await SQLiteStore.open_existing(
@@ -136,25 +140,25 @@ async def open_inspector(config: STMConfig, *, require_current: bool = True) -> 
 async def open_migrating(config: STMConfig) -> Inspector:
     """The store ``config`` names, opened as the library opens it: created if missing,
     migrated to this code's schema."""
-    if config.database.startswith(_SERVER_SCHEMES):
-        raise ConfigError("STM_DATABASE: PostgreSQL is not supported by this version")
-    from .sqlite import SQLiteStore
+    from . import open_store
 
-    return await SQLiteStore.open(config.database, busy_timeout_ms=config.busy_timeout_ms)
+    store = await open_store(config)
+    assert isinstance(store, Inspector)  # both stores answer the operator's reads
+    return store
 
 
 def file_missing(config: STMConfig) -> bool:
     """True when ``config`` names a database file that does not exist (opening the store
     would create it)."""
     database = config.database
-    if database == ":memory:" or database.startswith(_SERVER_SCHEMES):
+    if database == ":memory:" or is_postgres_url(database):
         return False
     return not os.path.isfile(database)
 
 
 def shown(database: str) -> str:
     """The ``database`` setting as output may show it: a URL without its password."""
-    if not database.startswith(_SERVER_SCHEMES):
+    if not is_postgres_url(database):
         return database
     parts = urllib.parse.urlsplit(database)
     if parts.password is None:

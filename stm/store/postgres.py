@@ -33,11 +33,11 @@ import contextlib
 import json
 import secrets
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from ..errors import SchemaVersionError, StoreError
-from ..expiry import EXPIRED_SQL
+from ..expiry import DISTILLED_SQL, EXPIRED_SQL
 from .base import (
     Change,
     ChangeKind,
@@ -57,6 +57,7 @@ from .base import (
     Touch,
     overtaking,
 )
+from .inspect import CheckReport, NoDatabase, StoreStats, UserHoldings
 
 __all__ = ["CHANNEL", "MIGRATIONS", "PostgresStore"]
 
@@ -163,6 +164,7 @@ _EXPIRED = (
     .replace(":crude", "$1::float8")
     .replace(":summary", "$2::float8")
 )
+_T = TypeVar("_T")
 _FEED_COLUMNS = "position, kind, origin, at, key, version, channel_id, user_id, server_id"
 _Pending = tuple[ChangeKind, str | None, int | None, int | None, int | None, int | None]
 
@@ -369,6 +371,78 @@ class PostgresStore:
                     await listener.close()
         finally:
             await self._pool.close()
+
+    # -- the operator's read-only view (``inspect.Inspector``) ------------------------
+    @classmethod
+    async def open_existing(
+        cls, dsn: str, *, lock_timeout_ms: int = 5000, require_current: bool = True
+    ) -> PostgresStore:
+        """Connect read-only to a database that must already hold the short-term memory
+        tables; never create or migrate them.
+
+        Raises StoreError saying why it cannot serve: unreachable, missing, locked (past
+        ``lock_timeout_ms``), not a short-term memory schema, or (with
+        ``require_current``) an older schema; SchemaVersionError when a newer version of
+        the library wrote it.
+        """
+        asyncpg = _asyncpg()
+        settings = {
+            "default_transaction_read_only": "on",
+            "lock_timeout": str(int(lock_timeout_ms)),
+        }
+        try:
+            pool = await asyncpg.create_pool(dsn, min_size=1, max_size=1, server_settings=settings)
+        except asyncpg.InvalidCatalogNameError as exc:
+            raise NoDatabase(_explain(_redacted(dsn), exc)) from exc
+        except (OSError, asyncpg.PostgresError, ValueError) as exc:
+            raise StoreError(_explain(_redacted(dsn), exc)) from exc
+        store = cls(pool, dsn)
+        try:
+            await _check_existing(pool, store.path, require_current)
+        except BaseException:
+            await pool.close()
+            raise
+        return store
+
+    async def stats(self, thresholds: tuple[float, float], soon: tuple[float, float]) -> StoreStats:
+        """Counts; ``thresholds`` and ``soon`` are (crude_before, summary_before) for now and
+        for the end of the "near expiry" window."""
+        return await self._inspect(_stats, thresholds, soon)
+
+    async def row(self, key: str) -> StoredRow | None:
+        """The row under ``key``, expired or not."""
+        rows = await self._inspect(_select, f"{_INSPECT} WHERE key = $1", key)
+        return rows[0] if rows else None
+
+    async def rows_of_channel(self, channel_id: int) -> list[StoredRow]:
+        """Every row of a channel, any scope or persona, newest first."""
+        sql = f"{_INSPECT} WHERE channel_id = $1 ORDER BY updated_at DESC, key"
+        return await self._inspect(_select, sql, channel_id)
+
+    async def holdings_of_user(self, user_id: int) -> UserHoldings:
+        """The user's own rows, the rows the user contributed to, and the opt-out."""
+        return await self._inspect(_holdings, user_id)
+
+    async def count_expired(self, thresholds: tuple[float, float]) -> int:
+        """Rows the janitor would delete now."""
+        sql = f"SELECT count(*) FROM short_term_memories WHERE {_EXPIRED}"
+        return int(await self._inspect(_fetchval, sql, *thresholds))
+
+    async def check(self) -> CheckReport:
+        """Every table read through, orphaned contributor rows, and the schema version."""
+        return await self._inspect(_check)
+
+    async def _inspect(self, fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        self._check_open()
+        asyncpg = _asyncpg()
+        try:
+            async with (
+                self._pool.acquire() as conn,
+                conn.transaction(isolation="repeatable_read", readonly=True),
+            ):
+                return await fn(conn, *args)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(_explain(self.path, exc)) from exc
 
 
 def _asyncpg() -> Any:
@@ -695,3 +769,133 @@ def _row_from(row: Any, contributors: frozenset[int]) -> StoredRow:
         updated_at=float(updated_at),
         version=int(version),
     )
+
+
+# -- the operator's read-only view ------------------------------------------------------
+_INSPECT = f"SELECT id, {_COLUMNS}, version FROM short_term_memories"
+_TABLES = (
+    "short_term_memories",
+    "short_term_memory_contributors",
+    "stm_server_settings",
+    "stm_user_opt_outs",
+)
+
+
+async def _check_existing(pool: Any, name: str, require_current: bool) -> None:
+    asyncpg = _asyncpg()
+    try:
+        async with pool.acquire() as conn:
+            schema = await conn.fetchval("SELECT to_regclass('stm_schema')")
+            tables = await conn.fetchval(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()"
+            )
+            version = 0 if schema is None else await conn.fetchval("SELECT version FROM stm_schema")
+    except (OSError, asyncpg.PostgresError) as exc:
+        raise StoreError(_explain(name, exc)) from exc
+    if version is not None and version > len(MIGRATIONS):
+        raise SchemaVersionError(
+            f"{name} has schema version {version}, newer than this version of the library "
+            f"understands ({len(MIGRATIONS)}); upgrade the library or use another database"
+        )
+    if schema is None:
+        if tables:
+            raise StoreError(f"{name} is not a short-term memory database (it holds other tables)")
+        raise NoDatabase(f"no short-term memory database at {name} (nothing was created)")
+    if require_current and (version or 0) < len(MIGRATIONS):
+        raise StoreError(
+            f"{name} has schema version {version or 0}, older than this library's "
+            f"({len(MIGRATIONS)}); run 'python -m stm migrate' first"
+        )
+
+
+def _explain(name: str, exc: BaseException) -> str:
+    """One line saying why the database cannot serve, in an operator's words."""
+    asyncpg = _asyncpg()
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        return f"no short-term memory database at {name} (nothing was created): {exc}"
+    if isinstance(exc, asyncpg.LockNotAvailableError):
+        return f"short-term memory database {name} is locked by another process: {exc}"
+    if isinstance(exc, asyncpg.DataCorruptedError | asyncpg.IndexCorruptedError):
+        return f"short-term memory database {name} is corrupt: {exc}"
+    if isinstance(exc, OSError):
+        return f"cannot reach short-term memory database {name}: {exc}"
+    return f"short-term memory database {name} cannot be read: {exc}"
+
+
+async def _fetchval(conn: Any, sql: str, *params: Any) -> Any:
+    return await conn.fetchval(sql, *params)
+
+
+async def _stats(
+    conn: Any, thresholds: tuple[float, float], soon: tuple[float, float]
+) -> StoreStats:
+    count = "SELECT count(*) FROM short_term_memories"
+    by_scope = {"server": 0, "user": 0} | {
+        str(scope): int(n)
+        for scope, n in await conn.fetch(
+            "SELECT scope, count(*) FROM short_term_memories GROUP BY scope"
+        )
+    }
+    expired_later = _EXPIRED.replace("$1", "$3").replace("$2", "$4")
+    sizes = " + ".join(f"coalesce(pg_total_relation_size(to_regclass('{t}')), 0)" for t in _TABLES)
+    return StoreStats(
+        entries=sum(by_scope.values()),
+        entries_by_scope=by_scope,
+        distilled=int(await conn.fetchval(f"{count} WHERE {DISTILLED_SQL}")),
+        servers=int(
+            await conn.fetchval("SELECT count(DISTINCT server_id) FROM short_term_memories")
+        ),
+        users=int(
+            await conn.fetchval(
+                "SELECT count(*) FROM (SELECT user_id FROM short_term_memories "
+                "WHERE user_id IS NOT NULL UNION SELECT user_id FROM "
+                "short_term_memory_contributors) u"
+            )
+        ),
+        expired=int(await conn.fetchval(f"{count} WHERE {_EXPIRED}", *thresholds)),
+        near_expiry=int(
+            await conn.fetchval(
+                f"{count} WHERE {expired_later} AND NOT ({_EXPIRED})", *thresholds, *soon
+            )
+        ),
+        opt_outs=int(await conn.fetchval("SELECT count(*) FROM stm_user_opt_outs")),
+        server_settings=int(await conn.fetchval("SELECT count(*) FROM stm_server_settings")),
+        schema_version=int(await conn.fetchval("SELECT version FROM stm_schema")),
+        database_bytes=int(await conn.fetchval(f"SELECT {sizes}")),
+        feed_position=int(await conn.fetchval("SELECT position FROM stm_feed WHERE id = 1")),
+    )
+
+
+async def _holdings(conn: Any, user_id: int) -> UserHoldings:
+    own = await _select(
+        conn,
+        f"{_INSPECT} WHERE scope = 'user' AND user_id = $1 ORDER BY updated_at DESC",
+        user_id,
+    )
+    contributed = await _select(
+        conn,
+        f"{_INSPECT} WHERE id IN (SELECT memory_id FROM short_term_memory_contributors "
+        "WHERE user_id = $1) AND NOT (scope = 'user' AND user_id = $1) "
+        "ORDER BY updated_at DESC",
+        user_id,
+    )
+    since = await conn.fetchval("SELECT since FROM stm_user_opt_outs WHERE user_id = $1", user_id)
+    return UserHoldings(user_id, own, contributed, None if since is None else float(since))
+
+
+async def _check(conn: Any) -> CheckReport:
+    # PostgreSQL checks its own pages as it reads them (and its checksums, when enabled):
+    # reading every row of every table is the check available without extensions.
+    for table in _TABLES:
+        await conn.fetchval(f"SELECT count(*) FROM (SELECT * FROM {table}) t")
+    orphans = await conn.fetch(
+        "SELECT c.user_id, c.memory_id FROM short_term_memory_contributors c "
+        "LEFT JOIN short_term_memories m ON m.id = c.memory_id WHERE m.id IS NULL"
+    )
+    foreign = [
+        f"short_term_memory_contributors row ({user}, {memory}) refers to a missing "
+        "short_term_memories row"
+        for user, memory in orphans
+    ]
+    version = int(await conn.fetchval("SELECT version FROM stm_schema"))
+    return CheckReport(version, len(MIGRATIONS), ["ok"], foreign)

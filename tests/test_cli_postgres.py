@@ -1,0 +1,164 @@
+"""The operator command line against PostgreSQL, as a real subprocess: the same commands
+and the same refusals as on SQLite (tests/test_cli.py), on a schema of the local server.
+
+Without a reachable server these tests skip, saying how to run them (conftest.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_cli import make_database, one_line_error, stm_at, stm_on_terminal_at, summary_of
+
+from stm.store.postgres import MIGRATIONS
+
+SCHEMA = len(MIGRATIONS)
+
+
+def query(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    async def run() -> list[tuple[Any, ...]]:
+        import asyncpg
+
+        conn = await asyncpg.connect(url)
+        try:
+            return [tuple(r) for r in await conn.fetch(sql, *params)]
+        finally:
+            await conn.close()
+
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
+
+
+def rows(url: str) -> dict[str, str | None]:
+    return dict(query(url, "SELECT key, summary FROM short_term_memories"))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def pg(postgres_url: str) -> str:
+    await make_database(postgres_url)
+    return postgres_url
+
+
+def test_stats_show_export_and_check(pg: str, tmp_path: Path) -> None:
+    """The reading commands give the same answers as on SQLite, with the feed position."""
+    data = stm_at(tmp_path, pg, "--json", "stats").json()
+    assert isinstance(data, dict)
+    assert data["entries_by_scope"] == {"server": 3, "user": 5}
+    assert (data["servers"], data["users"], data["opted_out_users"]) == (2, 3, 1)
+    assert isinstance(data["feed_position"], int) and data["feed_position"] > 0
+    assert data["database"].startswith("postgresql://")
+    shown = stm_at(tmp_path, pg, "--json", "show", "--user", "42").json()
+    assert isinstance(shown, dict) and len(shown["entries"]) == 6
+    channel = stm_at(tmp_path, pg, "show", "--channel", "10")
+    assert channel.status == 0 and summary_of(7, 10) in channel.out
+    key = stm_at(tmp_path, pg, "show", "shortterm:server:100:10")
+    assert key.status == 0 and "7, 42" in key.out
+    export = stm_at(tmp_path, pg, "export", "--user", "9").json()
+    assert isinstance(export, dict) and export["opted_out"]["opted_out"] is True
+    assert {e["summary"] for e in export["entries"]} == {summary_of(9, 30)}
+    check = stm_at(tmp_path, pg, "--json", "check")
+    assert check.status == 0, check.err
+    assert check.json() == {
+        "database": check.json()["database"],  # type: ignore[index]
+        "ok": True,
+        "integrity": ["ok"],
+        "foreign_keys": [],
+        "schema_version": SCHEMA,
+        "code_schema_version": SCHEMA,
+    }
+
+
+def test_purges_and_janitor(pg: str, tmp_path: Path) -> None:
+    """purge-user asks first, then has the library's semantics; purge-channel and the
+    janitor work as on SQLite."""
+    before = rows(pg)
+    no = stm_on_terminal_at(tmp_path, pg, "purge-user", "42", answer="n\n")
+    assert no.status == 1 and rows(pg) == before
+    refused = stm_at(tmp_path, pg, "purge-user", "42")
+    one_line_error(refused, "--yes")
+    done = stm_at(tmp_path, pg, "--json", "purge-user", "42", "--yes")
+    assert done.status == 0, done.err
+    data = done.json()
+    assert isinstance(data, dict) and data["entries_before"] == 6 and data["entries_now"] == 0
+    left = rows(pg)
+    assert not [k for k in left if k.startswith("shortterm:user:42:")]
+    assert left["shortterm:server:100:10"] is None
+    assert left["shortterm:server:200:30"] == summary_of(9, 30)
+    channel = stm_at(tmp_path, pg, "--json", "purge-channel", "30", "--yes")
+    assert channel.status == 0, channel.err
+    assert not [k for k in rows(pg) if k.endswith(":30")]
+    dry = stm_at(tmp_path, pg, "--json", "janitor", "--dry-run")
+    assert dry.json() == {"expired": 0, "deleted": 0, "dry_run": True}
+
+
+def test_migrate_and_missing_schema(postgres_url: str, tmp_path: Path) -> None:
+    """An empty schema is no database: every command says so and creates nothing;
+    migrate --create makes the tables, then the commands work."""
+    for args in (("stats",), ("export", "--user", "1"), ("purge-user", "1", "--yes"), ("migrate",)):
+        one_line_error(stm_at(tmp_path, postgres_url, *args), "nothing was created")
+    assert (
+        query(postgres_url, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+        == []
+    )
+    created = stm_at(tmp_path, postgres_url, "--json", "migrate", "--create")
+    assert created.status == 0, created.err
+    assert stm_at(tmp_path, postgres_url, "migrate").out.strip().endswith("nothing to do")
+    assert stm_at(tmp_path, postgres_url, "check").status == 0
+
+
+def test_a_newer_schema_is_refused(pg: str, tmp_path: Path) -> None:
+    """A schema from a newer version is refused: one line, status 1, nothing changed."""
+    before = rows(pg)
+    query(pg, "UPDATE stm_schema SET version = 7")
+    for args in (("stats",), ("purge-user", "42", "--yes"), ("migrate",), ("check",)):
+        one_line_error(stm_at(tmp_path, pg, *args), "schema version 7", "newer")
+    query(pg, "UPDATE stm_schema SET version = $1", SCHEMA)
+    assert rows(pg) == before
+
+
+LOCK_HOLDER = """
+import asyncio, sys
+import asyncpg
+
+async def main():
+    conn = await asyncpg.connect(sys.argv[1])
+    async with conn.transaction():
+        await conn.execute("LOCK TABLE short_term_memories IN ACCESS EXCLUSIVE MODE")
+        print("locked", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    await conn.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_locked_table_is_named(pg: str, tmp_path: Path) -> None:
+    """While another session holds the memories table locked, reads and purges give up
+    after STM_BUSY_TIMEOUT_MS (as lock_timeout) with one line saying it is locked."""
+    before = rows(pg)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, pg],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        for args in (("stats",), ("export", "--user", "42"), ("purge-user", "42", "--yes")):
+            run = stm_at(tmp_path, pg, *args, STM_BUSY_TIMEOUT_MS="200")
+            one_line_error(run, "is locked by another process")
+    finally:
+        holder.stdin.write("go\n")
+        holder.stdin.close()
+        holder.stdout.close()
+        assert holder.wait(timeout=60) == 0
+    assert rows(pg) == before
