@@ -16,26 +16,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli import environment, stm
+from test_cli import environment, stm_at
 
 ROOT = Path(__file__).resolve().parent.parent
 BOUND = 2.0  # STM_COHERENCE_SECONDS' default
 PURGED = "WORDS-OF-USER-42-3b7e"
 PURGED_SUMMARY = "SUMMARY-HOLDING-USER-42-c1d9"
 KEPT = "WORDS-OF-USER-7-88aa"
+BOTH_STORES = True
 
 
 class Bot:
     """``tests/memory_process.py`` as a running process."""
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, database: str, cwd: Path) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "memory_process.py")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            cwd=db.parent,
-            env=environment(STM_DATABASE=str(db), STM_WRITE_BEHIND_SECONDS="0.05"),
+            cwd=cwd,
+            env=environment(STM_DATABASE=database, STM_WRITE_BEHIND_SECONDS="0.05"),
         )
         assert self.readline() == "ready"
 
@@ -70,25 +71,24 @@ class Bot:
 
 
 @pytest.fixture
-def bot(tmp_path: Path) -> Iterator[Bot]:
-    running = Bot(tmp_path / "stm.sqlite3")
+def bot(store_database: str, tmp_path: Path) -> Iterator[Bot]:
+    running = Bot(store_database, tmp_path)
     try:
         yield running
     finally:
         running.close()
 
 
-def test_a_cli_purge_reaches_a_running_bot(bot: Bot, tmp_path: Path) -> None:
+def test_a_cli_purge_reaches_a_running_bot(bot: Bot, store_database: str, tmp_path: Path) -> None:
     """After ``purge-user 42`` exits, the bot shows none of 42's words (crude messages held
     only in the bot, and the shared summary 42 contributed to) within the bound, and keeps
     the other user's words."""
-    db = tmp_path / "stm.sqlite3"
     assert bot.ask("turn", user=42, channel=10, server=100, text=PURGED)["ok"]
     assert bot.ask("turn", user=7, channel=10, server=100, text=KEPT)["ok"]
     assert bot.ask("upgrade", user=42, channel=10, server=100, summary=PURGED_SUMMARY)["ok"]
     assert bot.shows(PURGED) and bot.shows(PURGED_SUMMARY) and bot.shows(KEPT)
 
-    purge = stm(db, "purge-user", "42", "--yes")
+    purge = stm_at(tmp_path, store_database, "purge-user", "42", "--yes")
     committed = time.monotonic()
     assert purge.status == 0, purge.err
     while bot.shows(PURGED) or bot.shows(PURGED_SUMMARY):
