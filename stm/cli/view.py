@@ -134,8 +134,8 @@ def report(opts: Options, data: dict[str, Any], remaining: int, done: Done, text
     if opts.as_json:
         echo_json({**data, "durable": True, "entries_now": remaining, **done.json()})
         return
-    # On SQLite the file is rewritten too, so that no copy of the deleted text survives.
-    erased = "durable" if is_postgres_url(opts.config.database) else "durable, file rewritten"
+    # On SQLite the library also erases what the delete left in the file before it answers.
+    erased = "durable" if is_postgres_url(opts.config.database) else "durable, erased from the file"
     click.echo(f"{text}; {erased} ({done.text()})")
     if remaining:
         click.echo(f"{remaining} entries were written again since (new activity)")
