@@ -79,6 +79,11 @@ def bot(store_database: str, tmp_path: Path) -> Iterator[Bot]:
         running.close()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="no process follows the change feed yet: a running bot keeps serving what its "
+    "cache holds after another process purged it",
+)
 def test_a_cli_purge_reaches_a_running_bot(bot: Bot, store_database: str, tmp_path: Path) -> None:
     """After ``purge-user 42`` exits, the bot shows none of 42's words (crude messages held
     only in the bot, and the shared summary 42 contributed to) within the bound, and keeps
@@ -93,7 +98,7 @@ def test_a_cli_purge_reaches_a_running_bot(bot: Bot, store_database: str, tmp_pa
     assert purge.status == 0, purge.err
     while bot.shows(PURGED) or bot.shows(PURGED_SUMMARY):
         # Poll well past the bound so that the delay is measured, not just judged.
-        assert time.monotonic() - committed < BOUND + 5, "the bot still shows user 42"
+        assert time.monotonic() - committed < BOUND + 3, "the bot still shows user 42"
         time.sleep(0.02)
     delay = time.monotonic() - committed
     print(f"\nCLI purge reached the bot process in {delay:.3f} s (bound {BOUND} s)")
