@@ -79,11 +79,6 @@ def bot(store_database: str, tmp_path: Path) -> Iterator[Bot]:
         running.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="no process follows the change feed yet: a running bot keeps serving what its "
-    "cache holds after another process purged it",
-)
 def test_a_cli_purge_reaches_a_running_bot(bot: Bot, store_database: str, tmp_path: Path) -> None:
     """After ``purge-user 42`` exits, the bot shows none of 42's words (crude messages held
     only in the bot, and the shared summary 42 contributed to) within the bound, and keeps
