@@ -50,6 +50,19 @@ class TestRefresh:
             text = only(await h.run("refresh", person=h.alice, place=h.general), ephemeral=False)
             assert "cleared" in text
 
+    async def test_forget_has_a_per_user_cooldown(self, tmp_path: Path):
+        """A second /memory forget by the same member at once is refused; others may forget."""
+        async with harness(tmp_path) as h:
+            await h.run("memory", subcommand("forget"), person=h.bob, place=h.general)
+            await h.say(h.bob, h.general, "said after forgetting")
+            text = only(await h.run("memory", subcommand("forget"), person=h.bob, place=h.general))
+            assert "Slow down" in text
+            assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is not None
+            text = only(
+                await h.run("memory", subcommand("forget"), person=h.alice, place=h.general)
+            )
+            assert "erased" in text
+
     async def test_works_in_a_dm(self, tmp_path: Path):
         async with harness(tmp_path) as h:
             dm = h.world.dm(h.alice)

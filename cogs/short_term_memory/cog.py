@@ -50,6 +50,9 @@ COMMANDS = ("refresh", "memory", "purge-memory", "memory-settings")
 log = logging.getLogger("discord_stm")
 
 REFRESH_COOLDOWN_SECONDS = 30.0
+# A purge is cheap and shares its erasure with others, but each one waits for everything
+# queued before it: one member repeating it must not keep the writer busy for everyone.
+FORGET_COOLDOWN_SECONDS = 10.0
 APOLOGY = "Sorry, something went wrong on our side. It has been logged."
 
 
@@ -270,6 +273,7 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
         await reply(interaction, text)
 
     @memory_group.command(name="forget", description="Erase all short-term memory about you.")
+    @app_commands.checks.cooldown(1, FORGET_COOLDOWN_SECONDS, key=lambda i: i.user.id)
     async def memory_forget(self, interaction: discord.Interaction[Any]) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
         await self.memory.clear_short_term_memory_for_user(interaction.user.id)
