@@ -213,11 +213,11 @@ def purge_user(opts: Options, user_id: int, server_id: int | None, yes: bool) ->
     """Erase everything held about a user (and shared memory they contributed to)."""
     where = "everywhere" if server_id is None else f"in server {server_id}"
 
-    async def preview() -> int:
+    async def count() -> int:
         async with reading(opts) as store:
             return in_server(await store.holdings_of_user(user_id), server_id)
 
-    held = run(preview())
+    held = run(count())
     confirm(
         yes,
         f"Erase user {user_id}'s short-term memory {where} ({held} entries) from "
@@ -227,12 +227,8 @@ def purge_user(opts: Options, user_id: int, server_id: int | None, yes: bool) ->
     async def purge(memory: ShortTermMemory) -> None:
         await memory.clear_short_term_memory_for_user(user_id, server_id)
 
-    async def left() -> int:
-        async with reading(opts) as store:
-            return in_server(await store.holdings_of_user(user_id), server_id)
-
     done = run(durably(opts, purge, f"purge of user {user_id} {where}"))
-    remaining = run(left())
+    remaining = run(count())
     log.info("purged user %s %s from %s in %.2fs", user_id, where, opts.shown, done.seconds)
     report(
         opts,

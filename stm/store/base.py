@@ -55,9 +55,10 @@ What else the store gives a process that shares its database:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from ..keys import Scope
 
@@ -108,6 +109,44 @@ class StoredRow:
     # Bumped by every write of the distilled content; the feed names it, so that a
     # follower can tell whether the row it holds is older than a change.
     version: int = 0
+
+
+# The columns of a row, in the order ``row_from_columns`` reads them after the row id;
+# both stores select them so (a query adds ``version`` at the end).
+ROW_COLUMNS = (
+    "key, scope, server_id, user_id, channel_id, persona_id, parent_channel_id, channel_name, "
+    "server_name, channel_private, summary, categories, turns_since_refresh, "
+    "last_refreshed_turn, updated_at"
+)
+
+
+def row_from_columns(
+    row: Sequence[Any], contributors: frozenset[int], summary: str | None, categories: str | None
+) -> StoredRow:
+    """A ``StoredRow`` from ``id, ROW_COLUMNS, version`` as a store selected them, with the
+    distilled text as the store reads it (SQLite decrypts it first)."""
+    (_, key, scope, server_id, user_id, channel_id, persona_id, parent, channel_name,
+     server_name, private, _, _, turns, refreshed, updated_at, version) = row  # fmt: skip
+    loaded = json.loads(categories) if categories else {}
+    return StoredRow(
+        key=key,
+        scope="server" if scope == "server" else "user",
+        server_id=server_id,
+        user_id=user_id,
+        channel_id=channel_id,
+        persona_id=persona_id,
+        parent_channel_id=parent,
+        channel_name=channel_name,
+        server_name=server_name,
+        channel_private=bool(private),
+        summary=summary,
+        categories={str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {},
+        contributors=contributors,
+        turns_since_refresh=int(turns),
+        last_refreshed_turn=int(refreshed),
+        updated_at=float(updated_at),
+        version=int(version),
+    )
 
 
 @dataclass(frozen=True, slots=True)

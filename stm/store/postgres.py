@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from ..errors import SchemaVersionError, StoreError
 from ..expiry import DISTILLED_SQL, EXPIRED_SQL
 from .base import (
+    ROW_COLUMNS,
     Change,
     ChangeKind,
     DeleteChannel,
@@ -56,6 +57,7 @@ from .base import (
     StoredRow,
     Touch,
     overtaking,
+    row_from_columns,
 )
 from .inspect import CheckReport, NoDatabase, StoreStats, UserHoldings
 
@@ -126,11 +128,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
 )
 
-_COLUMNS = (
-    "key, scope, server_id, user_id, channel_id, persona_id, parent_channel_id, channel_name, "
-    "server_name, channel_private, summary, categories, turns_since_refresh, "
-    "last_refreshed_turn, updated_at"
-)
+_COLUMNS = ROW_COLUMNS
 _KEEP_IDENTITY = (
     "parent_channel_id = excluded.parent_channel_id, "
     "channel_name = coalesce(excluded.channel_name, m.channel_name), "
@@ -746,29 +744,7 @@ def _row_params(row: StoredRow) -> tuple[Any, ...]:
 
 
 def _row_from(row: Any, contributors: frozenset[int]) -> StoredRow:
-    (_, key, scope, server_id, user_id, channel_id, persona_id, parent, channel_name,
-     server_name, private, summary, categories, turns, refreshed, updated_at,
-     version) = row  # fmt: skip
-    loaded = json.loads(categories) if categories else {}
-    return StoredRow(
-        key=key,
-        scope="server" if scope == "server" else "user",
-        server_id=server_id,
-        user_id=user_id,
-        channel_id=channel_id,
-        persona_id=persona_id,
-        parent_channel_id=parent,
-        channel_name=channel_name,
-        server_name=server_name,
-        channel_private=bool(private),
-        summary=summary,
-        categories={str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {},
-        contributors=contributors,
-        turns_since_refresh=int(turns),
-        last_refreshed_turn=int(refreshed),
-        updated_at=float(updated_at),
-        version=int(version),
-    )
+    return row_from_columns(row, contributors, row[11], row[12])
 
 
 # -- the operator's read-only view ------------------------------------------------------

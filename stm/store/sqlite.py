@@ -41,6 +41,7 @@ from ..errors import SchemaVersionError, StoreError
 from ..expiry import DISTILLED_SQL, EXPIRED_SQL
 from . import shred
 from .base import (
+    ROW_COLUMNS,
     Change,
     ChangeKind,
     DeleteChannel,
@@ -59,6 +60,7 @@ from .base import (
     StoredRow,
     Touch,
     overtaking,
+    row_from_columns,
 )
 from .inspect import CheckReport, NoDatabase, StoreStats, UserHoldings
 
@@ -140,11 +142,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
 )
 
-_COLUMNS = (
-    "key, scope, server_id, user_id, channel_id, persona_id, parent_channel_id, channel_name, "
-    "server_name, channel_private, summary, categories, turns_since_refresh, "
-    "last_refreshed_turn, updated_at"
-)
+_COLUMNS = ROW_COLUMNS
 _IDENTITY = (
     "INSERT INTO short_term_memories (key, scope, server_id, user_id, channel_id, persona_id, "
     "parent_channel_id, channel_name, server_name, channel_private, turns_since_refresh, "
@@ -215,15 +213,9 @@ class SQLiteStore:
             except OSError as exc:
                 raise StoreError(f"cannot create the folder of {path!r}: {exc}") from exc
         connection = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000)
-        try:
-            await connection
-        except sqlite3.Error as exc:
-            await connection.close()
-            raise StoreError(f"cannot open short-term memory database {path!r}: {exc}") from exc
-        except BaseException:
-            await connection.close()
-            raise
-        store = cls(connection, path)
+        store = await cls._connected(
+            connection, path, lambda exc: f"cannot open short-term memory database {path!r}: {exc}"
+        )
         db = store._db
         try:
             created = await store._call(_prepare, db, path, busy_timeout_ms)
@@ -233,6 +225,24 @@ class SQLiteStore:
             await store.close()
             raise
         return store
+
+    @classmethod
+    async def _connected(
+        cls,
+        connection: aiosqlite.Connection,
+        path: str,
+        describe: Callable[[sqlite3.Error], str],
+    ) -> SQLiteStore:
+        """Start ``connection``; if it fails, close it and raise StoreError as ``describe`` says."""
+        try:
+            await connection
+        except sqlite3.Error as exc:
+            await connection.close()
+            raise StoreError(describe(exc)) from exc
+        except BaseException:
+            await connection.close()
+            raise
+        return cls(connection, path)
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         """Run ``fn(*args)`` on the connection's thread."""
@@ -329,15 +339,7 @@ class SQLiteStore:
         connection = aiosqlite.connect(
             _readonly_uri(path), uri=True, isolation_level=None, timeout=busy_timeout_ms / 1000
         )
-        try:
-            await connection
-        except sqlite3.Error as exc:
-            await connection.close()
-            raise StoreError(_explain(path, exc)) from exc
-        except BaseException:
-            await connection.close()
-            raise
-        store = cls(connection, path)
+        store = await cls._connected(connection, path, lambda exc: _explain(path, exc))
         db = store._db
         try:
             await store._call(_check_existing, db, path, busy_timeout_ms, require_current)
@@ -814,30 +816,12 @@ def _row_params(row: StoredRow) -> tuple[Any, ...]:
 
 
 def _row_from(row: Any, contributors: frozenset[int], secret: bytes | None = None) -> StoredRow:
-    (_, key, scope, server_id, user_id, channel_id, persona_id, parent, channel_name,
-     server_name, private, summary, categories, turns, refreshed, updated_at,
-     version) = row  # fmt: skip
-    summary = shred.open_text(secret, key, summary)
-    categories = shred.open_text(secret, key, categories)
-    loaded = json.loads(categories) if categories else {}
-    return StoredRow(
-        key=key,
-        scope="server" if scope == "server" else "user",
-        server_id=server_id,
-        user_id=user_id,
-        channel_id=channel_id,
-        persona_id=persona_id,
-        parent_channel_id=parent,
-        channel_name=channel_name,
-        server_name=server_name,
-        channel_private=bool(private),
-        summary=summary,
-        categories={str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {},
-        contributors=contributors,
-        turns_since_refresh=int(turns),
-        last_refreshed_turn=int(refreshed),
-        updated_at=float(updated_at),
-        version=int(version),
+    key = row[1]
+    return row_from_columns(
+        row,
+        contributors,
+        shred.open_text(secret, key, row[11]),
+        shred.open_text(secret, key, row[12]),
     )
 
 
