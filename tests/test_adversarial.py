@@ -12,6 +12,7 @@ from stm import (
     GenerationFinished,
     ShortTermMemory,
     STMConfig,
+    STMError,
     TurnContext,
 )
 
@@ -88,6 +89,43 @@ async def test_settings_calls_on_a_closed_memory_answer_instead_of_hanging(
     # A watchdog for a deadlock: each call must answer (a result or an error) at once.
     results = await asyncio.wait_for(calls, 3.0)
     assert all(isinstance(r, DurabilityError) for r in results), results
+
+
+async def test_every_public_call_on_a_closed_memory_answers(tmp_path: Path) -> None:
+    """After close(), every public call returns or raises a library error; none waits forever
+    and none brings memory back."""
+    memory = await ShortTermMemory.open(STMConfig(database=str(tmp_path / "m.sqlite3")))
+    await memory.capture(_turn(_ctx(), "BEFORECLOSE"))
+    await memory.close()
+    ctx = _ctx(user_text="hello")
+    calls = {
+        "capture": memory.capture(_turn(ctx, "AFTERCLOSE")),
+        "build_context": memory.build_context(ctx),
+        "run_tool": memory.run_tool(ctx, {"summary": "AFTERCLOSE"}),
+        "get_entry": memory.get_entry("shortterm:server:100:10"),
+        "get_server_settings": memory.get_server_settings(100),
+        "update_server_settings": memory.update_server_settings(100, refresh_cadence=3),
+        "set_categories": memory.set_categories(100, [Category("topic", "what we discuss")]),
+        "set_user_opt_out": memory.set_user_opt_out(1, True),
+        "clear_channel": memory.clear_short_term_memory_for_channel(10),
+        "clear_user": memory.clear_short_term_memory_for_user(1),
+        "flush": memory.flush(),
+        "run_janitor": memory.run_janitor(),
+        "close": memory.close(),
+    }
+    try:
+        for name, call in calls.items():
+            try:
+                # A watchdog for a deadlock, not a measure of speed.
+                result = await asyncio.wait_for(call, 3.0)
+            except STMError:
+                continue
+            assert "AFTERCLOSE" not in str(result), name
+            if name == "run_tool":
+                assert not result.success
+    finally:
+        for call in calls.values():
+            call.close()  # those not reached after a failure
 
 
 async def test_a_huge_message_is_cut_before_it_reaches_other_prompts(tmp_path: Path) -> None:
