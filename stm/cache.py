@@ -12,7 +12,7 @@ last key leaves the cache.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -45,15 +45,18 @@ class Entry:
     user_id: int | None
     channel_id: int
     persona_id: int | None
-    # The crude window, oldest first. A list, not a deque: a deque allocates a 64-slot
-    # block, which at 10 messages is ~600 bytes per key (see ``remember``).
-    messages: list[StoredMessage]
+    # The crude window, oldest first: a tuple, replaced (never changed in place) whenever
+    # the window changes. So a window once read stays what it was (the prompt that showed
+    # it can be credited later), and "is it the same window" is an identity test. A tuple
+    # is also the smallest container (a deque allocates a 64-slot block).
+    messages: tuple[StoredMessage, ...]
     updated_at: float
     channel_name: str | None = None
     server_name: str | None = None
     parent_channel_id: int | None = None
     channel_private: bool = False
     summary: str | None = None
+    # Replaced as a whole when it changes, never changed in place (rendering relies on it).
     categories: dict[str, str] = field(default_factory=dict)
     # Immutable and shared while empty: an empty set would cost 216 bytes per key.
     contributors: frozenset[int] = frozenset()
@@ -74,6 +77,8 @@ class Entry:
 
     def __post_init__(self) -> None:
         self.group = group_of(self.scope, self.server_id, self.user_id, self.persona_id)
+        if type(self.messages) is not tuple:
+            self.messages = tuple(self.messages)
 
     @property
     def distilled(self) -> bool:
@@ -84,15 +89,14 @@ class Entry:
         """When the entry expires if untouched, in epoch seconds."""
         return expiry.expires_at(self.updated_at, self.distilled)
 
-    def remember(self, messages: list[StoredMessage], limit: int) -> None:
+    def remember(self, messages: Sequence[StoredMessage], limit: int) -> None:
         """Append ``messages`` to the window, keeping its newest ``limit``."""
-        self.messages.extend(messages)
-        excess = len(self.messages) - limit
+        window = self.messages + tuple(messages)
+        excess = len(window) - limit
         if excess > 0:
             # The newest turn's user is still in the window, and most windows hold one user:
             # only a different user (who triggered a turn or wrote a message) scrolling out
             # is noted. This runs on every capture.
-            window = self.messages
             newest = window[-1].turn_user_id
             first, last = window[0], window[excess - 1]
             if (
@@ -110,7 +114,8 @@ class Entry:
                 ]
                 if gone:
                     self.scrolled = gone if self.scrolled is None else self.scrolled + gone
-            del window[:excess]
+            window = window[excess:]
+        self.messages = window
 
     def window_users(self) -> set[int]:
         """Users whose words are in the crude window: who triggered each turn, and who
@@ -306,6 +311,28 @@ class MemoryCache:
             self.evicted += 1
         return evicted
 
+    def get_touched(self, key: str, now: float) -> Entry | None:
+        """``get(key, now)`` then ``touch`` of what it found, in one step (every capture's)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry.updated_at <= now - min(self.expiry) and self.is_expired(entry, now):
+            self.remove(key)
+            self.expired_drops += 1
+            return None
+        entry.updated_at = now
+        if entry.scrolled is not None:
+            self._unindex_scrolled(entry)
+        self._entries.move_to_end(key)
+        self._groups[entry.group].make_live(entry)
+        return entry
+
+    def unindex_scrolled(self, entry: Entry) -> None:
+        """Drop from the user index the users who scrolled out of ``entry``'s window and have
+        no words left in it (after ``Entry.remember``)."""
+        if entry.scrolled is not None:
+            self._unindex_scrolled(entry)
+
     def touch(self, entry: Entry, now: float) -> None:
         """Mark ``entry`` active now: newest in its recall group and in LRU order."""
         entry.updated_at = now
@@ -382,13 +409,16 @@ class MemoryCache:
             return []
         found: list[Entry] = []
         expired: list[str] = []
+        # Whatever was active after this cannot have expired, distilled or not: most
+        # entries are decided by one comparison.
+        fresh = now - min(self.expiry)
         for entry in reversed(held.live.values()):
             if entry.channel_id == exclude_channel or entry.channel_private:
                 continue
-            if self.is_expired(entry, now):
+            if entry.updated_at <= fresh and self.is_expired(entry, now):
                 expired.append(entry.key)
                 continue
-            if entry.messages or entry.distilled:
+            if entry.messages or entry.summary or entry.categories:
                 found.append(entry)
                 if len(found) == limit:
                     break
@@ -402,9 +432,10 @@ class MemoryCache:
                     found.append(entry)
             found.sort(key=lambda e: e.updated_at, reverse=True)
             del found[limit:]
-        for key in expired:
-            self.remove(key)
-        self.expired_drops += len(expired)
+        if expired:
+            for key in expired:
+                self.remove(key)
+            self.expired_drops += len(expired)
         return found
 
     @property

@@ -43,7 +43,7 @@ def entry_from(row: StoredRow) -> Entry:
         user_id=row.user_id,
         channel_id=row.channel_id,
         persona_id=row.persona_id,
-        messages=[],
+        messages=(),
         updated_at=row.updated_at,
         channel_name=row.channel_name,
         server_name=row.server_name,

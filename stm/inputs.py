@@ -160,8 +160,10 @@ class TurnContext(_Plain):
     # upgrade of this turn is in flight (one per turn).
     _shown: Shown | None = None
     _upgrading: bool = False
+    # The turn's scope keys and recall group, with the ids they were made from.
+    _keys: tuple[Any, ...] | None = None
     _notes: ClassVar[frozenset[str]] = frozenset(
-        {"_deletion_seq", "_feed_position", "_intent", "_shown", "_upgrading"}
+        {"_deletion_seq", "_feed_position", "_intent", "_keys", "_shown", "_upgrading"}
     )
 
     _checks: ClassVar[dict[str, Callable[[Any, str], Any]]] = {

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from .background import Background, Opening
-from .cache import Entry, MemoryCache, StoredMessage, group_of
+from .cache import Entry, GroupKey, MemoryCache, StoredMessage, group_of
 from .config import STMConfig
 from .convert import snapshot
 from .follower import Follower
@@ -69,6 +69,28 @@ from .tool.upgrade import MemoryTool, Upgrades
 from .writer import Writer
 
 __all__ = ["MemoryTool", "ShortTermMemory"]
+
+
+def _turn_scope(ctx: TurnContext) -> tuple[str, str | None, GroupKey]:
+    """The turn's keys (user key, server key or None in a DM) and its recall group, made
+    once per turn: kept on the context with the ids they come from, and made again if a
+    host changed one of them since."""
+    held = ctx._keys
+    user, channel, server, persona = ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id
+    if (
+        held is not None
+        and held[0] is user
+        and held[1] is channel
+        and held[2] is server
+        and held[3] is persona
+    ):
+        return held[4]  # type: ignore[no-any-return]
+    user_k, server_k = turn_keys(user, channel, server, persona)
+    group = group_of("user" if server_k is None else "server", server, user, persona)
+    made = (user_k, server_k, group)
+    ctx._keys = (user, channel, server, persona, made)
+    return made
+
 
 # How long the change feed keeps a change at least.
 FEED_RETENTION_SECONDS = 600.0
@@ -343,18 +365,20 @@ class ShortTermMemory:
         now = self.clock()
         user_id = ctx.user_id
         limit = self.config.max_message_length
-        messages = [
-            StoredMessage(
-                m.role,
-                m.content if len(m.content) <= limit else m.content[:limit],
-                m.speaker_name,
-                m.author_id,
-                m._epoch,
-                user_id,
-            )
-            for m in event.messages
-            if m.content and not m.content.isspace()  # strip() would copy every message
-        ]
+        messages = tuple(
+            [
+                StoredMessage(
+                    m.role,
+                    m.content if len(m.content) <= limit else m.content[:limit],
+                    m.speaker_name,
+                    m.author_id,
+                    m._epoch,
+                    user_id,
+                )
+                for m in event.messages
+                if m.content and not m.content.isspace()  # strip() would copy every message
+            ]
+        )
         # Other authors' messages in this turn (a host that batches a busy channel): their
         # purge must find them, and their opt-out holds whoever's turn it is.
         users = {user_id}
@@ -364,30 +388,33 @@ class ShortTermMemory:
         if len(users) > 1:
             paused = {user for user in users if opted_out(user)}
             if paused:
-                messages = [m for m in messages if m.author_id not in paused]
+                messages = tuple([m for m in messages if m.author_id not in paused])
                 users -= paused
         if not messages:
             return
         self._tally.captures += 1
-        user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
+        user_k, server_k, _ = _turn_scope(ctx)
         cold: list[str] = []
         writer = self.writer
+        cache, window = self.cache, self.config.max_messages_per_channel
         for key in (user_k, server_k):
             if key is None:
                 continue
-            entry = self.cache.get(key, now)
+            entry = cache.get_touched(key, now)
             if entry is None:
                 known = self._reads.no_row_elsewhere()
                 entry = self._reads.new_entry(key, ctx, now, hydrated=known)
                 if not known:
                     cold.append(key)
-            entry.remember(messages, self.config.max_messages_per_channel)
-            describe(entry, ctx)
-            self.cache.touch(entry, now)
-            if len(users) == 1:
-                self.cache.index_user(entry, user_id)  # most turns: no set to walk
             else:
-                self.cache.index_users(entry, users)
+                describe(entry, ctx)
+            entry.remember(messages, window)
+            if entry.scrolled is not None:
+                cache.unindex_scrolled(entry)
+            if len(users) == 1:
+                cache.index_user(entry, user_id)  # most turns: no set to walk
+            else:
+                cache.index_users(entry, users)
             if key == (server_k or user_k):
                 entry.turns_since_refresh += 1
             writer.mark_dirty(entry)
@@ -409,13 +436,11 @@ class ShortTermMemory:
         settings = self.settings_for(ctx.server_id)
         if not settings.enabled or self.closed:
             return PromptContext(nudge_depth=settings.nudge_depth)
-        user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
+        user_k, server_k, group = _turn_scope(ctx)
         live_key = server_k or user_k
-        self._reads.mark_turn_start(ctx)
-        self.follower.mark_turn_start(ctx)
-        group = group_of(
-            "user" if server_k is None else "server", ctx.server_id, ctx.user_id, ctx.persona_id
-        )
+        if ctx._deletion_seq is None or ctx._feed_position is None:
+            self._reads.mark_turn_start(ctx)
+            self.follower.mark_turn_start(ctx)
 
         async def read() -> Entry | Again | None:
             # A cold group's read is queued first, so that it shares the live key's round
@@ -445,7 +470,11 @@ class ShortTermMemory:
         else:
             entry = None if known is NO_ROW else known
         now = self.clock()
-        if entry is not None and self.cache.is_expired(entry, now):
+        if (
+            entry is not None
+            and entry.updated_at <= now - min(self.cache.expiry)
+            and self.cache.is_expired(entry, now)
+        ):
             entry = None
         others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
         shown = Shown.own(ctx.user_id, ctx.channel_id)

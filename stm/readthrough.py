@@ -137,7 +137,7 @@ class ReadThrough:
             user_id=ctx.user_id if scope == "user" else None,
             channel_id=ctx.channel_id,
             persona_id=ctx.persona_id,
-            messages=[],
+            messages=(),
             updated_at=now,
             hydrated=hydrated,
         )

@@ -61,21 +61,67 @@ def _labels(categories: tuple[Category, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(zip(slugs_for(labels), labels, strict=True))
 
 
-class RenderCache:
-    """Quoted lines of recently rendered entries, reused while their source is unchanged.
+class _Segment:
+    """An entry's other-channel segment and every value it was rendered from, compared by
+    identity: the window and summary are immutable and replaced when they change, and
+    settings are frozen, so the same object means the same value."""
 
-    Other-channel memory renders the same few entries turn after turn. Lines
-    are reused only when the values they were rendered from compare equal to
-    the entry's current ones (rendering is a pure function of those values),
-    so a changed, purged or replaced entry can never show stale text. Least
-    recently used entries are dropped past ``max_entries``.
+    __slots__ = (
+        "bot_name",
+        "categories",
+        "channel_name",
+        "entry",
+        "items",
+        "made",
+        "messages",
+        "minute",
+        "settings",
+        "summary",
+    )
+
+    def __init__(
+        self,
+        entry: Entry,
+        settings: ServerSettings,
+        bot_name: str,
+        minute: int,
+        made: tuple[str, str],
+    ) -> None:
+        self.entry = entry
+        self.messages = entry.messages
+        self.summary = entry.summary
+        self.categories = entry.categories
+        # The library replaces categories as a whole; their values are compared too, so
+        # that a host's in-place change is not missed (the few entries that have them).
+        self.items = tuple(entry.categories.items()) if entry.categories else None
+        self.channel_name = entry.channel_name
+        self.settings = settings
+        self.bot_name = bot_name
+        self.minute = minute
+        self.made = made
+
+
+class RenderCache:
+    """Rendered text of recently shown entries, reused while what it shows is unchanged.
+
+    Other-channel memory renders the same few entries turn after turn. Text is
+    reused only when every value it was rendered from is still the same object
+    (rendering is a pure function of those values), so a changed, purged or
+    replaced entry can never show stale text. Least recently used entries are
+    dropped past ``max_entries``.
     """
 
     def __init__(self, max_entries: int = 1024) -> None:
         self.max_entries = max_entries
         self._held: OrderedDict[tuple[str, str], tuple[object, list[str]]] = OrderedDict()
-        # An entry's whole other-channel segment, joined, under the values it shows.
-        self._segments: OrderedDict[str, tuple[tuple[object, ...], tuple[str, str]]] = OrderedDict()
+        # An entry's whole other-channel segment, joined.
+        self._segments: OrderedDict[str, _Segment] = OrderedDict()
+        # An entry's window and the quoted lines of its newest messages, as last rendered.
+        self._crude: OrderedDict[
+            str, tuple[Entry, str, tuple[StoredMessage, ...], tuple[str, ...]]
+        ] = OrderedDict()
+        self._names: dict[str, str] = {}
+        self._ages: dict[int, str] = {}
 
     def lines(
         self, key: str, kind: str, source: object, render: Callable[[], list[str]]
@@ -86,64 +132,112 @@ class RenderCache:
         if held is not None and held[0] == source:
             self._held.move_to_end(slot)
             return held[1]
-        return self._store(slot, source, render())
-
-    def _store(self, slot: tuple[str, str], source: object, made: list[str]) -> list[str]:
+        made = render()
         self._held[slot] = (source, made)
         self._held.move_to_end(slot)
         if len(self._held) > self.max_entries:
             self._held.popitem(last=False)
         return made
 
+    def name(self, name: str) -> str:
+        """``one_line(name)`` of a bot, speaker or channel name: a few recur turn after turn."""
+        made = self._names.get(name)
+        if made is None:
+            if len(self._names) >= 4096:
+                self._names.clear()
+            made = self._names[name] = one_line(name)
+        return made
+
+    def age(self, minutes: int) -> str:
+        """``relative_time`` of a whole number of minutes."""
+        made = self._ages.get(minutes)
+        if made is None:
+            if len(self._ages) >= 1024:
+                self._ages.clear()
+            made = self._ages[minutes] = relative_time(minutes * 60)
+        return made
+
     def crude_lines(
         self,
-        key: str,
-        bot_name: str,
+        entry: Entry,
         messages: tuple[StoredMessage, ...],
+        bot_name: str,
         render_one: Callable[[StoredMessage], str],
-    ) -> list[str]:
-        """One line per message; after a new message, only that message is rendered anew."""
-        source = (bot_name, messages)
-        slot = (key, "crude")
-        held = self._held.get(slot)
-        if held is not None and held[0] == source:
-            self._held.move_to_end(slot)
-            return held[1]
-        # Keyed by identity, which is cheaper than hashing every field: the window holds
-        # the same message objects from turn to turn, and ``held`` keeps the old ones
-        # alive, so an id cannot stand for another message here.
-        reuse: dict[int, str] = {}
-        if held is not None and isinstance(held[0], tuple) and held[0][0] == bot_name:
-            reuse = {id(m): line for m, line in zip(held[0][1], held[1], strict=True)}
-        made = [reuse.get(id(m)) or render_one(m) for m in messages]
-        return self._store(slot, source, made)  # ``source`` is already known to differ
+    ) -> tuple[str, ...]:
+        """One line per message of ``messages`` (the newest of ``entry``'s window); the
+        lines of messages already rendered for this entry are reused."""
+        key = entry.key
+        held = self._crude.get(key)
+        if held is not None and held[0] is entry and held[1] == bot_name:
+            if held[2] is messages:
+                self._crude.move_to_end(key)
+                return held[3]
+            # The window moved on by a few messages: the lines of those it still holds
+            # are the old lines from where its oldest message was. Messages never change,
+            # and ``held`` keeps the old ones alive, so identity cannot mislead.
+            old, old_lines = held[2], held[3]
+            first = messages[0] if messages else None
+            for start, message in enumerate(old):
+                if message is first:
+                    # Tuple equality tests identity first: equal here means the same objects.
+                    shared = len(old) - start
+                    if shared <= len(messages) and old[start:] == messages[:shared]:
+                        made = old_lines[start:] + tuple(map(render_one, messages[shared:]))
+                    else:
+                        made = tuple(map(render_one, messages))
+                    break
+            else:
+                made = tuple(map(render_one, messages))
+        else:
+            made = tuple(map(render_one, messages))
+        self._crude[key] = (entry, bot_name, messages, made)
+        self._crude.move_to_end(key)
+        if len(self._crude) > self.max_entries:
+            self._crude.popitem(last=False)
+        return made
 
-    def segment(self, entry: Entry, source: tuple[object, ...]) -> tuple[str, str] | None:
-        """The segment of ``entry`` kept with ``source`` (every value it shows), if that still
-        compares equal; None otherwise.
-
-        The comparison is cheap because an unchanged entry holds the very same objects
-        (the window's messages, its summary): tuple equality tests identity first."""
+    def segment(
+        self, entry: Entry, settings: ServerSettings, bot_name: str, minute: int
+    ) -> tuple[str, str] | None:
+        """The segment of ``entry`` rendered from the same values, if it was kept."""
         held = self._segments.get(entry.key)
-        if held is not None and held[0] == source:
+        if (
+            held is not None
+            and held.entry is entry
+            and held.messages is entry.messages
+            and held.summary is entry.summary
+            and held.categories is entry.categories
+            and (
+                not entry.categories
+                if held.items is None
+                else held.items == tuple(entry.categories.items())
+            )
+            and held.settings is settings
+            and held.minute == minute
+            and held.channel_name == entry.channel_name
+            and held.bot_name == bot_name
+        ):
             self._segments.move_to_end(entry.key)
-            return held[1]
+            return held.made
         return None
 
     def keep_segment(
-        self, entry: Entry, source: tuple[object, ...], made: tuple[str, str]
+        self,
+        entry: Entry,
+        settings: ServerSettings,
+        bot_name: str,
+        minute: int,
+        made: tuple[str, str],
     ) -> tuple[str, str]:
-        """Keep ``made``, the segment rendered from ``source``."""
-        # A copy of the categories: the entry's own dict may change in place later.
-        kept = (*source[:_CATEGORIES], dict(entry.categories), *source[_CATEGORIES + 1 :])
-        self._segments[entry.key] = (kept, made)
+        """Keep ``made``, the segment of ``entry`` rendered from its current values."""
+        self._segments[entry.key] = _Segment(entry, settings, bot_name, minute, made)
         self._segments.move_to_end(entry.key)
         if len(self._segments) > self.max_entries:
             self._segments.popitem(last=False)
         return made
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._held) + len(self._crude)
 
 
 def content_depth(settings: ServerSettings, entries: Sequence[Entry], now: float) -> int:
@@ -158,9 +252,9 @@ def content_depth(settings: ServerSettings, entries: Sequence[Entry], now: float
     return depth
 
 
-def _place(entry: Entry) -> str:
+def _place(entry: Entry, cache: RenderCache | None = None) -> str:
     if entry.channel_name:
-        return "#" + one_line(entry.channel_name)
+        return "#" + (one_line if cache is None else cache.name)(entry.channel_name)
     return f"#channel-{entry.channel_id}"
 
 
@@ -186,20 +280,22 @@ def _distilled_lines(
 
 def _crude_lines(
     entry: Entry, count: int, bot_name: str, cache: RenderCache | None = None
-) -> list[str]:
+) -> tuple[str, ...]:
     if count <= 0:
-        return []
-    messages = tuple(entry.messages)[-count:]
+        return ()
+    messages = entry.messages[-count:] if count < len(entry.messages) else entry.messages
+
+    name = one_line if cache is None else cache.name
 
     def line(message: StoredMessage) -> str:
         default = bot_name if message.role == "assistant" else "User"
-        speaker = one_line(message.speaker_name or default)
+        speaker = name(message.speaker_name or default)
         content = one_line(message.content).replace('"', "\u201d")
         return f'> {speaker}: "{content}"'
 
     if cache is not None:
-        return cache.crude_lines(entry.key, bot_name, messages, line)
-    return [line(message) for message in messages]
+        return cache.crude_lines(entry, messages, bot_name, line)
+    return tuple(map(line, messages))
 
 
 def same_channel_block(
@@ -233,21 +329,20 @@ def other_channels_blocks(
     mode the recent crude messages of channels that also have distilled memory."""
     if not entries:
         return []
-    bot = one_line(bot_name)
+    bot = one_line(bot_name) if cache is None else cache.name(bot_name)
     memory: list[str] = []
     crude: list[str] = []
     for entry in entries:
+        # relative_time() of the entry's age changes only from one whole minute to the next.
+        minute = int(max(0.0, now - entry.updated_at) // 60)
         if cache is None:
-            made = _segment(entry, settings, category_labels(settings), bot, bot_name, now, None)
-            said, recent = made
+            said, recent = _segment(entry, settings, bot, bot_name, minute, None)
         else:
-            source = _segment_source(entry, settings, bot_name, now)
-            reused = cache.segment(entry, source)
-            if reused is None:
-                labels = category_labels(settings)
-                made = _segment(entry, settings, labels, bot, bot_name, now, cache)
-                reused = cache.keep_segment(entry, source, made)
-            said, recent = reused
+            made = cache.segment(entry, settings, bot_name, minute)
+            if made is None:
+                made = _segment(entry, settings, bot, bot_name, minute, cache)
+                cache.keep_segment(entry, settings, bot_name, minute, made)
+            said, recent = made
         if said:
             memory.append(said)
         if recent:
@@ -271,57 +366,32 @@ def other_channels_blocks(
     return blocks
 
 
-# Where the categories sit in a segment's source (copied when it is kept).
-_CATEGORIES = 7
-
-
-def _segment_source(
-    entry: Entry, settings: ServerSettings, bot_name: str, now: float
-) -> tuple[object, ...]:
-    """Every value an entry's other-channel segment is rendered from."""
-    count = settings.crude_message_count
-    return (
-        bot_name,
-        count,
-        settings.render_mode,
-        # The categories, not their labels: the same tuple object while they are unchanged.
-        settings.categories,
-        entry.channel_name,
-        entry.channel_id,
-        entry.summary,
-        entry.categories,  # _CATEGORIES
-        entry.messages[-count:] if count > 0 else None,
-        # relative_time() of the entry's age changes only from one whole minute to the next.
-        int(max(0.0, now - entry.updated_at) // 60),
-    )
-
-
 def _segment(
     entry: Entry,
     settings: ServerSettings,
-    labels: dict[str, str],
     bot: str,
     bot_name: str,
-    now: float,
+    minute: int,
     cache: RenderCache | None,
 ) -> tuple[str, str]:
     """One other channel's lines for the memory block and for the recent-messages block,
     each joined ("" when it has none)."""
-    when = relative_time(now - entry.updated_at)
+    when = relative_time(minute * 60) if cache is None else cache.age(minute)
     count = settings.crude_message_count
-    said: list[str] = []
-    recent: list[str] = []
-    if entry.distilled:
-        body = _distilled_lines(entry, labels, cache)
+    place = _place(entry, cache)
+    recent = ""
+    body: Sequence[str]
+    if entry.summary or entry.categories:
+        body = _distilled_lines(entry, category_labels(settings), cache)
         if settings.render_mode == "crude_summary":
             lines = _crude_lines(entry, count, bot_name, cache)
             if lines:
-                recent = [f"In {_place(entry)} ({when}):", *lines]
+                recent = "\n".join((f"In {place} ({when}):", *lines))
     else:
         body = _crude_lines(entry, count, bot_name, cache)
-    if body:
-        said = [f"{bot} remembers a recent conversation in {_place(entry)} ({when}):", *body]
-    return "\n".join(said), "\n".join(recent)
+    if not body:
+        return "", recent
+    return "\n".join((f"{bot} remembers a recent conversation in {place} ({when}):", *body)), recent
 
 
 def nudge(settings: ServerSettings) -> str:

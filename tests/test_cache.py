@@ -234,7 +234,7 @@ def test_indexes_list_exactly_the_held_keys_of_each_id(
             cache.touch(held, 0.0)
         elif op == "index" and held is not None:
             # As a capture does: the speaker's words are in the window, and indexed.
-            held.messages.append(StoredMessage("user", "x", "", speaker, 0.0, speaker))
+            held.messages += (StoredMessage("user", "x", "", speaker, 0.0, speaker),)
             cache.index_user(held, speaker)
             words.setdefault(key, set()).add(speaker)
     entries = list(cache)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from stm.cache import Entry, StoredMessage
 from stm.models import Category, ServerSettings
-from stm.render import RenderCache, _segment_source, other_channels_blocks
+from stm.render import RenderCache, other_channels_blocks
 
 NOW = 1_700_000_000.0
 
@@ -48,14 +48,14 @@ def test_changes_are_rendered() -> None:
     cache = RenderCache()
     e = entry("one", "two")
     render(e, cache)
-    e.messages.append(message("three"))
+    e.messages += (message("three"),)
     assert "three" in render(e, cache)
-    e.messages = [m for m in e.messages if m.content != "two"]
+    e.messages = tuple(m for m in e.messages if m.content != "two")
     assert "two" not in render(e, cache)
     e.summary = "SUMMARY-NOW"
     assert "SUMMARY-NOW" in render(e, cache)
     reply = entry()
-    reply.messages.append(StoredMessage("assistant", "a reply", "", None, NOW, 1))
+    reply.messages += (StoredMessage("assistant", "a reply", "", None, NOW, 1),)
     assert '> Bot: "a reply"' in render(reply, cache)
     assert '> Other-Bot: "a reply"' in render(reply, cache, bot="Other-Bot")
 
@@ -72,8 +72,11 @@ def test_cache_is_bounded() -> None:
 
 Change = Callable[[Entry], None]
 CHANGES: dict[str, Change] = {
-    "message added": lambda e: e.messages.append(message(f"new {len(e.messages)}", 2)),
-    "window moved": lambda e: e.remember([message("moved in", 3)], 4),
+    "message added": lambda e: setattr(
+        e, "messages", (*e.messages, message(f"new {len(e.messages)}", 2))
+    ),
+    "window moved": lambda e: e.remember((message("moved in", 3),), 4),
+    "window moved by a turn": lambda e: e.remember((message("a", 4), message("b", 4)), 5),
     "message purged": lambda e: setattr(e, "messages", e.messages[1:]),
     "summary set": lambda e: setattr(e, "summary", f"SUMMARY {e.version}"),
     "summary cleared": lambda e: setattr(e, "summary", None),
@@ -127,12 +130,12 @@ def test_reused_segments_always_match_a_fresh_render(steps: list[tuple[str, int,
 def test_an_unchanged_segment_is_reused_not_rendered_again() -> None:
     """The second render of an unchanged entry returns the kept segment itself."""
     cache = RenderCache()
+    plain = ServerSettings()
     e = entry("one", "two")
-    first = other_channels_blocks([e], ServerSettings(), "Bot", NOW, cache)
-    second = other_channels_blocks([e], ServerSettings(), "Bot", NOW, cache)
+    first = other_channels_blocks([e], plain, "Bot", NOW, cache)
+    second = other_channels_blocks([e], plain, "Bot", NOW, cache)
     assert first == second
-    source = _segment_source(e, ServerSettings(), "Bot", NOW)
-    kept = cache.segment(e, source)
+    kept = cache.segment(e, plain, "Bot", 0)
     assert kept is not None and kept[0] in first[0].text
-    e.messages.append(message("three"))
-    assert cache.segment(e, _segment_source(e, ServerSettings(), "Bot", NOW)) is None
+    e.messages += (message("three"),)
+    assert cache.segment(e, plain, "Bot", 0) is None
