@@ -12,27 +12,25 @@ last key leaves the cache.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from .expiry import HOUR, Expiry
 from .keys import Scope
+from .window import EMPTY, StoredMessage, Window
 
-__all__ = ["HOUR", "Entry", "GroupKey", "MemoryCache", "StoredMessage", "WarmedGroups", "group_of"]
+__all__ = [
+    "HOUR",
+    "Entry",
+    "GroupKey",
+    "MemoryCache",
+    "StoredMessage",
+    "WarmedGroups",
+    "Window",
+    "group_of",
+]
 
 GroupKey = tuple[Scope, int, int | None, int | None]
-
-
-class StoredMessage(NamedTuple):
-    """A crude message as the cache keeps it; ``turn_user_id`` is who triggered its turn."""
-
-    role: str
-    content: str
-    speaker_name: str
-    author_id: int | None
-    timestamp: float
-    turn_user_id: int
 
 
 @dataclass(slots=True, eq=False)
@@ -45,11 +43,10 @@ class Entry:
     user_id: int | None
     channel_id: int
     persona_id: int | None
-    # The crude window, oldest first: a tuple, replaced (never changed in place) whenever
-    # the window changes. So a window once read stays what it was (the prompt that showed
-    # it can be credited later), and "is it the same window" is an identity test. A tuple
-    # is also the smallest container (a deque allocates a 64-slot block).
-    messages: tuple[StoredMessage, ...]
+    # The crude window, oldest first: immutable (``window.py``), replaced whenever it
+    # changes. So a window once read stays what it was (the prompt that showed it can be
+    # credited later), and "is it the same window" is an identity test.
+    messages: Window
     updated_at: float
     channel_name: str | None = None
     server_name: str | None = None
@@ -77,8 +74,8 @@ class Entry:
 
     def __post_init__(self) -> None:
         self.group = group_of(self.scope, self.server_id, self.user_id, self.persona_id)
-        if type(self.messages) is not tuple:
-            self.messages = tuple(self.messages)
+        if type(self.messages) is not Window:
+            self.messages = Window(self.messages) if self.messages else EMPTY
 
     @property
     def distilled(self) -> bool:
@@ -90,39 +87,20 @@ class Entry:
         return expiry.expires_at(self.updated_at, self.distilled)
 
     def remember(self, messages: Sequence[StoredMessage], limit: int) -> None:
-        """Append ``messages`` to the window, keeping its newest ``limit``."""
-        window = self.messages + tuple(messages)
-        excess = len(window) - limit
-        if excess > 0:
-            # The newest turn's user is still in the window, and most windows hold one user:
-            # only a different user (who triggered a turn or wrote a message) scrolling out
-            # is noted. This runs on every capture.
-            newest = window[-1].turn_user_id
-            first, last = window[0], window[excess - 1]
-            if (
-                first.turn_user_id != newest
-                or last.turn_user_id != newest
-                or excess > 2  # a turn is usually two messages: then the two tests cover it
-                or first.author_id not in (None, newest)
-                or last.author_id not in (None, newest)
-            ):
-                gone = [m.turn_user_id for m in window[:excess] if m.turn_user_id != newest]
-                gone += [
-                    m.author_id
-                    for m in window[:excess]
-                    if m.author_id is not None and m.author_id != newest
-                ]
-                if gone:
-                    self.scrolled = gone if self.scrolled is None else self.scrolled + gone
-            window = window[excess:]
-        self.messages = window
+        """Append ``messages`` (one turn's) to the window, keeping its newest ``limit``."""
+        turn = messages if type(messages) is tuple else tuple(messages)
+        if not turn:
+            return
+        # Users who triggered a turn or wrote a message that scrolled out are noted: the
+        # cache drops them from its user index unless they still have words here.
+        self.messages, gone = self.messages.appended(turn, limit, turn[-1].turn_user_id)
+        if gone:
+            self.scrolled = gone if self.scrolled is None else self.scrolled + gone
 
     def window_users(self) -> set[int]:
         """Users whose words are in the crude window: who triggered each turn, and who
         wrote each message (a turn may carry several authors' messages)."""
-        users = {message.turn_user_id for message in self.messages}
-        users.update(m.author_id for m in self.messages if m.author_id is not None)
-        return users
+        return self.messages.users()
 
 
 def group_of(
@@ -236,6 +214,7 @@ class MemoryCache:
         crude_ttl_hours: float,
         summary_ttl_hours: float,
         clock: Callable[[], float],
+        open_windows: int = 1024,
     ) -> None:
         self.max_keys = max_keys
         self.expiry = Expiry.hours(crude_ttl_hours, summary_ttl_hours)
@@ -243,7 +222,13 @@ class MemoryCache:
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._by_channel: _Index = {}
         self._by_user: _Index = {}
-        self._groups: dict[GroupKey, _Group] = {}
+        # Recall groups: most (a DM user's) hold one live entry, kept bare; a _Group is
+        # made when a second entry or an untouched one arrives.
+        self._groups: dict[GroupKey, Entry | _Group] = {}
+        # The most recently active entries, whose windows are kept open; the others' are
+        # packed (``window.py``), which takes a fraction of the memory.
+        self.open_windows = max(1, min(max_keys, open_windows))
+        self._open: OrderedDict[str, Entry] = OrderedDict()
         # Kept here so that it shrinks with the cache: a group is forgotten when one of
         # its keys is evicted (its row must be read again) or its last key leaves.
         self.warmed = WarmedGroups(max_keys)
@@ -293,15 +278,15 @@ class MemoryCache:
         self.index_users(entry, entry.window_users() | entry.contributors)
         if entry.scope == "user" and entry.user_id is not None:
             _index_add(self._by_user, entry.user_id, entry.key)
-        group = self._groups.get(entry.group)
-        if group is None:
-            group = self._groups[entry.group] = _Group()
         if touched:
-            group.make_live(entry)
-        elif entry.key not in group.live:
-            if group.cold is None:
-                group.cold = {}
-            group.cold[entry.key] = entry
+            self._make_live(entry)
+            self._keep_open(entry)
+        elif self._groups.get(entry.group) is not entry:
+            group = self._group(entry.group)
+            if entry.key not in group.live:
+                if group.cold is None:
+                    group.cold = {}
+                group.cold[entry.key] = entry
         evicted = []
         while len(self._entries) > self.max_keys:
             key, victim = next(iter(self._entries.items()))
@@ -324,8 +309,43 @@ class MemoryCache:
         if entry.scrolled is not None:
             self._unindex_scrolled(entry)
         self._entries.move_to_end(key)
-        self._groups[entry.group].make_live(entry)
+        self._make_live(entry)
+        self._keep_open(entry)
         return entry
+
+    def _group(self, key: GroupKey) -> _Group:
+        """The group under ``key`` as a _Group (made from a bare entry, or new)."""
+        held = self._groups.get(key)
+        if isinstance(held, _Group):
+            return held
+        group = _Group() if held is None else _Group({held.key: held})
+        self._groups[key] = group
+        return group
+
+    def _make_live(self, entry: Entry) -> None:
+        """``entry`` is the newest of its recall group."""
+        held = self._groups.get(entry.group)
+        if held is entry:
+            return
+        if held is None:
+            self._groups[entry.group] = entry
+            return
+        if type(held) is Entry and held.key == entry.key:
+            self._groups[entry.group] = entry  # a replaced entry
+            return
+        self._group(entry.group).make_live(entry)
+
+    def _keep_open(self, entry: Entry) -> None:
+        """``entry`` is active: keep its window open, and pack the least recently active
+        open one past ``open_windows``."""
+        opened, key = self._open, entry.key
+        if key in opened:
+            opened.move_to_end(key)
+            return
+        opened[key] = entry
+        if len(opened) > self.open_windows:
+            quiet = opened.popitem(last=False)[1]
+            quiet.messages = quiet.messages.packed()
 
     def unindex_scrolled(self, entry: Entry) -> None:
         """Drop from the user index the users who scrolled out of ``entry``'s window and have
@@ -339,7 +359,8 @@ class MemoryCache:
         if entry.scrolled is not None:
             self._unindex_scrolled(entry)
         self._entries.move_to_end(entry.key)
-        self._groups[entry.group].make_live(entry)
+        self._make_live(entry)
+        self._keep_open(entry)
 
     def index_user(self, entry: Entry, user: int) -> None:
         """``index_users`` for one user (every capture's)."""
@@ -367,17 +388,21 @@ class MemoryCache:
         entry = self._entries.pop(key, None)
         if entry is None:
             return None
+        self._open.pop(key, None)
         _index_discard(self._by_channel, entry.channel_id, key)
         owners = {entry.user_id} if entry.user_id is not None else set()
         for user in entry.window_users() | entry.contributors | owners | set(entry.scrolled or ()):
             self._unindex_user(user, key)
         entry.scrolled = None
-        group = self._groups.get(entry.group)
-        if group is not None:
-            group.drop(key)
-            if not group:
+        held = self._groups.get(entry.group)
+        if type(held) is _Group:
+            held.drop(key)
+            if not held:
                 del self._groups[entry.group]
                 self.warmed.discard(entry.group)
+        elif isinstance(held, Entry) and held.key == key:
+            del self._groups[entry.group]
+            self.warmed.discard(entry.group)
         return entry
 
     def keys_of_channel(self, channel_id: int) -> list[str]:
@@ -412,7 +437,12 @@ class MemoryCache:
         # Whatever was active after this cannot have expired, distilled or not: most
         # entries are decided by one comparison.
         fresh = now - min(self.expiry)
-        for entry in reversed(held.live.values()):
+        if type(held) is _Group:
+            live: Iterable[Entry] = reversed(held.live.values())
+            cold = held.cold
+        else:
+            live, cold = (held,), None  # type: ignore[assignment]
+        for entry in live:
             if entry.channel_id == exclude_channel or entry.channel_private:
                 continue
             if entry.updated_at <= fresh and self.is_expired(entry, now):
@@ -422,8 +452,8 @@ class MemoryCache:
                 found.append(entry)
                 if len(found) == limit:
                     break
-        if held.cold:
-            for entry in held.cold.values():
+        if cold:
+            for entry in cold.values():
                 if entry.channel_id == exclude_channel or entry.channel_private:
                     continue
                 if self.is_expired(entry, now):

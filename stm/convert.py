@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from .cache import Entry
 from .models import DialogueMessage, MemoryEntry
 from .store.base import StoredRow
+from .window import EMPTY
 
 __all__ = ["entry_from", "row_of", "snapshot"]
 
@@ -43,7 +44,7 @@ def entry_from(row: StoredRow) -> Entry:
         user_id=row.user_id,
         channel_id=row.channel_id,
         persona_id=row.persona_id,
-        messages=(),
+        messages=EMPTY,
         updated_at=row.updated_at,
         channel_name=row.channel_name,
         server_name=row.server_name,

@@ -45,7 +45,7 @@ def forget_user(
             entry.deleted = True
             writer.forget_dirty([key])
             continue
-        kept = tuple(m for m in entry.messages if user_id not in (m.turn_user_id, m.author_id))
+        kept = entry.messages.without(user_id)
         if len(kept) != len(entry.messages):
             entry.messages = kept
         if user_id in entry.contributors:

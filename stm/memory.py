@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from .background import Background, Opening
-from .cache import Entry, GroupKey, MemoryCache, StoredMessage, group_of
+from .cache import Entry, GroupKey, MemoryCache, group_of
 from .config import STMConfig
 from .convert import snapshot
 from .follower import Follower
@@ -66,6 +66,7 @@ from .store.base import (
 )
 from .timing import LoopScheduler, Scheduler
 from .tool.upgrade import MemoryTool, Upgrades
+from .window import StoredMessage
 from .writer import Writer
 
 __all__ = ["MemoryTool", "ShortTermMemory"]

@@ -16,13 +16,11 @@ __all__ = ["Said", "Shown"]
 
 
 class Said(Protocol):
-    """A crude message, as far as provenance needs it."""
+    """A window of crude messages, as far as provenance needs it."""
 
-    @property
-    def turn_user_id(self) -> int: ...
-
-    @property
-    def author_id(self) -> int | None: ...
+    def users(self, last: int | None = None) -> set[int]:
+        """Turn users and authors of the newest ``last`` messages (all when None)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -30,14 +28,14 @@ class Shown:
     """The channels whose memory a turn's prompt showed (its own included), and the users
     whose words it showed (its own user included).
 
-    Crude messages shown are kept as the windows' slices (messages never change) and
+    Crude messages shown are kept as the windows shown (a window never changes) and
     read only when an upgrade or a deletion needs them: a busy channel's window may
     have moved on by then, and the turn path stays cheap.
     """
 
     channels: set[int] = field(default_factory=set)
     _users: set[int] = field(default_factory=set)
-    _windows: list[Sequence[Said]] = field(default_factory=list)
+    _windows: list[tuple[Said, int]] = field(default_factory=list)
 
     @classmethod
     def own(cls, user_id: int, channel_id: int) -> Shown:
@@ -48,9 +46,10 @@ class Shown:
         """Credit users whose words were shown (the contributors of distilled memory)."""
         self._users.update(users)
 
-    def add_window(self, messages: Sequence[Said]) -> None:
-        """Credit the turn users and authors of these crude messages, which were shown."""
-        self._windows.append(messages)
+    def add_window(self, window: Said, last: int) -> None:
+        """Credit the turn users and authors of the newest ``last`` messages of ``window``,
+        which were shown."""
+        self._windows.append((window, last))
 
     def add(self, other: Shown) -> None:
         """Also what ``other`` showed."""
@@ -63,10 +62,7 @@ class Shown:
         """Every user whose words were shown."""
         if self._windows:
             users = self._users
-            for window in self._windows:
-                for message in window:
-                    users.add(message.turn_user_id)
-                    if message.author_id is not None:
-                        users.add(message.author_id)
+            for window, last in self._windows:
+                users |= window.users(last)
             self._windows = []
         return self._users

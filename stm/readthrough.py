@@ -28,6 +28,7 @@ from .metrics import Tally
 from .models import DialogueMessage, TurnContext
 from .provenance import Shown
 from .store.base import LoadRecent, LoadRows, StoredRow
+from .window import EMPTY
 from .writer import Writer
 
 __all__ = [
@@ -137,7 +138,7 @@ class ReadThrough:
             user_id=ctx.user_id if scope == "user" else None,
             channel_id=ctx.channel_id,
             persona_id=ctx.persona_id,
-            messages=(),
+            messages=EMPTY,
             updated_at=now,
             hydrated=hydrated,
         )

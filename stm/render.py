@@ -116,10 +116,9 @@ class RenderCache:
         self._held: OrderedDict[tuple[str, str], tuple[object, list[str]]] = OrderedDict()
         # An entry's whole other-channel segment, joined.
         self._segments: OrderedDict[str, _Segment] = OrderedDict()
-        # An entry's window and the quoted lines of its newest messages, as last rendered.
-        self._crude: OrderedDict[
-            str, tuple[Entry, str, tuple[StoredMessage, ...], tuple[str, ...]]
-        ] = OrderedDict()
+        # The quoted lines of an entry's newest messages, as last rendered:
+        # (entry, bot name, position of the first line's message, lines).
+        self._crude: OrderedDict[str, tuple[Entry, str, int, tuple[str, ...]]] = OrderedDict()
         self._names: dict[str, str] = {}
         self._ages: dict[int, str] = {}
 
@@ -160,37 +159,32 @@ class RenderCache:
     def crude_lines(
         self,
         entry: Entry,
-        messages: tuple[StoredMessage, ...],
+        count: int,
         bot_name: str,
         render_one: Callable[[StoredMessage], str],
     ) -> tuple[str, ...]:
-        """One line per message of ``messages`` (the newest of ``entry``'s window); the
-        lines of messages already rendered for this entry are reused."""
+        """One line per message of the newest ``count`` of ``entry``'s window. A message
+        keeps its position in its entry as the window moves on (``Window.first``), so the
+        lines of positions rendered before are reused and only new messages rendered."""
+        window = entry.messages
+        n = len(window)
+        stop = window.first + n
+        start = stop - min(count, n)
         key = entry.key
         held = self._crude.get(key)
+        made: tuple[str, ...] | None = None
         if held is not None and held[0] is entry and held[1] == bot_name:
-            if held[2] is messages:
+            old_start, old = held[2], held[3]
+            old_stop = old_start + len(old)
+            if old_start == start and old_stop == stop:
                 self._crude.move_to_end(key)
-                return held[3]
-            # The window moved on by a few messages: the lines of those it still holds
-            # are the old lines from where its oldest message was. Messages never change,
-            # and ``held`` keeps the old ones alive, so identity cannot mislead.
-            old, old_lines = held[2], held[3]
-            first = messages[0] if messages else None
-            for start, message in enumerate(old):
-                if message is first:
-                    # Tuple equality tests identity first: equal here means the same objects.
-                    shared = len(old) - start
-                    if shared <= len(messages) and old[start:] == messages[:shared]:
-                        made = old_lines[start:] + tuple(map(render_one, messages[shared:]))
-                    else:
-                        made = tuple(map(render_one, messages))
-                    break
-            else:
-                made = tuple(map(render_one, messages))
-        else:
-            made = tuple(map(render_one, messages))
-        self._crude[key] = (entry, bot_name, messages, made)
+                return old
+            if old_start <= start <= old_stop <= stop:
+                fresh = window[old_stop - window.first :] if old_stop < stop else []
+                made = old[start - old_start :] + tuple(map(render_one, fresh))
+        if made is None:
+            made = tuple(map(render_one, window[start - window.first :]))
+        self._crude[key] = (entry, bot_name, start, made)
         self._crude.move_to_end(key)
         if len(self._crude) > self.max_entries:
             self._crude.popitem(last=False)
@@ -281,10 +275,8 @@ def _distilled_lines(
 def _crude_lines(
     entry: Entry, count: int, bot_name: str, cache: RenderCache | None = None
 ) -> tuple[str, ...]:
-    if count <= 0:
+    if count <= 0 or not entry.messages:
         return ()
-    messages = entry.messages[-count:] if count < len(entry.messages) else entry.messages
-
     name = one_line if cache is None else cache.name
 
     def line(message: StoredMessage) -> str:
@@ -294,8 +286,8 @@ def _crude_lines(
         return f'> {speaker}: "{content}"'
 
     if cache is not None:
-        return cache.crude_lines(entry, messages, bot_name, line)
-    return tuple(map(line, messages))
+        return cache.crude_lines(entry, count, bot_name, line)
+    return tuple(map(line, entry.messages[-count:]))
 
 
 def same_channel_block(
@@ -420,4 +412,4 @@ def shown_by(
         if other.contributors:  # cleared with the distilled memory they produced
             shown.add_users(other.contributors)
         if count > 0 and (crude_summary or not (other.summary or other.categories)):
-            shown.add_window(other.messages[-count:])
+            shown.add_window(other.messages, count)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stm.cache import Entry, StoredMessage
+from stm.cache import Entry, StoredMessage, Window
 from stm.models import Category, ServerSettings
 from stm.render import RenderCache, other_channels_blocks
 
@@ -50,7 +50,7 @@ def test_changes_are_rendered() -> None:
     render(e, cache)
     e.messages += (message("three"),)
     assert "three" in render(e, cache)
-    e.messages = tuple(m for m in e.messages if m.content != "two")
+    e.messages = Window([m for m in e.messages if m.content != "two"], first=10)
     assert "two" not in render(e, cache)
     e.summary = "SUMMARY-NOW"
     assert "SUMMARY-NOW" in render(e, cache)
@@ -73,11 +73,14 @@ def test_cache_is_bounded() -> None:
 Change = Callable[[Entry], None]
 CHANGES: dict[str, Change] = {
     "message added": lambda e: setattr(
-        e, "messages", (*e.messages, message(f"new {len(e.messages)}", 2))
+        e, "messages", Window([*e.messages, message(f"new {len(e.messages)}", 2)], e.messages.first)
     ),
+    "window packed": lambda e: setattr(e, "messages", e.messages.packed()),
     "window moved": lambda e: e.remember((message("moved in", 3),), 4),
     "window moved by a turn": lambda e: e.remember((message("a", 4), message("b", 4)), 5),
-    "message purged": lambda e: setattr(e, "messages", e.messages[1:]),
+    "oldest message's user purged": lambda e: setattr(
+        e, "messages", e.messages.without(e.messages[0].turn_user_id) if e.messages else e.messages
+    ),
     "summary set": lambda e: setattr(e, "summary", f"SUMMARY {e.version}"),
     "summary cleared": lambda e: setattr(e, "summary", None),
     "categories set": lambda e: setattr(e, "categories", {"plans": "PLANS", "mood": "calm"}),

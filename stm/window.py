@@ -1,0 +1,239 @@
+"""The crude window of one scope entry: its newest messages, oldest first.
+
+A window is immutable: appending makes a new one. It has two forms with one
+interface:
+
+- **open**, while its entry is active: a tuple of ``StoredMessage``, which a
+  capture extends and a render reads at no cost;
+- **packed**, once its entry has gone quiet (the cache packs the windows of all
+  but its most recently active entries): every message's content in one UTF-8
+  ``bytes``, a fixed-size record per message (role, whether it has an author,
+  author id, timestamp, the user whose turn it was, its length), and the
+  speaker names. As a tuple of tuples each message cost about 200 bytes besides
+  its text (the tuple, its timestamp float, the text's own object header); packed
+  it costs 29 bytes and a pointer. A packed window is opened again when its
+  entry is next captured.
+
+``first`` numbers a window's oldest message in the life of its entry, so a
+message keeps its position as the window moves on (rendering reuses the lines
+of positions it has rendered). Removing messages (a purge) numbers the kept
+ones anew, past every position used before, so a position never stands for two
+different messages.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple, overload
+
+__all__ = ["EMPTY", "StoredMessage", "Window"]
+
+
+class StoredMessage(NamedTuple):
+    """A crude message as the cache keeps it; ``turn_user_id`` is who triggered its turn."""
+
+    role: str
+    content: str
+    speaker_name: str
+    author_id: int | None
+    timestamp: float
+    turn_user_id: int
+
+
+# flags (bit 0: the assistant's; bit 1: has an author), author id, timestamp, turn user,
+# content length in UTF-8 bytes. Ids are below 2**63 (``stm.ids``): signed 64-bit fits.
+_RECORD = struct.Struct("<Bqdqi")
+_SIZE = _RECORD.size
+_ASSISTANT = 1
+_AUTHORED = 2
+
+
+class Window(Sequence[StoredMessage]):
+    """An immutable window of crude messages, open or packed (see the module's docstring)."""
+
+    __slots__ = ("_items", "_meta", "_names", "_text", "first")
+
+    _items: tuple[StoredMessage, ...] | None
+    _meta: bytes
+    _text: bytes
+    _names: tuple[str, ...]
+
+    def __init__(self, messages: Iterable[StoredMessage] = (), first: int = 0) -> None:
+        self._items = messages if type(messages) is tuple else tuple(messages)
+        self.first = first
+
+    # -- reading ------------------------------------------------------------
+    def __len__(self) -> int:
+        items = self._items
+        return len(items) if items is not None else len(self._names)
+
+    def __bool__(self) -> bool:
+        items = self._items
+        return bool(items) if items is not None else bool(self._names)
+
+    @property
+    def packed_form(self) -> bool:
+        """True when the window is packed."""
+        return self._items is None
+
+    def _unpack(self, start: int, stop: int) -> list[StoredMessage]:
+        meta, text, names = self._meta, self._text, self._names
+        unpack = _RECORD.unpack_from
+        # Offsets are counted from the nearer end: reads are mostly of the newest messages.
+        if start > len(names) - stop:
+            offset = len(text)
+            for i in range(stop, len(names)):
+                offset -= unpack(meta, i * _SIZE)[4]
+            for i in range(start, stop):
+                offset -= unpack(meta, i * _SIZE)[4]
+        else:
+            offset = 0
+            for i in range(start):
+                offset += unpack(meta, i * _SIZE)[4]
+        out = []
+        for i in range(start, stop):
+            flags, author, timestamp, turn_user, size = unpack(meta, i * _SIZE)
+            out.append(
+                StoredMessage(
+                    "assistant" if flags & _ASSISTANT else "user",
+                    text[offset : offset + size].decode("utf-8", "surrogatepass"),
+                    names[i],
+                    author if flags & _AUTHORED else None,
+                    timestamp,
+                    turn_user,
+                )
+            )
+            offset += size
+        return out
+
+    def _all(self) -> tuple[StoredMessage, ...]:
+        items = self._items
+        return items if items is not None else tuple(self._unpack(0, len(self._names)))
+
+    @overload
+    def __getitem__(self, index: int) -> StoredMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[StoredMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> StoredMessage | Sequence[StoredMessage]:
+        items = self._items
+        if items is not None:
+            return items[index]
+        n = len(self._names)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(n)
+            if step != 1:
+                return self._all()[index]
+            return self._unpack(start, stop) if start < stop else []
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("window index out of range")
+        return self._unpack(index, index + 1)[0]
+
+    def __iter__(self) -> Iterator[StoredMessage]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Window):
+            return self._all() == other._all()
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return f"Window({list(self)!r}, first={self.first})"
+
+    def users(self, last: int | None = None) -> set[int]:
+        """Who has words in the window (or in its newest ``last`` messages): the user of each
+        message's turn and each message's author."""
+        items = self._items
+        n = len(self)
+        start = 0 if last is None or last >= n else n - last
+        users: set[int] = set()
+        if items is not None:
+            for message in items[start:] if start else items:
+                users.add(message.turn_user_id)
+                if message.author_id is not None:
+                    users.add(message.author_id)
+            return users
+        for flags, author, _, turn_user, _ in _RECORD.iter_unpack(self._meta[start * _SIZE :]):
+            users.add(turn_user)
+            if flags & _AUTHORED:
+                users.add(author)
+        return users
+
+    # -- making new windows -------------------------------------------------
+    def appended(
+        self, messages: tuple[StoredMessage, ...], limit: int, newest: int
+    ) -> tuple[Window, list[int] | None]:
+        """This window, open, with ``messages`` appended and only its newest ``limit`` kept;
+        and the users other than ``newest`` (the turn's user) who triggered or wrote a
+        message that scrolled out (None when none did)."""
+        window = self._all() + messages
+        excess = len(window) - limit
+        if excess <= 0:
+            return Window(window, self.first), None
+        gone: list[int] | None = None
+        first, last = window[0], window[excess - 1]
+        # Most windows hold one user: when the first and last messages that scroll out are
+        # the newest user's, and a turn's two messages are all that scroll out, no one goes.
+        if (
+            excess > 2
+            or first.turn_user_id != newest
+            or last.turn_user_id != newest
+            or first.author_id not in (None, newest)
+            or last.author_id not in (None, newest)
+        ):
+            gone = [m.turn_user_id for m in window[:excess] if m.turn_user_id != newest]
+            gone += [
+                m.author_id
+                for m in window[:excess]
+                if m.author_id is not None and m.author_id != newest
+            ]
+        return Window(window[excess:], self.first + excess), gone or None
+
+    def packed(self) -> Window:
+        """This window in its packed form (itself if it is packed already)."""
+        items = self._items
+        if items is None:
+            return self
+        meta: list[bytes] = []
+        texts: list[bytes] = []
+        pack = _RECORD.pack
+        for role, content, _, author, timestamp, turn_user in items:
+            data = content.encode("utf-8", "surrogatepass")
+            flags = _ASSISTANT if role == "assistant" else 0
+            if author is not None:
+                flags |= _AUTHORED
+            meta.append(pack(flags, author or 0, timestamp, turn_user, len(data)))
+            texts.append(data)
+        made = object.__new__(Window)
+        made._items = None
+        made._meta = b"".join(meta)
+        made._text = b"".join(texts)
+        made._names = tuple(m.speaker_name for m in items)
+        made.first = self.first
+        return made
+
+    def __add__(self, other: Iterable[StoredMessage]) -> Window:
+        return Window(self._all() + tuple(other), self.first)
+
+    def without(self, user_id: int) -> Window:
+        """The window without the messages of ``user_id``'s turns or authored by them, in
+        the same form; the same window when it has none. The kept messages are numbered
+        anew, past every position this window's entry has used."""
+        held = self._all()
+        kept = tuple(m for m in held if user_id not in (m.turn_user_id, m.author_id))
+        if len(kept) == len(held):
+            return self
+        made = Window(kept, self.first + len(held) + 1)
+        return made.packed() if self._items is None else made
+
+
+EMPTY = Window()

@@ -1,0 +1,142 @@
+"""Window: the packed form holds exactly what the open form holds, and positions never lie."""
+
+from __future__ import annotations
+
+import sys
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stm.cache import Entry, MemoryCache
+from stm.window import EMPTY, StoredMessage, Window
+
+ids = st.integers(min_value=0, max_value=2**63 - 1)
+messages = st.builds(
+    StoredMessage,
+    role=st.sampled_from(["user", "assistant"]),
+    # Any text, lone surrogates included: a host may hand in whatever a str can hold.
+    content=st.text(min_size=0, max_size=60),
+    speaker_name=st.text(max_size=10),
+    author_id=st.none() | ids,
+    timestamp=st.floats(allow_nan=False, allow_infinity=False),
+    turn_user_id=ids,
+)
+windows = st.lists(messages, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(held=windows, start=st.integers(-14, 14), stop=st.integers(-14, 14))
+def test_packed_reads_exactly_what_open_reads(
+    held: list[StoredMessage], start: int, stop: int
+) -> None:
+    """Every read of a packed window (items, slices, length, users) equals the open one's."""
+    open_ = Window(held, first=7)
+    packed = open_.packed()
+    assert packed.packed_form and not open_.packed_form
+    assert list(packed) == list(open_) == held
+    assert len(packed) == len(held) and bool(packed) == bool(held)
+    assert list(packed[start:stop]) == held[start:stop]
+    for i in range(-len(held), len(held)):
+        assert packed[i] == held[i]
+    for last in (None, 0, 1, 3, 20):
+        assert packed.users(last) == open_.users(last)
+    assert packed.first == open_.first and packed == open_
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    turns=st.lists(st.lists(messages, min_size=1, max_size=4), max_size=8),
+    limit=st.integers(1, 6),
+    pack_at=st.sets(st.integers(0, 8)),
+)
+def test_appending_keeps_the_newest_and_their_positions(
+    turns: list[list[StoredMessage]], limit: int, pack_at: set[int]
+) -> None:
+    """Appending turns (to open or packed windows) keeps the newest ``limit`` messages, each
+    at the position it was given when it arrived, and names everyone who scrolled out."""
+    window = EMPTY
+    history: list[StoredMessage] = []
+    for n, turn in enumerate(turns):
+        if n in pack_at:
+            window = window.packed()
+        newest = turn[-1].turn_user_id
+        window, gone = window.appended(tuple(turn), limit, newest)
+        combined = history + turn
+        dropped = combined[: max(0, len(combined) - limit)]
+        history = combined[-limit:]
+        assert list(window) == history
+        expected_gone = {m.turn_user_id for m in dropped} | {
+            m.author_id for m in dropped if m.author_id is not None
+        }
+        expected_gone.discard(newest)
+        assert set(gone or ()) == expected_gone
+    total = sum(len(t) for t in turns)
+    assert window.first == max(0, total - limit) if turns else window.first == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(held=windows, user=ids, packed=st.booleans())
+def test_without_a_user_renumbers_past_every_used_position(
+    held: list[StoredMessage], user: int, packed: bool
+) -> None:
+    """A purge keeps the form, drops the user's turns and words, and never reuses a position."""
+    window = Window(held, first=3)
+    if packed:
+        window = window.packed()
+    kept = window.without(user)
+    expected = [m for m in held if user not in (m.turn_user_id, m.author_id)]
+    assert list(kept) == expected
+    if len(expected) == len(held):
+        assert kept is window
+    else:
+        assert kept.first > window.first + len(held) - 1
+        assert kept.packed_form == packed
+
+
+def test_packed_form_is_smaller() -> None:
+    """Ten messages packed take a fraction of what they take open, beyond their text."""
+    held = [
+        StoredMessage("user", f"message {n} " + "x" * 100, "alice", 5, 1e9 + n, 5)
+        for n in range(10)
+    ]
+    text = sum(len(m.content) for m in held)
+    window = Window(held)
+    open_size = sys.getsizeof(window._items) - text
+    open_size += sum(
+        sys.getsizeof(m) + sys.getsizeof(m.content) + sys.getsizeof(m.timestamp) for m in held
+    )
+    packed = window.packed()
+    packed_size = sys.getsizeof(packed._meta) + sys.getsizeof(packed._text) - text
+    packed_size += sys.getsizeof(packed._names)
+    assert packed_size < open_size / 3
+
+
+def test_cache_packs_all_but_the_most_recently_active_windows() -> None:
+    """Past ``open_windows`` active entries, the least recently active entry's window is
+    packed; touching it again opens it at its next capture, and reads never change."""
+    cache = MemoryCache(
+        max_keys=100, crude_ttl_hours=1, summary_ttl_hours=1, clock=lambda: 0.0, open_windows=3
+    )
+    entries = []
+    for n in range(6):
+        e = Entry(
+            key=f"shortterm:user:{n}:{n}",
+            scope="user",
+            server_id=None,
+            user_id=n,
+            channel_id=n,
+            persona_id=None,
+            messages=(),
+            updated_at=0.0,
+        )
+        e.remember([StoredMessage("user", f"hello {n}", "", n, 0.0, n)], 10)
+        cache.put(e)
+        entries.append(e)
+    forms = [e.messages.packed_form for e in entries]
+    assert forms == [True, True, True, False, False, False]
+    assert [m.content for e in entries for m in e.messages] == [f"hello {n}" for n in range(6)]
+    touched = cache.get_touched(entries[0].key, 0.0)
+    assert touched is entries[0]
+    touched.remember([StoredMessage("user", "again", "", 0, 0.0, 0)], 10)
+    assert not entries[0].messages.packed_form and entries[3].messages.packed_form
+    assert [m.content for m in entries[0].messages] == ["hello 0", "again"]
