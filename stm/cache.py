@@ -12,8 +12,9 @@ last key leaves the cache.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from .expiry import HOUR, Expiry
 from .keys import Scope
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 GroupKey = tuple[Scope, int, int | None, int | None]
+NO_CATEGORIES: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(slots=True, eq=False)
@@ -54,7 +56,8 @@ class Entry:
     channel_private: bool = False
     summary: str | None = None
     # Replaced as a whole when it changes, never changed in place (rendering relies on it).
-    categories: dict[str, str] = field(default_factory=dict)
+    # Most entries have none: they share one empty, read-only mapping.
+    categories: Mapping[str, str] = field(default_factory=lambda: NO_CATEGORIES)
     # Immutable and shared while empty: an empty set would cost 216 bytes per key.
     contributors: frozenset[int] = frozenset()
     turns_since_refresh: int = 0
@@ -93,7 +96,7 @@ class Entry:
             return
         # Users who triggered a turn or wrote a message that scrolled out are noted: the
         # cache drops them from its user index unless they still have words here.
-        self.messages, gone = self.messages.appended(turn, limit, turn[-1].turn_user_id)
+        self.messages, gone = self.messages.appended(turn, limit, turn[-1][5])
         if gone:
             self.scrolled = gone if self.scrolled is None else self.scrolled + gone
 

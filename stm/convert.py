@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from .cache import Entry
+from .cache import NO_CATEGORIES, Entry
 from .models import DialogueMessage, MemoryEntry
 from .store.base import StoredRow
 from .window import EMPTY
@@ -51,7 +51,7 @@ def entry_from(row: StoredRow) -> Entry:
         parent_channel_id=row.parent_channel_id,
         channel_private=row.channel_private,
         summary=row.summary,
-        categories=dict(row.categories),
+        categories=dict(row.categories) if row.categories else NO_CATEGORIES,
         contributors=row.contributors,
         turns_since_refresh=row.turns_since_refresh,
         last_refreshed_turn=row.last_refreshed_turn,

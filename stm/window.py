@@ -47,6 +47,7 @@ _RECORD = struct.Struct("<Bqdqi")
 _SIZE = _RECORD.size
 _ASSISTANT = 1
 _AUTHORED = 2
+_new = object.__new__
 
 
 class Window(Sequence[StoredMessage]):
@@ -175,28 +176,29 @@ class Window(Sequence[StoredMessage]):
         """This window, open, with ``messages`` appended and only its newest ``limit`` kept;
         and the users other than ``newest`` (the turn's user) who triggered or wrote a
         message that scrolled out (None when none did)."""
-        window = self._all() + messages
+        items = self._items
+        window = (items if items is not None else self._all()) + messages
         excess = len(window) - limit
+        made = _new(Window)
         if excess <= 0:
-            return Window(window, self.first), None
-        gone: list[int] | None = None
-        first, last = window[0], window[excess - 1]
+            made._items, made.first = window, self.first
+            return made, None
+        made._items, made.first = window[excess:], self.first + excess
         # Most windows hold one user: when the first and last messages that scroll out are
         # the newest user's, and a turn's two messages are all that scroll out, no one goes.
+        # (Fields by index: 3 is the author, 5 the turn's user; this runs on every capture.)
+        first, last = window[0], window[excess - 1]
         if (
-            excess > 2
-            or first.turn_user_id != newest
-            or last.turn_user_id != newest
-            or first.author_id not in (None, newest)
-            or last.author_id not in (None, newest)
+            excess <= 2
+            and first[5] == newest
+            and last[5] == newest
+            and (first[3] is None or first[3] == newest)
+            and (last[3] is None or last[3] == newest)
         ):
-            gone = [m.turn_user_id for m in window[:excess] if m.turn_user_id != newest]
-            gone += [
-                m.author_id
-                for m in window[:excess]
-                if m.author_id is not None and m.author_id != newest
-            ]
-        return Window(window[excess:], self.first + excess), gone or None
+            return made, None
+        gone = [m[5] for m in window[:excess] if m[5] != newest]
+        gone += [m[3] for m in window[:excess] if m[3] is not None and m[3] != newest]
+        return made, gone or None
 
     def packed(self) -> Window:
         """This window in its packed form (itself if it is packed already)."""
@@ -213,7 +215,7 @@ class Window(Sequence[StoredMessage]):
                 flags |= _AUTHORED
             meta.append(pack(flags, author or 0, timestamp, turn_user, len(data)))
             texts.append(data)
-        made = object.__new__(Window)
+        made = _new(Window)
         made._items = None
         made._meta = b"".join(meta)
         made._text = b"".join(texts)

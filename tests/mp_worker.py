@@ -116,7 +116,7 @@ async def _handle(memory: ShortTermMemory, cmd: dict[str, Any]) -> dict[str, Any
                 {
                     "key": entry.key,
                     "summary": entry.summary,
-                    "categories": entry.categories,
+                    "categories": dict(entry.categories),
                     "messages": [m.content for m in entry.messages],
                     "hydrated": entry.hydrated,
                 }

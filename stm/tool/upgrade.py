@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -73,7 +73,7 @@ class _Snapshot:
 
     entry: Entry
     summary: str | None
-    categories: dict[str, str]
+    categories: Mapping[str, str]
     contributors: frozenset[int]
     turns_since_refresh: int
     last_refreshed_turn: int
