@@ -47,7 +47,6 @@ from .base import (
     DeleteChannel,
     DeleteExpired,
     FeedPage,
-    Guard,
     LoadRecent,
     LoadRows,
     Op,
@@ -504,8 +503,19 @@ def run_batch(
     changes: list[_Pending] = []
     db.execute("BEGIN IMMEDIATE")
     try:
-        for op in ops:
-            results.append(apply(db, op, changes))
+        index = 0
+        while index < len(ops):
+            if isinstance(ops[index], SaveDistilled):
+                # A run of upgrades (an upgrade storm's whole batch) shares its reads.
+                end = index + 1
+                while end < len(ops) and isinstance(ops[end], SaveDistilled):
+                    end += 1
+                saves = cast(Sequence[SaveDistilled], ops[index:end])
+                results.extend(_save_many(db, saves, changes))
+                index = end
+                continue
+            results.append(apply(db, ops[index], changes))
+            index += 1
         if changes:
             at = time.time()
             db.executemany(_FEED, [(*change, origin, at) for change in changes])
@@ -632,24 +642,8 @@ def apply(db: sqlite3.Connection, op: Op, changes: list[_Pending] | None = None)
             if unknown:
                 db.executemany(_IDENTITY, unknown)
             return len(rows)
-        case SaveDistilled(row, guard):
-            if guard is not None and (overtaken := _overtaken(db, guard)) is not None:
-                return overtaken
-            params = _row_params(row)
-            # Distilled text is stored encrypted under the row's own key (see shred.py).
-            sealed = shred.seal_params(db, row.key, row.summary, params[11])
-            memory_id, version = db.execute(
-                _SAVE, (*params[:10], *sealed[:2], *params[12:], sealed[2])
-            ).fetchone()
-            feed.append(("upgrade", row.key, version, None, None, None))
-            db.execute(
-                "DELETE FROM short_term_memory_contributors WHERE memory_id = ?", (memory_id,)
-            )
-            db.executemany(
-                "INSERT INTO short_term_memory_contributors (user_id, memory_id) VALUES (?, ?)",
-                [(user, memory_id) for user in sorted(row.contributors)],
-            )
-            return memory_id
+        case SaveDistilled():
+            return _save_many(db, [op], feed)[0]
         case DeleteChannel(channel_id):
             cursor = db.execute(
                 "DELETE FROM short_term_memories WHERE channel_id = ?", (channel_id,)
@@ -691,17 +685,93 @@ def apply(db: sqlite3.Connection, op: Op, changes: list[_Pending] | None = None)
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
 
 
-def _overtaken(db: sqlite3.Connection, guard: Guard) -> Overtaken | None:
-    """The first delete after ``guard.after`` that touched what the guarded prompt showed."""
-    pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
-    if guard.after < pruned_through:
-        return Overtaken(pruned_through)  # what came after it is no longer known: refuse
-    rows = db.execute(
-        f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
-        "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
-        (guard.after,),
-    )
-    return overtaking(guard, (Change(*row) for row in rows))
+def _save_many(
+    db: sqlite3.Connection, saves: Sequence[SaveDistilled], feed: list[_Pending]
+) -> list[object]:
+    """A run of upgrades, in order; one result per upgrade (the row's id, or Overtaken).
+
+    The guards share one read of the feed's deletes, and the contributor rows are written
+    once per row, for its last upgrade in the run, and only where they differ from what
+    is stored: an upgrade storm rewrites the same contributors again and again."""
+    results: list[object] = []
+    guards = [save.guard for save in saves if save.guard is not None]
+    deletes: list[Change] = []
+    pruned_through = 0
+    if guards:
+        pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
+        rows = db.execute(
+            f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
+            "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
+            (min(guard.after for guard in guards),),
+        )
+        deletes = [Change(*row) for row in rows]
+    contributors: dict[int, frozenset[int]] = {}
+    for save in saves:
+        row, guard = save.row, save.guard
+        if guard is not None:
+            if guard.after < pruned_through:
+                # What came after it is no longer known: refuse.
+                results.append(Overtaken(pruned_through))
+                continue
+            overtaken = overtaking(guard, deletes) if deletes else None
+            if overtaken is not None:
+                results.append(overtaken)
+                continue
+        params = _row_params(row)
+        # Distilled text is stored encrypted under the row's own key (see shred.py).
+        sealed = shred.seal_params(db, row.key, row.summary, params[11])
+        memory_id, version = db.execute(
+            _SAVE, (*params[:10], *sealed[:2], *params[12:], sealed[2])
+        ).fetchone()
+        feed.append(("upgrade", row.key, version, None, None, None))
+        contributors.pop(memory_id, None)  # the last upgrade of a row says who contributed
+        contributors[memory_id] = row.contributors
+        results.append(memory_id)
+    if contributors:
+        _replace_contributors(db, contributors)
+    return results
+
+
+# Ids per statement when reading contributors (well under SQLite's variable limit).
+_CHUNK = 500
+
+
+def _replace_contributors(db: sqlite3.Connection, wanted: dict[int, frozenset[int]]) -> None:
+    """Make each row's contributor rows exactly ``wanted[memory_id]``, writing only the
+    rows that differ (a row's contributors mostly stay as they were)."""
+    ids = list(wanted)
+    stored: dict[int, str] = {}
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        stored.update(
+            db.execute(
+                "SELECT memory_id, group_concat(user_id) FROM short_term_memory_contributors "
+                f"WHERE memory_id IN ({marks}) GROUP BY memory_id",
+                chunk,
+            )
+        )
+    gone: list[tuple[int, int]] = []
+    new: list[tuple[int, int]] = []
+    for memory_id, users in wanted.items():
+        held = stored.get(memory_id)
+        ordered = sorted(users)
+        # Read in index order, the stored list is sorted too when nothing changed; any
+        # other order only costs the exact comparison below.
+        if held == ",".join(map(str, ordered)) or (held is None and not ordered):
+            continue
+        have = {int(user) for user in held.split(",")} if held else set()
+        gone.extend((user, memory_id) for user in sorted(have - users))
+        new.extend((user, memory_id) for user in ordered if user not in have)
+    if gone:
+        db.executemany(
+            "DELETE FROM short_term_memory_contributors WHERE user_id = ? AND memory_id = ?",
+            gone,
+        )
+    if new:
+        db.executemany(
+            "INSERT INTO short_term_memory_contributors (user_id, memory_id) VALUES (?, ?)", new
+        )
 
 
 def _purge_user(db: sqlite3.Connection, user_id: int, server_id: int | None) -> int:
