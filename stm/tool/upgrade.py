@@ -303,13 +303,16 @@ class Upgrades:
                 entry.summary, entry.categories = values["summary"], {}
             else:
                 entry.summary, entry.categories = None, {**entry.categories, **values}
-            entry.contributors |= contributors
+            # The cache indexes an entry's contributors while it holds it: only the new
+            # ones need indexing (an upgrade mostly credits the same users again).
+            added = contributors - entry.contributors
+            entry.contributors |= added
             entry.turns_since_refresh = 0
             entry.last_refreshed_turn += 1
             entry.version += 1
             describe(entry, ctx)
             self.cache.touch(entry, now)
-            self.cache.index_users(entry, contributors)
+            self.cache.index_users(entry, added)
         for snapshot in snapshots:
             snapshot.version = snapshot.entry.version
         writer = self._writer()
