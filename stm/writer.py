@@ -30,7 +30,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,8 @@ class _Item:
     seq: int
     op: Op | None  # None: a write-behind batch of dirty entries
     dirty: dict[str, Entry] = field(default_factory=dict)
+    # Further operations answered with ``op`` by one future (of the list of their results).
+    more: tuple[Op, ...] | None = None
     future: asyncio.Future[Any] | None = None
     what: str = ""
     journaled: bool = False
@@ -140,6 +142,18 @@ class Writer:
             # them: retry them now with this behind them, so its caller hears after one
             # attempt whether it was saved instead of after the backoff.
             self._retry_at = 0.0
+        return future
+
+    def submit_all(self, ops: Sequence[Op], what: str) -> asyncio.Future[list[Any]]:
+        """Queue ``ops`` (one at least) to commit together, in order; the future answers
+        with the list of their results once committed, or the error."""
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        if self._task.done():
+            future.set_exception(DurabilityError([f"{what}: the memory is closed"]))
+            return future
+        self._push(_Item(self._next(), ops[0], more=tuple(ops[1:]), future=future, what=what))
+        if self._retry_at:
+            self._retry_at = 0.0  # as in submit
         return future
 
     def submit_delete(self, op: DeleteChannel | PurgeUser | DeleteExpired, what: str) -> None:
@@ -309,9 +323,13 @@ class Writer:
         items = self._next_batch()
         try:
             ops: list[Op] = []
+            several = False  # an item of several operations is in the batch
             for item in items:
                 if item.op is not None:
                     ops.append(item.op)
+                    if item.more is not None:
+                        ops.extend(item.more)
+                        several = True
                 else:
                     # Built now, not when marked: the latest counters, and never a deleted entry.
                     rows = tuple(row_of(e) for e in item.dirty.values() if not e.deleted)
@@ -344,6 +362,8 @@ class Writer:
             self._failure = None
             self._backoff = self._retry_at = 0.0
             erased = False
+            if several:
+                results = _per_item(items, results)
             for item, result in zip(items, results, strict=True):
                 if item.future is not None and not item.future.done():
                     item.future.set_result(result)
@@ -440,6 +460,21 @@ class Writer:
 
 
 _ERASING = "erasing deleted text from the file"
+
+
+def _per_item(items: list[_Item], results: list[object]) -> list[object]:
+    """The results of a batch, one per item: the list of its results for an item of several."""
+    grouped: list[object] = []
+    at = 0
+    for item in items:
+        if item.more is None:
+            grouped.append(results[at])
+            at += 1
+        else:
+            end = at + 1 + len(item.more)
+            grouped.append(results[at:end])
+            at = end
+    return grouped
 
 
 def _describe(op: Op) -> str:

@@ -103,6 +103,73 @@ async def test_each_save_bumps_the_version_and_replaces_contributors(store: Any)
     assert (got.summary, got.contributors, got.version) == ("newer", frozenset({3}), 2)
 
 
+async def test_contributors_follow_each_rows_last_save_in_a_batch(store: Any) -> None:
+    """In one batch, a row's contributors are those of its last save, whatever was stored
+    (grown, shrunk, overlapping, emptied), and the same set saved again stays whole."""
+    grows, shrinks, emptied, same = (server_key(100, c) for c in (10, 11, 12, 13))
+    await store.run(
+        [
+            SaveDistilled(row(grows, contributors=(9, 10))),
+            SaveDistilled(row(shrinks, contributors=(1, 2, 3, 40))),
+            SaveDistilled(row(emptied, contributors=(5,))),
+            SaveDistilled(row(same, contributors=(2, 100, 30))),
+        ]
+    )
+    results = await store.run(
+        [
+            SaveDistilled(row(grows, contributors=(9,))),
+            SaveDistilled(row(shrinks, contributors=(2, 3, 4))),
+            SaveDistilled(row(grows, contributors=(9, 10, 11, 2**62))),
+            SaveDistilled(row(emptied, contributors=())),
+            SaveDistilled(row(same, contributors=(2, 100, 30))),
+        ]
+    )
+    assert results[0] == results[2]  # the same row's id
+    got = await load(store, grows, shrinks, emptied, same)
+    assert got[grows].contributors == {9, 10, 11, 2**62}
+    assert got[grows].version == 3
+    assert got[shrinks].contributors == {2, 3, 4}
+    assert got[emptied].contributors == frozenset()
+    assert got[same].contributors == {2, 30, 100}
+
+
+async def test_saving_the_same_contributors_again_restores_what_was_removed_meanwhile(
+    open_store_: StoreOpener,
+) -> None:
+    """Contributor rows removed by anything but a save (a purge here or in another
+    process, a failed batch, a statement of an operator) are written again by the next
+    save that names them, even when the save before named the same users."""
+    store, other = await open_store_(), await open_store_()
+    key = server_key(100, 10)
+    users = (7, 8, 9)
+
+    async def contributors() -> set[int]:
+        # Read by the other store: a read of this one could hide what it remembers.
+        rows = await other.execute("SELECT user_id FROM short_term_memory_contributors")
+        return {int(user) for (user,) in rows}
+
+    await store.run([SaveDistilled(row(key, contributors=users))])
+    await other.run([PurgeUser(8, None)])  # another process: clears the summary and its credits
+    assert await contributors() == set()
+    await store.run([SaveDistilled(row(key, contributors=users))])
+    assert await contributors() == set(users)
+
+    await store.run([PurgeUser(9, 100)])  # this process
+    await store.run([SaveDistilled(row(key, contributors=users))])
+    assert await contributors() == set(users)
+
+    bad = replace(row(server_key(1, 2)), scope="nonsense")  # type: ignore[arg-type]
+    with pytest.raises(Exception):  # noqa: B017 - each driver raises its own error
+        await store.run([SaveDistilled(row(key, contributors=(*users, 10))), Touch((bad,))])
+    assert await contributors() == set(users)
+    await store.run([SaveDistilled(row(key, contributors=(*users, 10)))])
+    assert await contributors() == {*users, 10}
+
+    await store.execute("DELETE FROM short_term_memory_contributors")
+    await store.run([SaveDistilled(row(key, contributors=(*users, 10)))])
+    assert await contributors() == {*users, 10}
+
+
 async def test_touch_writes_identity_and_counters_never_distilled_content(store: Any) -> None:
     """Touch keeps the summary; an unhydrated row only gets identity and activity; names
     are kept when the touch has none; activity never goes back in time."""

@@ -114,6 +114,49 @@ async def test_each_kind_of_poison_is_rejected(index: int) -> None:
     await _poison_before_purge(poisons(2**64, "\ud800")[index][1])
 
 
+async def test_operations_submitted_together_are_answered_together() -> None:
+    """``submit_all`` answers the list of its operations' results, in a batch shared with
+    single submissions; with a poison among them, all of them are refused together (none
+    is written) and what was queued around them still lands."""
+    store = await SQLiteStore.open(":memory:")
+    writer = Writer(store, write_behind=3600, retry_delay=3600)
+    try:
+        one = writer.submit(SaveDistilled(row(key="shortterm:server:100:1", channel_id=1)))
+        both = writer.submit_all(
+            [
+                SaveDistilled(row(key="shortterm:server:100:2", channel_id=2)),
+                SaveDistilled(row(key="shortterm:server:100:3", channel_id=3)),
+            ],
+            what="two upgrades",
+        )
+        alone = writer.submit_all([SaveOptOut(9, True, 1.0)], what="one")
+        last = writer.submit(SaveDistilled(row(key="shortterm:server:100:4", channel_id=4)))
+        ids = [await one, *await both, await last]
+        assert await alone == [None]
+        assert len(set(ids)) == 4 and all(isinstance(i, int) for i in ids)
+        assert writer.commits == 1
+
+        poisoned = writer.submit_all(
+            [
+                SaveDistilled(row(key="shortterm:server:100:5", channel_id=5)),
+                SaveDistilled(row(scope="neither")),
+            ],
+            what="poisoned",
+        )
+        after = writer.submit(SaveDistilled(row(key="shortterm:server:100:6", channel_id=6)))
+        with pytest.raises(RejectedWriteError, match="poisoned"):
+            await poisoned
+        assert isinstance(await after, int)
+        keys = {k for (k,) in await store.execute("SELECT key FROM short_term_memories")}
+        assert keys == {f"shortterm:server:100:{c}" for c in (1, 2, 3, 4, 6)}
+    finally:
+        await writer.close()
+        await store.close()
+    closed = writer.submit_all([SaveOptOut(9, False, 1.0)], what="too late")
+    with pytest.raises(DurabilityError, match="too late"):
+        await closed
+
+
 async def test_a_poison_row_in_write_behind_does_not_lose_the_others(
     config: STMConfig, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -566,22 +566,38 @@ async def _save_many(conn: Any, saves: list[SaveDistilled], feed: list[_Pending]
         results[i] = written[save.row.key][0]
         feed.append(("upgrade", save.row.key, versions[n], None, None, None))
         last_of[save.row.key] = save
+    # Only the contributor rows that differ from what is stored: a row's contributors
+    # mostly stay as they were, and rewriting them all is most of an upgrade storm's work.
     ids = [written[key][0] for key in keys]
-    await conn.execute(
-        "DELETE FROM short_term_memory_contributors WHERE memory_id = ANY($1::bigint[])", ids
-    )
-    pairs = [
-        (user, written[key][0])
-        for key, save in last_of.items()
-        for user in sorted(save.row.contributors)
-    ]
-    if pairs:
-        await conn.execute(
+    stored: dict[int, set[int]] = {}
+    for memory_id, user in await conn.fetch(
+        "SELECT memory_id, user_id FROM short_term_memory_contributors "
+        "WHERE memory_id = ANY($1::bigint[])",
+        ids,
+    ):
+        stored.setdefault(memory_id, set()).add(user)
+    gone: list[tuple[int, int]] = []
+    new: list[tuple[int, int]] = []
+    for key, save in last_of.items():
+        memory_id = written[key][0]
+        have, users = stored.get(memory_id, set()), save.row.contributors
+        gone.extend((user, memory_id) for user in sorted(have - users))
+        new.extend((user, memory_id) for user in sorted(users - have))
+    for sql, pairs in (
+        (
+            "DELETE FROM short_term_memory_contributors c USING unnest($1::bigint[], "
+            "$2::bigint[]) AS g (user_id, memory_id) "
+            "WHERE c.user_id = g.user_id AND c.memory_id = g.memory_id",
+            gone,
+        ),
+        (
             "INSERT INTO short_term_memory_contributors (user_id, memory_id) "
             "SELECT * FROM unnest($1::bigint[], $2::bigint[])",
-            [p[0] for p in pairs],
-            [p[1] for p in pairs],
-        )
+            new,
+        ),
+    ):
+        if pairs:
+            await conn.execute(sql, [p[0] for p in pairs], [p[1] for p in pairs])
     return results
 
 

@@ -47,7 +47,6 @@ from .base import (
     DeleteChannel,
     DeleteExpired,
     FeedPage,
-    Guard,
     LoadRecent,
     LoadRows,
     Op,
@@ -203,6 +202,8 @@ class SQLiteStore:
         # See Store.empty_at_open: this open created the schema, or the file is private.
         self.empty_at_open = False
         self._data_version = 0
+        # Touched on the connection's thread only.
+        self._known = KnownContributors()
 
     @classmethod
     async def open(cls, path: str, *, busy_timeout_ms: int = 5000) -> SQLiteStore:
@@ -257,7 +258,9 @@ class SQLiteStore:
 
     async def run(self, ops: Sequence[Op]) -> list[object]:
         """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op."""
-        return await self._call(run_batch, self._db, ops, self.path != ":memory:", self.origin)
+        return await self._call(
+            run_batch, self._db, ops, self.path != ":memory:", self.origin, self._known
+        )
 
     async def current_position(self) -> int:
         """The position of the newest committed change (0 when there was none)."""
@@ -313,7 +316,7 @@ class SQLiteStore:
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement outside the batch path (inspection, tests); return its rows."""
-        return await self._call(_fetch, self._db, sql, params)
+        return await self._call(_fetch_anything, self._db, self._known, sql, params)
 
     async def close(self) -> None:
         """Close the connection."""
@@ -388,6 +391,13 @@ class SQLiteStore:
 def _scalar(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
     row = db.execute(sql, params).fetchone()
     return None if row is None else row[0]
+
+
+def _fetch_anything(
+    db: sqlite3.Connection, known: KnownContributors, sql: str, params: Sequence[Any]
+) -> list[tuple[Any, ...]]:
+    known.clear()  # the statement may change contributor rows
+    return _fetch(db, sql, params)
 
 
 def _fetch(db: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -490,12 +500,17 @@ def _checked_version(db: sqlite3.Connection, path: str) -> int:
 
 
 def run_batch(
-    db: sqlite3.Connection, ops: Sequence[Op], checkpoint: bool = True, origin: str = ""
+    db: sqlite3.Connection,
+    ops: Sequence[Op],
+    checkpoint: bool = True,
+    origin: str = "",
+    known: KnownContributors | None = None,
 ) -> list[object]:
     """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op.
 
     The changes they make go to the feed in the same transaction, in op order. A batch of
-    only ``Scrub`` erases instead, outside any transaction."""
+    only ``Scrub`` erases instead, outside any transaction. ``known``, kept from batch to
+    batch on ``db``, saves upgrades reading contributor rows they do not change."""
     if ops and all(isinstance(op, Scrub) for op in ops):
         if checkpoint and _on_disk(db):
             _erase(db)
@@ -504,17 +519,76 @@ def run_batch(
     changes: list[_Pending] = []
     db.execute("BEGIN IMMEDIATE")
     try:
-        for op in ops:
-            results.append(apply(db, op, changes))
+        memo = known.usable(db, ops) if known is not None else None
+        index = 0
+        while index < len(ops):
+            if isinstance(ops[index], SaveDistilled):
+                # A run of upgrades (an upgrade storm's whole batch) shares its reads.
+                end = index + 1
+                while end < len(ops) and isinstance(ops[end], SaveDistilled):
+                    end += 1
+                saves = cast(Sequence[SaveDistilled], ops[index:end])
+                results.extend(_save_many(db, saves, changes, memo))
+                index = end
+                continue
+            results.append(apply(db, ops[index], changes))
+            index += 1
         if changes:
             at = time.time()
             db.executemany(_FEED, [(*change, origin, at) for change in changes])
         db.execute("COMMIT")
     except BaseException:
+        if known is not None:
+            known.clear()  # it may describe what the rollback undid
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
     return results
+
+
+# Operations that leave every contributor row as it was (upgrades keep ``known`` exact
+# themselves). Any other, a delete above all, makes ``known`` start over.
+_KEEPS_CONTRIBUTORS = (SaveDistilled, Touch, LoadRecent, SaveServerSettings, SaveOptOut)
+
+
+class KnownContributors:
+    """The contributor rows of recently upgraded memories, as this connection last wrote
+    or read them: an upgrade that credits the same users again (most do) then neither
+    reads nor writes them.
+
+    Exact, or empty: it is dropped when another connection committed since this one's
+    last batch (``PRAGMA data_version``), when a batch holds an operation that may change
+    contributor rows otherwise (a delete, a read that deletes expired rows), when a batch
+    fails, and when anything else runs SQL on the connection (``SQLiteStore.execute``).
+    """
+
+    LIMIT = 20_000  # memories remembered; the oldest go first
+
+    def __init__(self) -> None:
+        self.rows: dict[int, frozenset[int]] = {}
+        self._data_version = -1
+
+    def clear(self) -> None:
+        self.rows.clear()
+
+    def usable(self, db: sqlite3.Connection, ops: Sequence[Op]) -> KnownContributors | None:
+        """Self, made exact for a batch of ``ops`` that has begun; None when the batch must
+        not use it (it is then empty, and stays so)."""
+        version = int(_scalar(db, "PRAGMA data_version"))
+        if version != self._data_version:
+            self._data_version = version
+            self.rows.clear()
+        if not all(isinstance(op, _KEEPS_CONTRIBUTORS) for op in ops):
+            self.rows.clear()
+            return None
+        return self
+
+    def remember(self, memory_id: int, users: frozenset[int]) -> None:
+        rows = self.rows
+        rows.pop(memory_id, None)
+        rows[memory_id] = users
+        if len(rows) > self.LIMIT:
+            del rows[next(iter(rows))]
 
 
 # How long erasing may wait for another connection's read transaction to end before it
@@ -632,24 +706,8 @@ def apply(db: sqlite3.Connection, op: Op, changes: list[_Pending] | None = None)
             if unknown:
                 db.executemany(_IDENTITY, unknown)
             return len(rows)
-        case SaveDistilled(row, guard):
-            if guard is not None and (overtaken := _overtaken(db, guard)) is not None:
-                return overtaken
-            params = _row_params(row)
-            # Distilled text is stored encrypted under the row's own key (see shred.py).
-            sealed = shred.seal_params(db, row.key, row.summary, params[11])
-            memory_id, version = db.execute(
-                _SAVE, (*params[:10], *sealed[:2], *params[12:], sealed[2])
-            ).fetchone()
-            feed.append(("upgrade", row.key, version, None, None, None))
-            db.execute(
-                "DELETE FROM short_term_memory_contributors WHERE memory_id = ?", (memory_id,)
-            )
-            db.executemany(
-                "INSERT INTO short_term_memory_contributors (user_id, memory_id) VALUES (?, ?)",
-                [(user, memory_id) for user in sorted(row.contributors)],
-            )
-            return memory_id
+        case SaveDistilled():
+            return _save_many(db, [op], feed)[0]
         case DeleteChannel(channel_id):
             cursor = db.execute(
                 "DELETE FROM short_term_memories WHERE channel_id = ?", (channel_id,)
@@ -691,17 +749,109 @@ def apply(db: sqlite3.Connection, op: Op, changes: list[_Pending] | None = None)
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
 
 
-def _overtaken(db: sqlite3.Connection, guard: Guard) -> Overtaken | None:
-    """The first delete after ``guard.after`` that touched what the guarded prompt showed."""
-    pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
-    if guard.after < pruned_through:
-        return Overtaken(pruned_through)  # what came after it is no longer known: refuse
-    rows = db.execute(
-        f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
-        "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
-        (guard.after,),
-    )
-    return overtaking(guard, (Change(*row) for row in rows))
+def _save_many(
+    db: sqlite3.Connection,
+    saves: Sequence[SaveDistilled],
+    feed: list[_Pending],
+    known: KnownContributors | None = None,
+) -> list[object]:
+    """A run of upgrades, in order; one result per upgrade (the row's id, or Overtaken).
+
+    The guards share one read of the feed's deletes, and the contributor rows are written
+    once per row, for its last upgrade in the run, and only where they differ from what
+    is stored: an upgrade storm rewrites the same contributors again and again."""
+    results: list[object] = []
+    guards = [save.guard for save in saves if save.guard is not None]
+    deletes: list[Change] = []
+    pruned_through = 0
+    if guards:
+        pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
+        rows = db.execute(
+            f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
+            "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
+            (min(guard.after for guard in guards),),
+        )
+        deletes = [Change(*row) for row in rows]
+    contributors: dict[int, frozenset[int]] = {}
+    for save in saves:
+        row, guard = save.row, save.guard
+        if guard is not None:
+            if guard.after < pruned_through:
+                # What came after it is no longer known: refuse.
+                results.append(Overtaken(pruned_through))
+                continue
+            overtaken = overtaking(guard, deletes) if deletes else None
+            if overtaken is not None:
+                results.append(overtaken)
+                continue
+        params = _row_params(row)
+        # Distilled text is stored encrypted under the row's own key (see shred.py).
+        sealed = shred.seal_params(db, row.key, row.summary, params[11])
+        memory_id, version = db.execute(
+            _SAVE, (*params[:10], *sealed[:2], *params[12:], sealed[2])
+        ).fetchone()
+        feed.append(("upgrade", row.key, version, None, None, None))
+        contributors.pop(memory_id, None)  # the last upgrade of a row says who contributed
+        contributors[memory_id] = row.contributors
+        results.append(memory_id)
+    if contributors:
+        _replace_contributors(db, contributors, known)
+    return results
+
+
+# Ids per statement when reading contributors (well under SQLite's variable limit).
+_CHUNK = 500
+
+
+def _replace_contributors(
+    db: sqlite3.Connection,
+    wanted: dict[int, frozenset[int]],
+    known: KnownContributors | None = None,
+) -> None:
+    """Make each row's contributor rows exactly ``wanted[memory_id]``, writing only the
+    rows that differ (a row's contributors mostly stay as they were)."""
+    if known is not None:
+        held_rows = known.rows
+        wanted = {
+            memory_id: users
+            for memory_id, users in wanted.items()
+            if (before := held_rows.get(memory_id)) is not users and before != users
+        }
+        for memory_id, users in wanted.items():
+            known.remember(memory_id, users)  # written below
+    ids = list(wanted)
+    stored: dict[int, str] = {}
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        stored.update(
+            db.execute(
+                "SELECT memory_id, group_concat(user_id) FROM short_term_memory_contributors "
+                f"WHERE memory_id IN ({marks}) GROUP BY memory_id",
+                chunk,
+            )
+        )
+    gone: list[tuple[int, int]] = []
+    new: list[tuple[int, int]] = []
+    for memory_id, users in wanted.items():
+        held = stored.get(memory_id)
+        ordered = sorted(users)
+        # Read in index order, the stored list is sorted too when nothing changed; any
+        # other order only costs the exact comparison below.
+        if held == ",".join(map(str, ordered)) or (held is None and not ordered):
+            continue
+        have = {int(user) for user in held.split(",")} if held else set()
+        gone.extend((user, memory_id) for user in sorted(have - users))
+        new.extend((user, memory_id) for user in ordered if user not in have)
+    if gone:
+        db.executemany(
+            "DELETE FROM short_term_memory_contributors WHERE user_id = ? AND memory_id = ?",
+            gone,
+        )
+    if new:
+        db.executemany(
+            "INSERT INTO short_term_memory_contributors (user_id, memory_id) VALUES (?, ?)", new
+        )
 
 
 def _purge_user(db: sqlite3.Connection, user_id: int, server_id: int | None) -> int:
@@ -810,7 +960,9 @@ def _row_params(row: StoredRow) -> tuple[Any, ...]:
     return (
         row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
         row.parent_channel_id, row.channel_name, row.server_name, int(row.channel_private),
-        row.summary, json.dumps(row.categories, ensure_ascii=False), row.turns_since_refresh,
+        row.summary,
+        json.dumps(row.categories, ensure_ascii=False) if row.categories else "{}",
+        row.turns_since_refresh,
         row.last_refreshed_turn, row.updated_at,
     )  # fmt: skip
 

@@ -60,9 +60,10 @@ def arguments_model(categories: tuple[Category, ...], max_length: int) -> type[B
     return create_model("CategoryUpdate", __base__=_Strict, **fields)
 
 
-def _names(model: type[BaseModel]) -> list[str]:
+@functools.lru_cache(maxsize=512)
+def _names(model: type[BaseModel]) -> tuple[str, ...]:
     """The argument names the model sees (aliases where a field has one)."""
-    return [info.alias or name for name, info in model.model_fields.items()]
+    return tuple(info.alias or name for name, info in model.model_fields.items())
 
 
 def _schema(model: type[BaseModel]) -> dict[str, Any]:

@@ -8,14 +8,14 @@ fails, every entry that nothing else changed meanwhile gets its snapshot back.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..cache import Entry, MemoryCache, group_of
+from ..cache import Entry, GroupKey, MemoryCache, group_of
 from ..config import STMConfig
 from ..convert import row_of
 from ..intent import IntentGate
@@ -23,7 +23,16 @@ from ..keys import turn_keys
 from ..metrics import Tally
 from ..models import ServerSettings, ToolResult, TurnContext
 from ..provenance import Shown
-from ..readthrough import AGAIN, Again, ReadThrough, Unavailable, Unsettled, describe, settle
+from ..readthrough import (
+    AGAIN,
+    NO_ROW,
+    Again,
+    ReadThrough,
+    Unavailable,
+    Unsettled,
+    describe,
+    settle,
+)
 from ..render import shown_by
 from ..settings import SettingsBook
 from ..store.base import Guard, Overtaken, SaveDistilled
@@ -208,56 +217,82 @@ class Upgrades:
         self.reads.mark_turn_start(ctx)
         if self.follower is not None:
             self.follower.mark_turn_start(ctx)
-        if ctx._shown is None:
-            await self._note_what_a_prompt_would_show(ctx, settings)
-        keys = [
-            k
-            for k in turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
-            if k is not None
-        ]
-        try:
-            entries: list[Entry] | ToolResult = await settle(lambda: self._entries(ctx, keys))
-        except Unavailable:
-            # Upgrading without the row would overwrite what it holds (its
-            # contributors among it) with a guess.
-            return self._refused(
-                "unavailable",
-                f"{TOOL_NAME} could not be applied: the memory store is unavailable "
-                "right now. Nothing was saved.",
-            )
-        except Unsettled:
-            return self._refused(
-                "busy",
-                f"{TOOL_NAME} could not be applied: the memory is too busy right now. "
-                "Nothing was saved; you may try again later.",
-            )
-        if isinstance(entries, ToolResult):
-            return entries
-        return await self._commit(ctx, settings, entries, values)
-
-    async def _note_what_a_prompt_would_show(
-        self, ctx: TurnContext, settings: ServerSettings
-    ) -> None:
-        """Without ``build_context`` on this turn, credit what it would have rendered from
-        other channels: the host may have built the prompt through another context."""
+        # The turn's recall group: what a prompt would show from other channels.
         group = group_of(
             "user" if ctx.server_id is None else "server",
             ctx.server_id,
             ctx.user_id,
             ctx.persona_id,
         )
-        warming = self.reads.warm(group)
-        if warming is not None:
-            await warming
+        if ctx._shown is None:
+            # Without ``build_context`` on this turn, credit what it would have rendered
+            # from other channels: the host may have built the prompt through another context.
+            warming = self.reads.warm(group)
+            if warming is not None:
+                await warming
+            self._note_what_a_prompt_would_show(ctx, settings, group)
+        keys = [
+            k
+            for k in turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
+            if k is not None
+        ]
+        # Most upgrades: both entries are in the cache with their rows merged, and none is
+        # being read; the reads below would only cost their set-up.
+        held = self._held(ctx, keys, group)
+        entries: list[Entry] | ToolResult
+        if held is not None and held is not AGAIN:
+            entries = held
+        else:
+            try:
+                entries = await settle(lambda: self._entries(ctx, keys))
+            except Unavailable:
+                # Upgrading without the row would overwrite what it holds (its
+                # contributors among it) with a guess.
+                return self._refused(
+                    "unavailable",
+                    f"{TOOL_NAME} could not be applied: the memory store is unavailable "
+                    "right now. Nothing was saved.",
+                )
+            except Unsettled:
+                return self._refused(
+                    "busy",
+                    f"{TOOL_NAME} could not be applied: the memory is too busy right now. "
+                    "Nothing was saved; you may try again later.",
+                )
+        if isinstance(entries, ToolResult):
+            return entries
+        return await self._commit(ctx, settings, entries, values)
+
+    def _note_what_a_prompt_would_show(
+        self, ctx: TurnContext, settings: ServerSettings, group: GroupKey
+    ) -> None:
         now = self.clock()
         others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
         shown = Shown.own(ctx.user_id, ctx.channel_id)
         shown_by(None, others, settings, shown)
         self.reads.note_shown(ctx, shown)
 
+    def _held(
+        self, ctx: TurnContext, keys: list[str], group: GroupKey
+    ) -> list[Entry] | ToolResult | Again | None:
+        """What ``_entries`` would find, when the cache answers without a read; None when
+        a read is needed."""
+        entries = []
+        for key in keys:
+            known = self.reads.settled(key, group)
+            if known is None:
+                return None
+            if known is NO_ROW:
+                known = self.reads.new_entry(key, ctx, self.clock(), hydrated=True)
+            entries.append(known)
+        return self._checked(ctx, entries)
+
     async def _entries(self, ctx: TurnContext, keys: list[str]) -> list[Entry] | ToolResult | Again:
         """The turn's entries, a refusal, or AGAIN when the cache no longer holds one."""
-        entries = [await self._entry(key, ctx) for key in keys]
+        return self._checked(ctx, [await self._entry(key, ctx) for key in keys])
+
+    def _checked(self, ctx: TurnContext, entries: list[Entry]) -> list[Entry] | ToolResult | Again:
+        """``entries``, once read; a refusal, or AGAIN when the cache no longer holds one."""
         if self._closed() or ctx.disable_short_term_memory_update:
             return self._refused(
                 "shut_down" if self._closed() else "already_updated",
@@ -292,24 +327,31 @@ class Upgrades:
         # Everyone whose words the prompt could show the model: what build_context
         # rendered (or would have), and the turns and authors of the turn's own windows.
         shown = ctx._shown
-        contributors = {ctx.user_id}
-        if shown is not None:
-            contributors |= shown.users
+        shown_users = shown.users if shown is not None else frozenset()
+        credited = {ctx.user_id}
         for entry in entries:
-            contributors |= entry.window_users()
+            credited |= entry.window_users()
         snapshots = [_Snapshot.of(e) for e in entries]
         for entry in entries:
             if settings.summary_mode:
                 entry.summary, entry.categories = values["summary"], {}
             else:
                 entry.summary, entry.categories = None, {**entry.categories, **values}
-            entry.contributors |= contributors
+            # Only the users new to the entry: an upgrade mostly credits the same users
+            # again, and the cache indexes an entry's contributors while it holds it.
+            held = entry.contributors
+            added = credited - held
+            if not shown_users <= held:
+                added |= shown_users - held
+            if added:
+                entry.contributors = held | added
             entry.turns_since_refresh = 0
             entry.last_refreshed_turn += 1
             entry.version += 1
             describe(entry, ctx)
             self.cache.touch(entry, now)
-            self.cache.index_users(entry, contributors)
+            if added:
+                self.cache.index_users(entry, added)
         for snapshot in snapshots:
             snapshot.version = snapshot.entry.version
         writer = self._writer()
@@ -320,15 +362,10 @@ class Upgrades:
         # Another process may have deleted, after this turn began, what its prompt showed:
         # the store refuses the save then, inside the writing transaction.
         position = ctx._feed_position
-        writes = [
-            writer.submit(
-                SaveDistilled(row_of(e), _guard(ctx, e, position, self.origin)),
-                what=f"upgrade of {e.key}",
-            )
-            for e in entries
-        ]
+        saves = [SaveDistilled(row_of(e), _guard(ctx, e, position, self.origin)) for e in entries]
+        written = writer.submit_all(saves, what=f"upgrade of {entries[0].key}")
         try:
-            results = await asyncio.gather(*writes)
+            results = await written
         except Exception as exc:
             log.error("short-term memory upgrade not saved (%s): %s", entries[0].key, exc)
             for snapshot in snapshots:
@@ -348,14 +385,20 @@ class Upgrades:
         ctx.disable_short_term_memory_update = True
         self._tally.upgrades += 1
         self._tally.upgrade_seconds += time.perf_counter() - started
-        # The text itself only at DEBUG: logs are kept and shipped with less care than memory.
-        log.debug("upgrade of %s saved: %r", ", ".join(e.key for e in entries), values)
-        names = ", ".join(sorted(values))
-        return ToolResult(
-            success=True,
-            message=f"Short-term memory updated ({names}). This is silent: users do not see it, "
-            "so do not mention it.",
-        )
+        if log.isEnabledFor(logging.DEBUG):
+            # The text itself only at DEBUG: logs are kept and shipped with less care.
+            log.debug("upgrade of %s saved: %r", ", ".join(e.key for e in entries), values)
+        return _saved(tuple(values))
+
+
+@functools.lru_cache(maxsize=256)
+def _saved(names: tuple[str, ...]) -> ToolResult:
+    """The answer to a saved upgrade of these fields (immutable, so shared)."""
+    return ToolResult(
+        success=True,
+        message=f"Short-term memory updated ({', '.join(sorted(names))}). This is silent: "
+        "users do not see it, so do not mention it.",
+    )
 
 
 def _guard(ctx: TurnContext, entry: Entry, position: int | None, origin: str) -> Guard | None:
@@ -363,15 +406,17 @@ def _guard(ctx: TurnContext, entry: Entry, position: int | None, origin: str) ->
     process cleared or purged some of it after the turn began."""
     if position is None:
         return None
-    channels, users = {ctx.channel_id, entry.channel_id}, entry.contributors | {ctx.user_id}
+    channels = {ctx.channel_id, entry.channel_id}
     shown: Shown | None = ctx._shown
     if shown is not None:
         channels |= shown.channels
-        users |= shown.users
+    # The upgrade credited the turn's user and everyone the prompt showed (``_commit``,
+    # just before): the entry's contributors hold them all.
+    users = entry.contributors
     return Guard(
         after=position,
         channels=frozenset(channels),
-        users=frozenset(users),
+        users=users,
         server_id=ctx.server_id,
         own_origin=origin,
     )
