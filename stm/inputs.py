@@ -30,6 +30,8 @@ __all__ = ["DialogueMessage", "GenerationFinished", "TurnContext"]
 _id = check_id
 _optional_id = check_optional_id
 _flag = check_bool
+_now = time.time
+_set = object.__setattr__
 
 
 def _text(value: object, what: str) -> str:
@@ -52,6 +54,11 @@ def _optional_name(value: object, what: str) -> str | None:
 
 def _unknown(cls: type, names: Iterable[str]) -> ValueError:
     return ValueError(f"{cls.__name__} has no field {', '.join(sorted(names))}")
+
+
+def _no_field(value: object, what: str) -> object:
+    """The marker of a name that is no field: looked up, never called."""
+    raise AssertionError(what)
 
 
 class _Plain:
@@ -213,15 +220,24 @@ class TurnContext(_Plain):
             _id(persona_id, "persona_id")
         if parent_channel_id is not None:
             _id(parent_channel_id, "parent_channel_id")
+        # A name that is a str, short and printable is clean as it is (see clean_name).
         if not (
             type(user_name) is str and len(user_name) <= MAX_NAME_LENGTH and user_name.isprintable()
         ):
             user_name = _name(user_name, "user_name")
         if bot_name != "Assistant" or type(bot_name) is not str:
             bot_name = _name(bot_name, "bot_name")
-        if channel_name is not None:
+        if channel_name is not None and not (
+            type(channel_name) is str
+            and len(channel_name) <= MAX_NAME_LENGTH
+            and channel_name.isprintable()
+        ):
             channel_name = _name(channel_name, "channel_name")
-        if server_name is not None:
+        if server_name is not None and not (
+            type(server_name) is str
+            and len(server_name) <= MAX_NAME_LENGTH
+            and server_name.isprintable()
+        ):
             server_name = _name(server_name, "server_name")
         if type(user_text) is not str:
             user_text = _text(user_text, "user_text")
@@ -234,7 +250,7 @@ class TurnContext(_Plain):
             _flag(explicit_memory_intent, "explicit_memory_intent")
             _flag(disable_short_term_memory_update, "disable_short_term_memory_update")
         # One dict in one step: a checked assignment per field would cost as much again.
-        object.__setattr__(
+        _set(
             self,
             "__dict__",
             {
@@ -255,15 +271,27 @@ class TurnContext(_Plain):
         )
 
     def __setattr__(self, name: str, value: object) -> None:
-        if name in self._notes:
-            self.__dict__[name] = value  # one of the library's notes (declared above)
+        # One look-up, and a flag set to a bool without a call: a host sets
+        # explicit_memory_intent on every turn, and the library sets its notes.
+        check = _CONTEXT_SETTERS.get(name, _no_field)
+        if check is None or (check is _flag and type(value) is bool):
+            self.__dict__[name] = value
+        elif check is _no_field:
+            raise _unknown(TurnContext, [name])
         else:
-            super().__setattr__(name, value)
+            self.__dict__[name] = check(value, name)
 
     @property
     def is_dm(self) -> bool:
         """True when the turn happens in a direct message."""
         return self.server_id is None
+
+
+# Each field's check, and None for each of the library's notes (stored as given).
+_CONTEXT_SETTERS: dict[str, Callable[[Any, str], Any] | None] = {
+    **TurnContext._checks,
+    **dict.fromkeys(TurnContext._notes),
+}
 
 
 def _role(value: object, what: str) -> str:
@@ -325,8 +353,8 @@ class DialogueMessage(_Plain):
         ):
             speaker_name = _name(speaker_name, "speaker_name")
         # A host's messages rarely carry a timestamp: the clock is read, no datetime made.
-        epoch = time.time() if timestamp is None else _aware(timestamp, "timestamp").timestamp()
-        object.__setattr__(
+        epoch = _now() if timestamp is None else _aware(timestamp, "timestamp").timestamp()
+        _set(
             self,
             "__dict__",
             {
@@ -418,6 +446,4 @@ class GenerationFinished(_Plain):
                     break
         else:
             messages = _messages(messages, "messages")
-        object.__setattr__(
-            self, "__dict__", {"context": context, "messages": messages, "stopped": stopped}
-        )
+        _set(self, "__dict__", {"context": context, "messages": messages, "stopped": stopped})

@@ -102,6 +102,13 @@ def _stems(phrases: tuple[str, ...], shortest: int = 4) -> tuple[str, ...]:
     return tuple(stems)
 
 
+def _pieces(stems: tuple[str, ...]) -> tuple[str, ...]:
+    """One space-free piece (the longest) of each stem, and none that contains another:
+    text that holds none of them holds no stem's pieces, so no stem."""
+    longest = {max(stem.split(" "), key=len) for stem in stems}
+    return tuple(sorted(p for p in longest if not any(q != p and q in p for q in longest)))
+
+
 class IntentGate:
     """Matches explicit memory requests; build it with extra phrases to extend a language."""
 
@@ -124,6 +131,18 @@ class IntentGate:
         last = self._last
         if text is last[0]:
             return last[1]
+        # Most messages are ASCII, and for ASCII text without a backtick normalize() only
+        # lowercases and collapses whitespace: a stem of a phrase found in the normalized
+        # text has each of its words in the lowercased text. When no stem has its piece
+        # there, no phrase can match, and the normalization is not needed to say so.
+        if type(text) is str and text.isascii() and "`" not in text:
+            lowered = text.lower()
+            for piece in self._ascii_pieces:
+                if piece in lowered:
+                    break
+            else:
+                self._last = (text, False)
+                return False
         answer = self._matches(text)
         self._last = (text, answer)
         return answer
@@ -160,6 +179,7 @@ class IntentGate:
                 if p.isascii() and not any(q != p and q in p for q in spaced)
             )
         )
+        self._ascii_pieces = _pieces(self._ascii_literals)
         alternatives = []
         if spaced:
             body = "|".join(

@@ -230,3 +230,89 @@ def test_copied_and_pickled_values_are_equal(how: str) -> None:
     assert dup(ctx) == ctx and dup(ctx)._deletion_seq == 3
     assert dup(said) == said and dup(said).timestamp == said.timestamp
     assert dup(event) == event
+
+
+class _Str(str):
+    """A str subclass: its text is kept, as a plain str."""
+
+
+any_value = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-3, max_value=3),
+    st.integers(min_value=2**63 - 2, max_value=2**63 + 1),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=120),
+    st.text(min_size=95, max_size=110),
+    st.text(alphabet="ab \u00e9\u4e00", min_size=95, max_size=110),  # printable, near the limit
+    st.text(max_size=20).map(_Str),
+    st.sampled_from(["Assistant", _Str("Assistant"), "user", "assistant", "", " x ", "a\nb"]),
+    st.binary(max_size=4),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+def _slow(check: Any, value: object, name: str) -> tuple[str, object]:
+    """What the field's own check makes of ``value``: ("ok", cleaned) or ("error", None)."""
+    try:
+        return "ok", check(value, name)
+    except ValueError:
+        return "error", None
+
+
+@settings(max_examples=1500, deadline=None)
+@given(field=st.sampled_from(sorted(TurnContext._checks)), value=any_value)
+def test_the_context_fast_paths_agree_with_each_fields_check(field: str, value: Any) -> None:
+    """The constructor's inlined checks and the assignment's shortcuts accept, refuse and
+    clean every value exactly as the field's own check does."""
+    expected = _slow(TurnContext._checks[field], value, field)
+    try:
+        built = ("ok", getattr(base(**{field: value}), field))
+    except ValueError:
+        built = ("error", None)
+    assert built == expected
+    ctx = base()
+    try:
+        setattr(ctx, field, value)
+        assigned = ("ok", getattr(ctx, field))
+    except ValueError:
+        assigned = ("error", None)
+    assert assigned == expected
+    for result in (built[1], assigned[1]):
+        if isinstance(result, str):
+            assert type(result) is str
+
+
+@settings(max_examples=1000, deadline=None)
+@given(field=st.sampled_from(sorted(DialogueMessage._checks)), value=any_value)
+def test_the_message_fast_paths_agree_with_each_fields_check(field: str, value: Any) -> None:
+    """The message's inlined checks accept, refuse and clean as each field's check does
+    (a timestamp of None is the default: the time the message was built)."""
+    if field == "timestamp" and value is None:
+        assert DialogueMessage(role="user", content="x", timestamp=None).timestamp.tzinfo is UTC
+        return
+    expected = _slow(DialogueMessage._checks[field], value, field)
+    fields: dict[str, Any] = {"role": "user", "content": "x", field: value}
+    try:
+        built = ("ok", getattr(DialogueMessage(**fields), field))
+    except ValueError:
+        built = ("error", None)
+    assert built == expected
+    if isinstance(built[1], str):
+        assert type(built[1]) is str
+
+
+@pytest.mark.parametrize("name", ["_deletion_seq", "_feed_position", "_intent", "_upgrading"])
+def test_the_librarys_notes_are_kept_as_given_and_other_names_refused(name: str) -> None:
+    """The turn's private notes take any value; a name that is neither a field nor a note
+    is refused, whatever its value."""
+    ctx = base()
+    marker = object()
+    setattr(ctx, name, marker)
+    assert getattr(ctx, name) is marker
+    for value in (True, 1, "x", None):
+        with pytest.raises(ValueError):
+            ctx.nope = value  # type: ignore[attr-defined]
+        with pytest.raises(ValueError):
+            ctx._nope = value  # type: ignore[attr-defined]
