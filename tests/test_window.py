@@ -140,3 +140,81 @@ def test_cache_packs_all_but_the_most_recently_active_windows() -> None:
     touched.remember([StoredMessage("user", "again", "", 0, 0.0, 0)], 10)
     assert not entries[0].messages.packed_form and entries[3].messages.packed_form
     assert [m.content for m in entries[0].messages] == ["hello 0", "again"]
+
+
+# -- through the facade: a memory whose windows are all packed answers exactly as one whose
+# windows are all open, whatever the turns, authors, clears and purges.
+Op = tuple[str, int, int, int | None, int]
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["turn", "turn", "turn", "context", "clear", "purge", "purge-in-server"]),
+        st.integers(1, 3),  # user
+        st.integers(10, 13),  # channel
+        st.sampled_from([100, 100, None]),  # server (None: a DM)
+        st.integers(0, 2),  # another author in the turn (0: none)
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(script=ops)
+def test_packed_windows_answer_exactly_as_open_ones(script: list[Op]) -> None:
+    """Two memories play the same turns, one keeping every window open and one packing
+    every window it can: every context, entry and purge count they give is the same."""
+    import asyncio
+    from datetime import UTC, datetime
+
+    from conftest import ctx
+
+    from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig
+
+    async def play() -> None:
+        config = STMConfig(database=":memory:", max_messages_per_channel=4)
+        clock = [1_700_000_000.0]
+        async with (
+            ShortTermMemory.open(config, clock=lambda: clock[0]) as opened,
+            ShortTermMemory.open(config, clock=lambda: clock[0]) as packing,
+        ):
+            packing.cache.open_windows = 1
+            for n, (op, user, channel, server, other) in enumerate(script):
+                clock[0] += 7.0
+                turn_ctx = {"user": user, "channel": channel, "server": server}
+                answers = []
+                when = datetime.fromtimestamp(clock[0], UTC)
+                said = [
+                    DialogueMessage(
+                        role="user", content=f"u{user} says {n}", author_id=user,
+                        speaker_name=f"name{user}", timestamp=when,
+                    )
+                ]  # fmt: skip
+                if other:
+                    said.append(
+                        DialogueMessage(
+                            role="user", content=f"o{other} {n}", author_id=other, timestamp=when
+                        )
+                    )
+                said.append(DialogueMessage(role="assistant", content=f"reply {n}", timestamp=when))
+                for memory in (opened, packing):
+                    c = ctx(**turn_ctx, user_name=f"name{user}", channel_name=f"chan{channel}")  # type: ignore[arg-type]
+                    if op == "turn":
+                        await memory.capture(GenerationFinished(context=c, messages=said))
+                        answers.append(str(await memory.build_context(c)))
+                    elif op == "context":
+                        answers.append(str(await memory.build_context(c)))
+                    elif op == "clear":
+                        answers.append(
+                            str(await memory.clear_short_term_memory_for_channel(channel))
+                        )
+                    else:
+                        where = 100 if op == "purge-in-server" else None
+                        touched = await memory.clear_short_term_memory_for_user(user, where)
+                        answers.append(str(touched))
+                assert answers[0] == answers[1], (n, op)
+            for key in sorted(e.key for e in opened.cache):
+                a, b = await opened.get_entry(key), await packing.get_entry(key)
+                assert (a and a.messages) == (b and b.messages), key
+            assert any(e.messages.packed_form for e in packing.cache) or len(packing.cache) <= 1
+
+    asyncio.run(play())
