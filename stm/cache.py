@@ -330,6 +330,9 @@ class MemoryCache:
         held = self._groups.get(entry.group)
         if held is entry:
             return
+        if type(held) is _Group:
+            held.make_live(entry)
+            return
         if held is None:
             self._groups[entry.group] = entry
             return

@@ -15,6 +15,7 @@ A turn goes through it in stages, each kept in its own module:
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import warnings
@@ -70,6 +71,10 @@ from .window import StoredMessage
 from .writer import Writer
 
 __all__ = ["MemoryTool", "ShortTermMemory"]
+
+
+# A StoredMessage from a tuple of its fields, without the named constructor's own call.
+_message = functools.partial(tuple.__new__, StoredMessage)
 
 
 def _turn_scope(ctx: TurnContext) -> tuple[str, str | None, GroupKey]:
@@ -368,13 +373,15 @@ class ShortTermMemory:
         limit = self.config.max_message_length
         messages = tuple(
             [
-                StoredMessage(
-                    m.role,
-                    m.content if len(m.content) <= limit else m.content[:limit],
-                    m.speaker_name,
-                    m.author_id,
-                    m._epoch,
-                    user_id,
+                _message(
+                    (
+                        m.role,
+                        m.content if len(m.content) <= limit else m.content[:limit],
+                        m.speaker_name,
+                        m.author_id,
+                        m._epoch,
+                        user_id,
+                    )
                 )
                 for m in event.messages
                 if m.content and not m.content.isspace()  # strip() would copy every message
