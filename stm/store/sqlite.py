@@ -773,6 +773,8 @@ def _save_many(
         )
         deletes = [Change(*row) for row in rows]
     contributors: dict[int, frozenset[int]] = {}
+    # Distilled text is stored encrypted under the row's own key (see shred.py).
+    sealer = shred.Sealer(db, [save.row.key for save in saves])
     for save in saves:
         row, guard = save.row, save.guard
         if guard is not None:
@@ -784,12 +786,17 @@ def _save_many(
             if overtaken is not None:
                 results.append(overtaken)
                 continue
-        params = _row_params(row)
-        # Distilled text is stored encrypted under the row's own key (see shred.py).
-        sealed = shred.seal_params(db, row.key, row.summary, params[11])
+        categories = json.dumps(row.categories, ensure_ascii=False) if row.categories else "{}"
+        summary, sealed, slot = sealer.seal(row.key, row.summary, categories)
         memory_id, version = db.execute(
-            _SAVE, (*params[:10], *sealed[:2], *params[12:], sealed[2])
-        ).fetchone()
+            _SAVE,
+            (
+                row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
+                row.parent_channel_id, row.channel_name, row.server_name,
+                int(row.channel_private), summary, sealed, row.turns_since_refresh,
+                row.last_refreshed_turn, row.updated_at, slot,
+            ),
+        ).fetchone()  # fmt: skip
         feed.append(("upgrade", row.key, version, None, None, None))
         contributors.pop(memory_id, None)  # the last upgrade of a row says who contributed
         contributors[memory_id] = row.contributors
@@ -953,17 +960,6 @@ def _identity_params(row: StoredRow) -> tuple[Any, ...]:
         row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
         row.parent_channel_id, row.channel_name, row.server_name, int(row.channel_private),
         row.turns_since_refresh, row.last_refreshed_turn, row.updated_at,
-    )  # fmt: skip
-
-
-def _row_params(row: StoredRow) -> tuple[Any, ...]:
-    return (
-        row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
-        row.parent_channel_id, row.channel_name, row.server_name, int(row.channel_private),
-        row.summary,
-        json.dumps(row.categories, ensure_ascii=False) if row.categories else "{}",
-        row.turns_since_refresh,
-        row.last_refreshed_turn, row.updated_at,
     )  # fmt: skip
 
 
