@@ -239,3 +239,26 @@ async def test_a_row_saved_several_times_in_one_batch_keeps_one_key(tmp_path: Pa
         assert stored_b is not None and stored_b.summary == "B4"
     finally:
         await store.close()
+
+
+async def test_a_key_another_connection_destroyed_is_not_used_again(tmp_path: Path) -> None:
+    """The writer remembers the keys of rows it upgraded; a delete by another connection
+    (another process) makes it read them again, so the next save makes a new key."""
+    path = str(tmp_path / "other.sqlite3")
+    store = await SQLiteStore.open(path)
+    try:
+        a = _row(4, 1, "before")
+        await store.run([SaveDistilled(a)])
+        await store.run([SaveDistilled(a)])  # its key is remembered now
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("DELETE FROM short_term_memories WHERE key = ?", (a.key,))
+        await store.run([SaveDistilled(_row(4, 1, "after"))])
+        stored = await store.row(a.key)
+        assert stored is not None and stored.summary == "after"
+        live = await store.execute(
+            "SELECT count(*) FROM stm_keys k JOIN short_term_memories m ON m.key_slot = k.slot "
+            "WHERE k.key != zeroblob(32)"
+        )
+        assert live == [(1,)]
+    finally:
+        await store.close()

@@ -32,6 +32,7 @@ __all__ = [
     "DEAD_KEY",
     "MIGRATION",
     "PLAIN_VIEW",
+    "LiveKey",
     "Sealer",
     "keys_of",
     "open_text",
@@ -85,19 +86,30 @@ _CHUNK = 500
 _NONCES = 256
 
 
+# A row's live key as a run of writes uses it: its slot, the key, and a cipher under it.
+LiveKey = tuple[int, bytes, ChaCha20Poly1305]
+
+
 class Sealer:
     """Seals the distilled text of a run of rows written in one transaction.
 
     The live keys of the rows are read in one statement per few hundred rows, not one
-    per row. What the run itself does to a row's key is followed: its first write with
-    content gives it a key (which its later writes use), a write without content
-    leaves it none (the trigger destroys the old one). So the rows must be written in
-    the order they are sealed, and nothing else may change their keys meanwhile."""
+    per row; ``live``, when given, already holds the live keys of some rows (exactly
+    as stored: the caller keeps it so) and is kept exact by the run. What the run does
+    to a row's key is followed: its first write with content gives it a key (which its
+    later writes use), a write without content leaves it none (the trigger destroys
+    the old one). So the rows must be written in the order they are sealed, and
+    nothing else may change their keys meanwhile."""
 
-    def __init__(self, db: sqlite3.Connection, row_keys: Iterable[str]) -> None:
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        row_keys: Iterable[str],
+        live: dict[str, LiveKey] | None = None,
+    ) -> None:
         self._db = db
-        live: dict[str, tuple[int, bytes]] = {}
-        wanted = list(dict.fromkeys(row_keys))
+        live = {} if live is None else live
+        wanted = [row_key for row_key in dict.fromkeys(row_keys) if row_key not in live]
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start : start + _CHUNK]
             marks = ",".join("?" * len(chunk))
@@ -107,7 +119,8 @@ class Sealer:
                 chunk,
             ):
                 if key != DEAD_KEY:
-                    live[row_key] = (int(slot), bytes(key))
+                    key = bytes(key)
+                    live[row_key] = (int(slot), key, ChaCha20Poly1305(key))
         self._live = live
         self._nonces = b""
         self._at = 0
@@ -128,9 +141,9 @@ class Sealer:
             return None, "{}", None
         found = self._live.get(row_key)
         if found is None:
-            found = self._live[row_key] = _new_key(self._db)
-        slot, key = found
-        cipher = ChaCha20Poly1305(key)
+            slot, key = _new_key(self._db)
+            found = self._live[row_key] = (slot, key, ChaCha20Poly1305(key))
+        slot, _, cipher = found
         aad = row_key.encode()
         sealed = None
         if summary is not None:

@@ -554,7 +554,8 @@ _KEEPS_CONTRIBUTORS = (SaveDistilled, Touch, LoadRecent, SaveServerSettings, Sav
 class KnownContributors:
     """The contributor rows of recently upgraded memories, as this connection last wrote
     or read them: an upgrade that credits the same users again (most do) then neither
-    reads nor writes them.
+    reads nor writes them. Likewise the live keys of their rows (``keys``, by row key),
+    which an upgrade of the same row then neither reads nor sets up a cipher for again.
 
     Exact, or empty: it is dropped when another connection committed since this one's
     last batch (``PRAGMA data_version``), when a batch holds an operation that may change
@@ -566,10 +567,12 @@ class KnownContributors:
 
     def __init__(self) -> None:
         self.rows: dict[int, frozenset[int]] = {}
+        self.keys: dict[str, shred.LiveKey] = {}
         self._data_version = -1
 
     def clear(self) -> None:
         self.rows.clear()
+        self.keys.clear()
 
     def usable(self, db: sqlite3.Connection, ops: Sequence[Op]) -> KnownContributors | None:
         """Self, made exact for a batch of ``ops`` that has begun; None when the batch must
@@ -577,10 +580,13 @@ class KnownContributors:
         version = int(_scalar(db, "PRAGMA data_version"))
         if version != self._data_version:
             self._data_version = version
-            self.rows.clear()
+            self.clear()
         if not all(isinstance(op, _KEEPS_CONTRIBUTORS) for op in ops):
-            self.rows.clear()
+            self.clear()
             return None
+        keys = self.keys
+        while len(keys) > self.LIMIT:
+            del keys[next(iter(keys))]
         return self
 
     def remember(self, memory_id: int, users: frozenset[int]) -> None:
@@ -774,7 +780,9 @@ def _save_many(
         deletes = [Change(*row) for row in rows]
     contributors: dict[int, frozenset[int]] = {}
     # Distilled text is stored encrypted under the row's own key (see shred.py).
-    sealer = shred.Sealer(db, [save.row.key for save in saves])
+    sealer = shred.Sealer(
+        db, [save.row.key for save in saves], known.keys if known is not None else None
+    )
     for save in saves:
         row, guard = save.row, save.guard
         if guard is not None:
