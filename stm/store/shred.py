@@ -134,7 +134,7 @@ class Sealer:
 
     def seal(
         self, row_key: str, summary: str | None, categories_json: str
-    ) -> tuple[bytes | None, bytes | str, int | None]:
+    ) -> tuple[bytearray | None, bytearray | str, int | None]:
         """As ``seal_params``, for the next row of the run."""
         if summary is None and categories_json == "{}":
             self._live.pop(row_key, None)
@@ -145,14 +145,16 @@ class Sealer:
             found = self._live[row_key] = (slot, key, ChaCha20Poly1305(key))
         slot, _, cipher = found
         aad = row_key.encode()
+        # As bytearrays: the sqlite3 module binds those as they are, while for bytes it
+        # first looks for an adapter, which costs more than the copy.
         sealed = None
         if summary is not None:
             nonce = self._nonce()
-            sealed = _FORMAT + nonce + cipher.encrypt(nonce, summary.encode(), aad)
-        cats: bytes | str = "{}"
+            sealed = bytearray(_FORMAT + nonce + cipher.encrypt(nonce, summary.encode(), aad))
+        cats: bytearray | str = "{}"
         if categories_json != "{}":
             nonce = self._nonce()
-            cats = _FORMAT + nonce + cipher.encrypt(nonce, categories_json.encode(), aad)
+            cats = bytearray(_FORMAT + nonce + cipher.encrypt(nonce, categories_json.encode(), aad))
         return sealed, cats, slot
 
 
@@ -173,7 +175,7 @@ def open_text(key: bytes | None, row_key: str, value: Any) -> str | None:
 
 def seal_params(
     db: sqlite3.Connection, row_key: str, summary: str | None, categories_json: str
-) -> tuple[bytes | None, bytes | str, int | None]:
+) -> tuple[bytearray | None, bytearray | str, int | None]:
     """``summary``, ``categories`` and ``key_slot`` as stored: encrypted under the row's key,
     or left empty (no key) when the row holds no distilled content."""
     if summary is None and categories_json == "{}":
