@@ -157,9 +157,8 @@ _TOUCH = (
     _IDENTITY + ", turns_since_refresh = excluded.turns_since_refresh, "
     "last_refreshed_turn = excluded.last_refreshed_turn"
 )
-_SAVE = (
-    f"INSERT INTO short_term_memories ({_COLUMNS}, key_slot, version) "
-    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1) "
+_SAVE_INTO = f"INSERT INTO short_term_memories ({_COLUMNS}, key_slot, version) "
+_SAVE_ON_CONFLICT = (
     "ON CONFLICT (key) DO UPDATE SET "
     "parent_channel_id = excluded.parent_channel_id, "
     "channel_name = coalesce(excluded.channel_name, channel_name), "
@@ -171,6 +170,23 @@ _SAVE = (
     "updated_at = max(updated_at, excluded.updated_at), version = version + 1 "
     "RETURNING id, version"
 )
+# The upsert of a row, by which of its values are NULL: written into the statement, not
+# bound (binding None makes the sqlite3 module look for an adapter, which costs more
+# than the rest of the value). A few shapes in all: the statement cache holds them.
+_SAVES: dict[tuple[bool, ...], str] = {}
+
+
+def _save_statement(params: tuple[Any, ...]) -> tuple[str, list[Any]]:
+    """The upsert of the row of ``params`` (in ``_COLUMNS`` order, then ``key_slot``),
+    and the values it binds."""
+    nulls = tuple([value is None for value in params])
+    sql = _SAVES.get(nulls)
+    if sql is None:
+        values = ",".join("NULL" if null else "?" for null in nulls)
+        sql = _SAVES[nulls] = f"{_SAVE_INTO}VALUES ({values},1) {_SAVE_ON_CONFLICT}"
+    return sql, [value for value in params if value is not None]
+
+
 _FEED = (
     "INSERT INTO stm_changes (kind, key, version, channel_id, user_id, server_id, origin, at) "
     "VALUES (?,?,?,?,?,?,?,?)"
@@ -817,13 +833,12 @@ def _save_many(
         categories = json.dumps(row.categories, ensure_ascii=False) if row.categories else "{}"
         summary, sealed, slot = sealer.seal(row.key, row.summary, categories)
         memory_id, version = db.execute(
-            _SAVE,
-            (
+            *_save_statement((
                 row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
                 row.parent_channel_id, row.channel_name, row.server_name,
                 int(row.channel_private), summary, sealed, row.turns_since_refresh,
                 row.last_refreshed_turn, row.updated_at, slot,
-            ),
+            ))
         ).fetchone()  # fmt: skip
         feed.append(("upgrade", row.key, version, None, None, None))
         contributors.pop(memory_id, None)  # the last upgrade of a row says who contributed
