@@ -207,3 +207,58 @@ async def test_a_file_of_the_previous_version_is_encrypted_once(
     await memory.close()
     data = file_bytes(db_path)
     assert b"LEGACY-PLAIN" not in data and b"LEGACY-CATEGORY" not in data
+
+
+async def test_a_row_saved_several_times_in_one_batch_keeps_one_key(tmp_path: Path) -> None:
+    """Keys are read once per batch: a row's later saves in the batch use the key its first
+    save made, a save without content destroys it, and the next save makes a new one."""
+    from dataclasses import replace
+
+    store = await SQLiteStore.open(str(tmp_path / "batch.sqlite3"))
+    try:
+        a, b = _row(3, 1, "A1"), _row(4, 2, "B1")
+        empty = replace(a, summary=None, categories={})
+        batches: list[list[StoredRow]] = [
+            [a, replace(a, summary="A2"), b, replace(a, summary="A3")],
+            [replace(a, summary="A4"), replace(b, summary="B2"), empty, replace(a, summary="A5")],
+            [empty, replace(b, summary="B3"), replace(a, summary="A6"), replace(b, summary="B4")],
+        ]
+        for rows in batches:
+            await store.run([SaveDistilled(row) for row in rows])
+            slots = await store.execute(
+                "SELECT m.key, k.key FROM short_term_memories m JOIN stm_keys k "
+                "ON k.slot = m.key_slot ORDER BY m.key"
+            )
+            assert len(slots) == 2 and all(bytes(k) != DEAD_KEY for _, k in slots)
+            assert slots[0][1] != slots[1][1]
+            live = await store.execute("SELECT count(*) FROM stm_keys WHERE key != zeroblob(32)")
+            assert live == [(2,)]  # no key outlives its row's use of it
+        stored_a, stored_b = await store.row(a.key), await store.row(b.key)
+        assert stored_a is not None and stored_a.summary == "A6"
+        assert stored_a.categories == {"mood": "A1"}
+        assert stored_b is not None and stored_b.summary == "B4"
+    finally:
+        await store.close()
+
+
+async def test_a_key_another_connection_destroyed_is_not_used_again(tmp_path: Path) -> None:
+    """The writer remembers the keys of rows it upgraded; a delete by another connection
+    (another process) makes it read them again, so the next save makes a new key."""
+    path = str(tmp_path / "other.sqlite3")
+    store = await SQLiteStore.open(path)
+    try:
+        a = _row(4, 1, "before")
+        await store.run([SaveDistilled(a)])
+        await store.run([SaveDistilled(a)])  # its key is remembered now
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("DELETE FROM short_term_memories WHERE key = ?", (a.key,))
+        await store.run([SaveDistilled(_row(4, 1, "after"))])
+        stored = await store.row(a.key)
+        assert stored is not None and stored.summary == "after"
+        live = await store.execute(
+            "SELECT count(*) FROM stm_keys k JOIN short_term_memories m ON m.key_slot = k.slot "
+            "WHERE k.key != zeroblob(32)"
+        )
+        assert live == [(1,)]
+    finally:
+        await store.close()

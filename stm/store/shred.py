@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -32,6 +32,8 @@ __all__ = [
     "DEAD_KEY",
     "MIGRATION",
     "PLAIN_VIEW",
+    "LiveKey",
+    "Sealer",
     "keys_of",
     "open_text",
     "readable",
@@ -67,15 +69,8 @@ MIGRATION = f"""
 """
 
 
-def _key_for(db: sqlite3.Connection, row_key: str) -> tuple[int, bytes]:
-    """The row's live key, or a new one in a free (or a new) slot."""
-    found = db.execute(
-        "SELECT k.slot, k.key FROM short_term_memories m JOIN stm_keys k ON k.slot = m.key_slot "
-        "WHERE m.key = ?",
-        (row_key,),
-    ).fetchone()
-    if found is not None and found[1] != DEAD_KEY:
-        return int(found[0]), bytes(found[1])
+def _new_key(db: sqlite3.Connection) -> tuple[int, bytes]:
+    """A new key, in a free (or a new) slot."""
     key = os.urandom(KEY_BYTES)
     free = db.execute(f"SELECT slot FROM stm_keys WHERE key = {_DEAD} LIMIT 1").fetchone()
     if free is not None:
@@ -85,9 +80,82 @@ def _key_for(db: sqlite3.Connection, row_key: str) -> tuple[int, bytes]:
     return int(slot[0]), key
 
 
-def _seal(key: bytes, row_key: str, text: str) -> bytes:
-    nonce = os.urandom(NONCE_BYTES)
-    return _FORMAT + nonce + ChaCha20Poly1305(key).encrypt(nonce, text.encode(), row_key.encode())
+# Row keys per statement when reading their keys (well under SQLite's variable limit).
+_CHUNK = 500
+# Nonces drawn from the OS at once.
+_NONCES = 256
+
+
+# A row's live key as a run of writes uses it: its slot, the key, and a cipher under it.
+LiveKey = tuple[int, bytes, ChaCha20Poly1305]
+
+
+class Sealer:
+    """Seals the distilled text of a run of rows written in one transaction.
+
+    The live keys of the rows are read in one statement per few hundred rows, not one
+    per row; ``live``, when given, already holds the live keys of some rows (exactly
+    as stored: the caller keeps it so) and is kept exact by the run. What the run does
+    to a row's key is followed: its first write with content gives it a key (which its
+    later writes use), a write without content leaves it none (the trigger destroys
+    the old one). So the rows must be written in the order they are sealed, and
+    nothing else may change their keys meanwhile."""
+
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        row_keys: Iterable[str],
+        live: dict[str, LiveKey] | None = None,
+    ) -> None:
+        self._db = db
+        live = {} if live is None else live
+        wanted = [row_key for row_key in dict.fromkeys(row_keys) if row_key not in live]
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start : start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for row_key, slot, key in db.execute(
+                "SELECT m.key, k.slot, k.key FROM short_term_memories m "
+                f"JOIN stm_keys k ON k.slot = m.key_slot WHERE m.key IN ({marks})",
+                chunk,
+            ):
+                if key != DEAD_KEY:
+                    key = bytes(key)
+                    live[row_key] = (int(slot), key, ChaCha20Poly1305(key))
+        self._live = live
+        self._nonces = b""
+        self._at = 0
+
+    def _nonce(self) -> bytes:
+        at = self._at
+        if at + NONCE_BYTES > len(self._nonces):
+            self._nonces, at = os.urandom(NONCE_BYTES * _NONCES), 0
+        self._at = at + NONCE_BYTES
+        return self._nonces[at : at + NONCE_BYTES]
+
+    def seal(
+        self, row_key: str, summary: str | None, categories_json: str
+    ) -> tuple[bytearray | None, bytearray | str, int | None]:
+        """As ``seal_params``, for the next row of the run."""
+        if summary is None and categories_json == "{}":
+            self._live.pop(row_key, None)
+            return None, "{}", None
+        found = self._live.get(row_key)
+        if found is None:
+            slot, key = _new_key(self._db)
+            found = self._live[row_key] = (slot, key, ChaCha20Poly1305(key))
+        slot, _, cipher = found
+        aad = row_key.encode()
+        # As bytearrays: the sqlite3 module binds those as they are, while for bytes it
+        # first looks for an adapter, which costs more than the copy.
+        sealed = None
+        if summary is not None:
+            nonce = self._nonce()
+            sealed = bytearray(_FORMAT + nonce + cipher.encrypt(nonce, summary.encode(), aad))
+        cats: bytearray | str = "{}"
+        if categories_json != "{}":
+            nonce = self._nonce()
+            cats = bytearray(_FORMAT + nonce + cipher.encrypt(nonce, categories_json.encode(), aad))
+        return sealed, cats, slot
 
 
 def open_text(key: bytes | None, row_key: str, value: Any) -> str | None:
@@ -107,15 +175,12 @@ def open_text(key: bytes | None, row_key: str, value: Any) -> str | None:
 
 def seal_params(
     db: sqlite3.Connection, row_key: str, summary: str | None, categories_json: str
-) -> tuple[bytes | None, bytes | str, int | None]:
+) -> tuple[bytearray | None, bytearray | str, int | None]:
     """``summary``, ``categories`` and ``key_slot`` as stored: encrypted under the row's key,
     or left empty (no key) when the row holds no distilled content."""
     if summary is None and categories_json == "{}":
         return None, "{}", None
-    slot, key = _key_for(db, row_key)
-    sealed = None if summary is None else _seal(key, row_key, summary)
-    cats: bytes | str = "{}" if categories_json == "{}" else _seal(key, row_key, categories_json)
-    return sealed, cats, slot
+    return Sealer(db, (row_key,)).seal(row_key, summary, categories_json)
 
 
 def keys_of(db: sqlite3.Connection, ids: Sequence[int]) -> dict[int, bytes]:
@@ -138,8 +203,9 @@ def seal_legacy(db: sqlite3.Connection) -> int:
         "SELECT id, key, summary, categories FROM short_term_memories "
         "WHERE typeof(summary) = 'text' OR (typeof(categories) = 'text' AND categories != '{}')"
     ).fetchall()
+    sealer = Sealer(db, [row[1] for row in rows])
     for memory_id, row_key, summary, categories in rows:
-        sealed, cats, slot = seal_params(db, row_key, summary, categories)
+        sealed, cats, slot = sealer.seal(row_key, summary, categories)
         db.execute(
             "UPDATE short_term_memories SET summary = ?, categories = ?, key_slot = ? WHERE id = ?",
             (sealed, cats, slot, memory_id),

@@ -157,9 +157,8 @@ _TOUCH = (
     _IDENTITY + ", turns_since_refresh = excluded.turns_since_refresh, "
     "last_refreshed_turn = excluded.last_refreshed_turn"
 )
-_SAVE = (
-    f"INSERT INTO short_term_memories ({_COLUMNS}, key_slot, version) "
-    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,1) "
+_SAVE_INTO = f"INSERT INTO short_term_memories ({_COLUMNS}, key_slot, version) "
+_SAVE_ON_CONFLICT = (
     "ON CONFLICT (key) DO UPDATE SET "
     "parent_channel_id = excluded.parent_channel_id, "
     "channel_name = coalesce(excluded.channel_name, channel_name), "
@@ -171,9 +170,30 @@ _SAVE = (
     "updated_at = max(updated_at, excluded.updated_at), version = version + 1 "
     "RETURNING id, version"
 )
+# The upsert of a row, by which of its values are NULL: written into the statement, not
+# bound (binding None makes the sqlite3 module look for an adapter, which costs more
+# than the rest of the value). A few shapes in all: the statement cache holds them.
+_SAVES: dict[tuple[bool, ...], str] = {}
+
+
+def _save_statement(params: tuple[Any, ...]) -> tuple[str, list[Any]]:
+    """The upsert of the row of ``params`` (in ``_COLUMNS`` order, then ``key_slot``),
+    and the values it binds."""
+    nulls = tuple([value is None for value in params])
+    sql = _SAVES.get(nulls)
+    if sql is None:
+        values = ",".join("NULL" if null else "?" for null in nulls)
+        sql = _SAVES[nulls] = f"{_SAVE_INTO}VALUES ({values},1) {_SAVE_ON_CONFLICT}"
+    return sql, [value for value in params if value is not None]
+
+
 _FEED = (
     "INSERT INTO stm_changes (kind, key, version, channel_id, user_id, server_id, origin, at) "
     "VALUES (?,?,?,?,?,?,?,?)"
+)
+# An upgrade's change, without the NULLs of the columns it leaves empty (see _write_feed).
+_FEED_UPGRADE = (
+    "INSERT INTO stm_changes (kind, key, version, origin, at) VALUES ('upgrade',?,?,?,?)"
 )
 _FEED_COLUMNS = "position, kind, origin, at, key, version, channel_id, user_id, server_id"
 # A change as the feed stores it, before it has a position.
@@ -534,8 +554,7 @@ def run_batch(
             results.append(apply(db, ops[index], changes))
             index += 1
         if changes:
-            at = time.time()
-            db.executemany(_FEED, [(*change, origin, at) for change in changes])
+            _write_feed(db, changes, origin, time.time())
         db.execute("COMMIT")
     except BaseException:
         if known is not None:
@@ -546,6 +565,23 @@ def run_batch(
     return results
 
 
+def _write_feed(db: sqlite3.Connection, changes: list[_Pending], origin: str, at: float) -> None:
+    """Append ``changes`` to the feed, in order. Upgrades, most of it, bind no NULLs: the
+    sqlite3 module looks for an adapter for each None (or bytes) it binds, at a cost
+    greater than the rest of the row's."""
+    start = 0
+    while start < len(changes):
+        upgrade = changes[start][0] == "upgrade"
+        end = start + 1
+        while end < len(changes) and (changes[end][0] == "upgrade") == upgrade:
+            end += 1
+        if upgrade:
+            db.executemany(_FEED_UPGRADE, [(c[1], c[2], origin, at) for c in changes[start:end]])
+        else:
+            db.executemany(_FEED, [(*change, origin, at) for change in changes[start:end]])
+        start = end
+
+
 # Operations that leave every contributor row as it was (upgrades keep ``known`` exact
 # themselves). Any other, a delete above all, makes ``known`` start over.
 _KEEPS_CONTRIBUTORS = (SaveDistilled, Touch, LoadRecent, SaveServerSettings, SaveOptOut)
@@ -554,7 +590,8 @@ _KEEPS_CONTRIBUTORS = (SaveDistilled, Touch, LoadRecent, SaveServerSettings, Sav
 class KnownContributors:
     """The contributor rows of recently upgraded memories, as this connection last wrote
     or read them: an upgrade that credits the same users again (most do) then neither
-    reads nor writes them.
+    reads nor writes them. Likewise the live keys of their rows (``keys``, by row key),
+    which an upgrade of the same row then neither reads nor sets up a cipher for again.
 
     Exact, or empty: it is dropped when another connection committed since this one's
     last batch (``PRAGMA data_version``), when a batch holds an operation that may change
@@ -566,10 +603,12 @@ class KnownContributors:
 
     def __init__(self) -> None:
         self.rows: dict[int, frozenset[int]] = {}
+        self.keys: dict[str, shred.LiveKey] = {}
         self._data_version = -1
 
     def clear(self) -> None:
         self.rows.clear()
+        self.keys.clear()
 
     def usable(self, db: sqlite3.Connection, ops: Sequence[Op]) -> KnownContributors | None:
         """Self, made exact for a batch of ``ops`` that has begun; None when the batch must
@@ -577,10 +616,13 @@ class KnownContributors:
         version = int(_scalar(db, "PRAGMA data_version"))
         if version != self._data_version:
             self._data_version = version
-            self.rows.clear()
+            self.clear()
         if not all(isinstance(op, _KEEPS_CONTRIBUTORS) for op in ops):
-            self.rows.clear()
+            self.clear()
             return None
+        keys = self.keys
+        while len(keys) > self.LIMIT:
+            del keys[next(iter(keys))]
         return self
 
     def remember(self, memory_id: int, users: frozenset[int]) -> None:
@@ -773,6 +815,10 @@ def _save_many(
         )
         deletes = [Change(*row) for row in rows]
     contributors: dict[int, frozenset[int]] = {}
+    # Distilled text is stored encrypted under the row's own key (see shred.py).
+    sealer = shred.Sealer(
+        db, [save.row.key for save in saves], known.keys if known is not None else None
+    )
     for save in saves:
         row, guard = save.row, save.guard
         if guard is not None:
@@ -784,12 +830,16 @@ def _save_many(
             if overtaken is not None:
                 results.append(overtaken)
                 continue
-        params = _row_params(row)
-        # Distilled text is stored encrypted under the row's own key (see shred.py).
-        sealed = shred.seal_params(db, row.key, row.summary, params[11])
+        categories = json.dumps(row.categories, ensure_ascii=False) if row.categories else "{}"
+        summary, sealed, slot = sealer.seal(row.key, row.summary, categories)
         memory_id, version = db.execute(
-            _SAVE, (*params[:10], *sealed[:2], *params[12:], sealed[2])
-        ).fetchone()
+            *_save_statement((
+                row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
+                row.parent_channel_id, row.channel_name, row.server_name,
+                int(row.channel_private), summary, sealed, row.turns_since_refresh,
+                row.last_refreshed_turn, row.updated_at, slot,
+            ))
+        ).fetchone()  # fmt: skip
         feed.append(("upgrade", row.key, version, None, None, None))
         contributors.pop(memory_id, None)  # the last upgrade of a row says who contributed
         contributors[memory_id] = row.contributors
@@ -953,17 +1003,6 @@ def _identity_params(row: StoredRow) -> tuple[Any, ...]:
         row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
         row.parent_channel_id, row.channel_name, row.server_name, int(row.channel_private),
         row.turns_since_refresh, row.last_refreshed_turn, row.updated_at,
-    )  # fmt: skip
-
-
-def _row_params(row: StoredRow) -> tuple[Any, ...]:
-    return (
-        row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
-        row.parent_channel_id, row.channel_name, row.server_name, int(row.channel_private),
-        row.summary,
-        json.dumps(row.categories, ensure_ascii=False) if row.categories else "{}",
-        row.turns_since_refresh,
-        row.last_refreshed_turn, row.updated_at,
     )  # fmt: skip
 
 

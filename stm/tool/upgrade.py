@@ -362,7 +362,14 @@ class Upgrades:
         # Another process may have deleted, after this turn began, what its prompt showed:
         # the store refuses the save then, inside the writing transaction.
         position = ctx._feed_position
-        saves = [SaveDistilled(row_of(e), _guard(ctx, e, position, self.origin)) for e in entries]
+        if position is None:
+            saves = [SaveDistilled(row_of(e)) for e in entries]
+        else:
+            channels = _shown_channels(ctx)
+            saves = [
+                SaveDistilled(row_of(e), _guard(ctx, e, position, self.origin, channels))
+                for e in entries
+            ]
         written = writer.submit_all(saves, what=f"upgrade of {entries[0].key}")
         try:
             results = await written
@@ -401,22 +408,28 @@ def _saved(names: tuple[str, ...]) -> ToolResult:
     )
 
 
-def _guard(ctx: TurnContext, entry: Entry, position: int | None, origin: str) -> Guard | None:
-    """What the turn's prompt showed, for the store to refuse the save when another
-    process cleared or purged some of it after the turn began."""
-    if position is None:
-        return None
-    channels = {ctx.channel_id, entry.channel_id}
+def _shown_channels(ctx: TurnContext) -> frozenset[int]:
+    """The channels whose memory the turn's prompt showed, its own included."""
     shown: Shown | None = ctx._shown
-    if shown is not None:
-        channels |= shown.channels
+    if shown is None:
+        return frozenset((ctx.channel_id,))
+    return frozenset((ctx.channel_id, *shown.channels))
+
+
+def _guard(
+    ctx: TurnContext, entry: Entry, position: int, origin: str, channels: frozenset[int]
+) -> Guard:
+    """What the turn's prompt showed (``channels``: ``_shown_channels``), for the store to
+    refuse the save when another process cleared or purged some of it after the turn
+    began."""
+    if entry.channel_id not in channels:
+        channels = channels | {entry.channel_id}
     # The upgrade credited the turn's user and everyone the prompt showed (``_commit``,
     # just before): the entry's contributors hold them all.
-    users = entry.contributors
     return Guard(
         after=position,
-        channels=frozenset(channels),
-        users=users,
+        channels=channels,
+        users=entry.contributors,
         server_id=ctx.server_id,
         own_origin=origin,
     )
