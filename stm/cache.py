@@ -221,6 +221,7 @@ class MemoryCache:
     ) -> None:
         self.max_keys = max_keys
         self.expiry = Expiry.hours(crude_ttl_hours, summary_ttl_hours)
+        self._shortest_ttl = min(self.expiry)
         self.clock = clock
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._by_channel: _Index = {}
@@ -251,6 +252,8 @@ class MemoryCache:
     def is_expired(self, entry: Entry, now: float | None = None) -> bool:
         """True when ``entry`` has been inactive for its TTL."""
         now = self.clock() if now is None else now
+        if entry.updated_at > now - self._shortest_ttl:
+            return False  # active since the shorter TTL: most entries, one comparison
         # Entry.distilled, inlined: this runs for several entries on every turn.
         return self.expiry.expired(entry.updated_at, bool(entry.summary or entry.categories), now)
 
@@ -258,16 +261,20 @@ class MemoryCache:
         """The entry under ``key``, expired or not, without touching LRU order."""
         return self._entries.get(key)
 
-    def get(self, key: str, now: float | None = None) -> Entry | None:
-        """The live entry under ``key``; an expired one is dropped and None returned."""
+    def _unexpired(self, key: str, now: float | None) -> Entry | None:
+        """The entry under ``key``; an expired one is dropped and None returned."""
         entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if self.is_expired(entry, now):
+        if entry is not None and self.is_expired(entry, now):
             self.remove(key)
             self.expired_drops += 1
             return None
-        self._entries.move_to_end(key)
+        return entry
+
+    def get(self, key: str, now: float | None = None) -> Entry | None:
+        """The live entry under ``key``; an expired one is dropped and None returned."""
+        entry = self._unexpired(key, now)
+        if entry is not None:
+            self._entries.move_to_end(key)
         return entry
 
     def put(self, entry: Entry, *, touched: bool = True) -> list[Entry]:
@@ -300,20 +307,10 @@ class MemoryCache:
         return evicted
 
     def get_touched(self, key: str, now: float) -> Entry | None:
-        """``get(key, now)`` then ``touch`` of what it found, in one step (every capture's)."""
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if entry.updated_at <= now - min(self.expiry) and self.is_expired(entry, now):
-            self.remove(key)
-            self.expired_drops += 1
-            return None
-        entry.updated_at = now
-        if entry.scrolled is not None:
-            self._unindex_scrolled(entry)
-        self._entries.move_to_end(key)
-        self._make_live(entry)
-        self._keep_open(entry)
+        """``get(key, now)`` then ``touch`` of what it found (every capture's)."""
+        entry = self._unexpired(key, now)
+        if entry is not None:
+            self.touch(entry, now)
         return entry
 
     def _group(self, key: GroupKey) -> _Group:
@@ -440,9 +437,6 @@ class MemoryCache:
             return []
         found: list[Entry] = []
         expired: list[str] = []
-        # Whatever was active after this cannot have expired, distilled or not: most
-        # entries are decided by one comparison.
-        fresh = now - min(self.expiry)
         if type(held) is _Group:
             live: Iterable[Entry] = reversed(held.live.values())
             cold = held.cold
@@ -451,7 +445,7 @@ class MemoryCache:
         for entry in live:
             if entry.channel_id == exclude_channel or entry.channel_private:
                 continue
-            if entry.updated_at <= fresh and self.is_expired(entry, now):
+            if self.is_expired(entry, now):
                 expired.append(entry.key)
                 continue
             if entry.messages or entry.summary or entry.categories:

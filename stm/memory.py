@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from .background import Background, Opening
-from .cache import Entry, GroupKey, MemoryCache, group_of
+from .cache import Entry, MemoryCache
 from .config import STMConfig
 from .convert import snapshot
 from .follower import Follower
@@ -32,7 +32,7 @@ from .forget import forget_channel, forget_user
 from .ids import check_bool, check_id, check_optional_id
 from .intent import IntentGate
 from .journal import Journal
-from .keys import parse_key, turn_keys
+from .keys import parse_key
 from .metrics import MetricsSnapshot, Tally
 from .models import (
     Category,
@@ -53,6 +53,7 @@ from .readthrough import (
     Unsettled,
     describe,
     settle,
+    turn_scope,
 )
 from .render import RenderCache, nudge, other_channels_blocks, same_channel_block, shown_by
 from .settings import SettingsBook
@@ -75,27 +76,6 @@ __all__ = ["MemoryTool", "ShortTermMemory"]
 
 # A StoredMessage from a tuple of its fields, without the named constructor's own call.
 _message = functools.partial(tuple.__new__, StoredMessage)
-
-
-def _turn_scope(ctx: TurnContext) -> tuple[str, str | None, GroupKey]:
-    """The turn's keys (user key, server key or None in a DM) and its recall group, made
-    once per turn: kept on the context with the ids they come from, and made again if a
-    host changed one of them since."""
-    held = ctx._keys
-    user, channel, server, persona = ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id
-    if (
-        held is not None
-        and held[0] is user
-        and held[1] is channel
-        and held[2] is server
-        and held[3] is persona
-    ):
-        return held[4]  # type: ignore[no-any-return]
-    user_k, server_k = turn_keys(user, channel, server, persona)
-    group = group_of("user" if server_k is None else "server", server, user, persona)
-    made = (user_k, server_k, group)
-    ctx._keys = (user, channel, server, persona, made)
-    return made
 
 
 # How long the change feed keeps a change at least.
@@ -401,7 +381,7 @@ class ShortTermMemory:
         if not messages:
             return
         self._tally.captures += 1
-        user_k, server_k, _ = _turn_scope(ctx)
+        user_k, server_k, _ = turn_scope(ctx)
         cold: list[str] = []
         writer = self.writer
         cache, window = self.cache, self.config.max_messages_per_channel
@@ -444,11 +424,10 @@ class ShortTermMemory:
         settings = self.settings_for(ctx.server_id)
         if not settings.enabled or self.closed:
             return PromptContext(nudge_depth=settings.nudge_depth)
-        user_k, server_k, group = _turn_scope(ctx)
+        user_k, server_k, group = turn_scope(ctx)
         live_key = server_k or user_k
-        if ctx._deletion_seq is None or ctx._feed_position is None:
-            self._reads.mark_turn_start(ctx)
-            self.follower.mark_turn_start(ctx)
+        self._reads.mark_turn_start(ctx)
+        self.follower.mark_turn_start(ctx)
 
         async def read() -> Entry | Again | None:
             # A cold group's read is queued first, so that it shares the live key's round
@@ -478,11 +457,7 @@ class ShortTermMemory:
         else:
             entry = None if known is NO_ROW else known
         now = self.clock()
-        if (
-            entry is not None
-            and entry.updated_at <= now - min(self.cache.expiry)
-            and self.cache.is_expired(entry, now)
-        ):
+        if entry is not None and self.cache.is_expired(entry, now):
             entry = None
         others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
         shown = Shown.own(ctx.user_id, ctx.channel_id)
