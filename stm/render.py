@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from .cache import Entry, StoredMessage
 from .models import Category, PromptBlock, ServerSettings
@@ -59,6 +60,29 @@ def _labels(categories: tuple[Category, ...]) -> tuple[tuple[str, str], ...]:
     # Slugging is the costly part, and a server's categories rarely change.
     labels = [c.label for c in categories]
     return tuple(zip(slugs_for(labels), labels, strict=True))
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _keep(held: OrderedDict[_K, _V], key: _K, value: _V, limit: int) -> None:
+    """Put ``value`` under ``key`` as the most recently used, dropping the least recently
+    used past ``limit``."""
+    held[key] = value
+    held.move_to_end(key)
+    if len(held) > limit:
+        held.popitem(last=False)
+
+
+# One line of a bot, speaker or channel name, and the age of a whole number of minutes:
+# the same few recur turn after turn.
+_name = functools.lru_cache(maxsize=4096)(one_line)
+
+
+@functools.lru_cache(maxsize=1024)
+def _age(minutes: int) -> str:
+    return relative_time(minutes * 60)
 
 
 class _Segment:
@@ -119,8 +143,6 @@ class RenderCache:
         # The quoted lines of an entry's newest messages, as last rendered:
         # (entry, bot name, position of the first line's message, lines).
         self._crude: OrderedDict[str, tuple[Entry, str, int, tuple[str, ...]]] = OrderedDict()
-        self._names: dict[str, str] = {}
-        self._ages: dict[int, str] = {}
 
     def lines(
         self, key: str, kind: str, source: object, render: Callable[[], list[str]]
@@ -132,28 +154,7 @@ class RenderCache:
             self._held.move_to_end(slot)
             return held[1]
         made = render()
-        self._held[slot] = (source, made)
-        self._held.move_to_end(slot)
-        if len(self._held) > self.max_entries:
-            self._held.popitem(last=False)
-        return made
-
-    def name(self, name: str) -> str:
-        """``one_line(name)`` of a bot, speaker or channel name: a few recur turn after turn."""
-        made = self._names.get(name)
-        if made is None:
-            if len(self._names) >= 4096:
-                self._names.clear()
-            made = self._names[name] = one_line(name)
-        return made
-
-    def age(self, minutes: int) -> str:
-        """``relative_time`` of a whole number of minutes."""
-        made = self._ages.get(minutes)
-        if made is None:
-            if len(self._ages) >= 1024:
-                self._ages.clear()
-            made = self._ages[minutes] = relative_time(minutes * 60)
+        _keep(self._held, slot, (source, made), self.max_entries)
         return made
 
     def crude_lines(
@@ -184,10 +185,7 @@ class RenderCache:
                 made = old[start - old_start :] + tuple(map(render_one, fresh))
         if made is None:
             made = tuple(map(render_one, window[start - window.first :]))
-        self._crude[key] = (entry, bot_name, start, made)
-        self._crude.move_to_end(key)
-        if len(self._crude) > self.max_entries:
-            self._crude.popitem(last=False)
+        _keep(self._crude, key, (entry, bot_name, start, made), self.max_entries)
         return made
 
     def segment(
@@ -224,10 +222,12 @@ class RenderCache:
         made: tuple[str, str],
     ) -> tuple[str, str]:
         """Keep ``made``, the segment of ``entry`` rendered from its current values."""
-        self._segments[entry.key] = _Segment(entry, settings, bot_name, minute, made)
-        self._segments.move_to_end(entry.key)
-        if len(self._segments) > self.max_entries:
-            self._segments.popitem(last=False)
+        _keep(
+            self._segments,
+            entry.key,
+            _Segment(entry, settings, bot_name, minute, made),
+            self.max_entries,
+        )
         return made
 
     def __len__(self) -> int:
@@ -246,9 +246,9 @@ def content_depth(settings: ServerSettings, entries: Sequence[Entry], now: float
     return depth
 
 
-def _place(entry: Entry, cache: RenderCache | None = None) -> str:
+def _place(entry: Entry) -> str:
     if entry.channel_name:
-        return "#" + (one_line if cache is None else cache.name)(entry.channel_name)
+        return "#" + _name(entry.channel_name)
     return f"#channel-{entry.channel_id}"
 
 
@@ -277,11 +277,10 @@ def _crude_lines(
 ) -> tuple[str, ...]:
     if count <= 0 or not entry.messages:
         return ()
-    name = one_line if cache is None else cache.name
 
     def line(message: StoredMessage) -> str:
         default = bot_name if message.role == "assistant" else "User"
-        speaker = name(message.speaker_name or default)
+        speaker = _name(message.speaker_name or default)
         content = one_line(message.content).replace('"', "\u201d")
         return f'> {speaker}: "{content}"'
 
@@ -321,7 +320,7 @@ def other_channels_blocks(
     mode the recent crude messages of channels that also have distilled memory."""
     if not entries:
         return []
-    bot = one_line(bot_name) if cache is None else cache.name(bot_name)
+    bot = _name(bot_name)
     memory: list[str] = []
     crude: list[str] = []
     for entry in entries:
@@ -368,9 +367,9 @@ def _segment(
 ) -> tuple[str, str]:
     """One other channel's lines for the memory block and for the recent-messages block,
     each joined ("" when it has none)."""
-    when = relative_time(minute * 60) if cache is None else cache.age(minute)
+    when = _age(minute)
     count = settings.crude_message_count
-    place = _place(entry, cache)
+    place = _place(entry)
     recent = ""
     body: Sequence[str]
     if entry.summary or entry.categories:
