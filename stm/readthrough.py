@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Literal, TypeVar
 
-from .cache import Entry, GroupKey, MemoryCache
+from .cache import Entry, GroupKey, MemoryCache, group_of
 from .config import STMConfig
 from .convert import entry_from
 from .deletions import DeletionLog, apply_to_row, overtakes
@@ -93,6 +93,27 @@ def describe(entry: Entry, ctx: TurnContext) -> None:
     entry.server_name = ctx.server_name or entry.server_name
     entry.parent_channel_id = ctx.parent_channel_id
     entry.channel_private = ctx.channel_is_private
+
+
+def turn_scope(ctx: TurnContext) -> tuple[str, str | None, GroupKey]:
+    """The turn's keys (user key, server key or None in a DM) and its recall group, made
+    once per turn: kept on the context with the ids they come from, and made again if a
+    host changed one of them since."""
+    held = ctx._keys
+    user, channel, server, persona = ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id
+    if (
+        held is not None
+        and held[0] is user
+        and held[1] is channel
+        and held[2] is server
+        and held[3] is persona
+    ):
+        return held[4]  # type: ignore[no-any-return]
+    user_k, server_k = turn_keys(user, channel, server, persona)
+    group = group_of("user" if server_k is None else "server", server, user, persona)
+    made = (user_k, server_k, group)
+    ctx._keys = (user, channel, server, persona, made)
+    return made
 
 
 class ReadThrough:
@@ -198,7 +219,7 @@ class ReadThrough:
         own = Shown.own(ctx.user_id, ctx.channel_id)
         own.add(shown)
         own.add_users([m.author_id for m in messages if m.author_id is not None])
-        user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
+        user_k, server_k, _ = turn_scope(ctx)
         keys = (user_k,) if server_k is None else (user_k, server_k)
         return overtakes(later, own, keys, ctx.server_id)
 

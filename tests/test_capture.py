@@ -213,3 +213,33 @@ def test_opted_out_authors_are_left_out_of_any_turn(
                 assert memory.cache.keys_of_user(user) == []
 
     asyncio.run(play())
+
+
+async def test_a_context_changed_after_a_turn_is_keyed_by_its_new_ids(
+    memory: ShortTermMemory,
+) -> None:
+    """The turn's keys are made once and kept on its context: a host that reuses the context
+    for another channel, server or user has them made again from the new ids."""
+    c = ctx()
+    await memory.capture(turn(c, "first"))
+    await memory.build_context(c)
+    c.channel_id = 11
+    await memory.capture(turn(c, "second"))
+    c.server_id = None
+    await memory.capture(turn(c, "third"))
+    c.user_id = 2
+    await memory.capture(turn(c, "fourth"))
+    expected = {
+        "shortterm:server:100:10": "first",
+        "shortterm:server:100:11": "second",
+        "shortterm:user:1:11": "third",
+        "shortterm:user:2:11": "fourth",
+    }
+    for key, text in expected.items():
+        entry = await memory.get_entry(key)
+        assert entry is not None, key
+        assert [m.content for m in entry.messages if m.role == "user"][-1] == text, key
+    # The user key of the DM turn (server None) holds the server turn's words too: same
+    # user, same channel; the server key of channel 11 never saw the DM turn.
+    server_11 = await memory.get_entry("shortterm:server:100:11")
+    assert server_11 is not None and "third" not in [m.content for m in server_11.messages]

@@ -15,11 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..cache import Entry, GroupKey, MemoryCache, group_of
+from ..cache import Entry, GroupKey, MemoryCache
 from ..config import STMConfig
 from ..convert import row_of
 from ..intent import IntentGate
-from ..keys import turn_keys
 from ..metrics import Tally
 from ..models import ServerSettings, ToolResult, TurnContext
 from ..provenance import Shown
@@ -32,6 +31,7 @@ from ..readthrough import (
     Unsettled,
     describe,
     settle,
+    turn_scope,
 )
 from ..render import shown_by
 from ..settings import SettingsBook
@@ -217,13 +217,8 @@ class Upgrades:
         self.reads.mark_turn_start(ctx)
         if self.follower is not None:
             self.follower.mark_turn_start(ctx)
-        # The turn's recall group: what a prompt would show from other channels.
-        group = group_of(
-            "user" if ctx.server_id is None else "server",
-            ctx.server_id,
-            ctx.user_id,
-            ctx.persona_id,
-        )
+        # The turn's keys and recall group (what a prompt would show from other channels).
+        user_k, server_k, group = turn_scope(ctx)
         if ctx._shown is None:
             # Without ``build_context`` on this turn, credit what it would have rendered
             # from other channels: the host may have built the prompt through another context.
@@ -231,11 +226,7 @@ class Upgrades:
             if warming is not None:
                 await warming
             self._note_what_a_prompt_would_show(ctx, settings, group)
-        keys = [
-            k
-            for k in turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
-            if k is not None
-        ]
+        keys = [user_k] if server_k is None else [user_k, server_k]
         # Most upgrades: both entries are in the cache with their rows merged, and none is
         # being read; the reads below would only cost their set-up.
         held = self._held(ctx, keys, group)
