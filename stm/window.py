@@ -80,32 +80,31 @@ class Window(Sequence[StoredMessage]):
 
     def _unpack(self, start: int, stop: int) -> list[StoredMessage]:
         meta, text, names = self._meta, self._text, self._names
-        unpack = _RECORD.unpack_from
+        records = _RECORD.iter_unpack(meta[start * _SIZE : stop * _SIZE])
         # Offsets are counted from the nearer end: reads are mostly of the newest messages.
         if start > len(names) - stop:
-            offset = len(text)
-            for i in range(stop, len(names)):
-                offset -= unpack(meta, i * _SIZE)[4]
-            for i in range(start, stop):
-                offset -= unpack(meta, i * _SIZE)[4]
+            tail = _RECORD.iter_unpack(meta[start * _SIZE :])
+            offset = len(text) - sum(record[4] for record in tail)
         else:
-            offset = 0
-            for i in range(start):
-                offset += unpack(meta, i * _SIZE)[4]
+            offset = sum(record[4] for record in _RECORD.iter_unpack(meta[: start * _SIZE]))
         out = []
-        for i in range(start, stop):
-            flags, author, timestamp, turn_user, size = unpack(meta, i * _SIZE)
+        new = tuple.__new__
+        for i, (flags, author, timestamp, turn_user, size) in enumerate(records, start):
+            end = offset + size
             out.append(
-                StoredMessage(
-                    "assistant" if flags & _ASSISTANT else "user",
-                    text[offset : offset + size].decode("utf-8", "surrogatepass"),
-                    names[i],
-                    author if flags & _AUTHORED else None,
-                    timestamp,
-                    turn_user,
+                new(
+                    StoredMessage,
+                    (
+                        "assistant" if flags & _ASSISTANT else "user",
+                        text[offset:end].decode("utf-8", "surrogatepass"),
+                        names[i],
+                        author if flags & _AUTHORED else None,
+                        timestamp,
+                        turn_user,
+                    ),
                 )
             )
-            offset += size
+            offset = end
         return out
 
     def _all(self) -> tuple[StoredMessage, ...]:
