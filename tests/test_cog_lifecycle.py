@@ -267,5 +267,5 @@ def test_the_extension_and_cog_names_have_one_definition():
         if '"cogs.short_term_memory"' in line or f'"{COG_NAME}"' in line
     ]
     assert copies == []
-    readme = (root / "README.md").read_text()
-    assert 'load_extension("discord_stm.short_term_memory")' in readme
+    guide = (root / "docs" / "guide.md").read_text()
+    assert 'load_extension("discord_stm.short_term_memory")' in guide

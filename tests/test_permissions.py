@@ -1,7 +1,7 @@
 """Permission matrix: every slash command of the cog x every kind of user, as gateway payloads.
 
 Each cell delivers a real INTERACTION_CREATE through the bot's connection state. The
-expected outcome comes from the rules in README.md's "Slash commands" table, written
+expected outcome comes from the rules in docs/commands.md, written
 out below without looking at the cog's checks: an allowed cell must do what the table
 says; a refused one must answer with one clear ephemeral message and change nothing
 (entries, server settings, opt-outs).

@@ -605,7 +605,7 @@ async def _apply(conn: Any, op: Op, feed: list[_Pending]) -> object:
     """Run one operation (other than an upgrade) inside the caller's transaction."""
     match op:
         case Scrub():
-            # Nothing to rewrite: see the README's Guarantees for what PostgreSQL keeps.
+            # Nothing to rewrite: see docs/guarantees.md for what PostgreSQL keeps.
             return None
         case Touch(rows):
             known = [_identity_params(r) for r in rows if r.counters_known]
