@@ -11,6 +11,7 @@ last key leaves the cache.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -472,6 +473,23 @@ class MemoryCache:
     def dropped(self) -> int:
         """Entries that left the cache without a delete: their rows may still exist."""
         return self.evicted + self.expired_drops
+
+    def provenance_bytes(self) -> int:
+        """Bytes of memory the held entries spend on provenance (who may have words in their
+        distilled memory), objects shared between entries counted once: a diagnostic."""
+        seen: set[int] = set()
+        total = 0
+        for entry in self._entries.values():
+            held = entry.contributors
+            if not held or id(held) in seen:
+                continue
+            seen.add(id(held))
+            total += sys.getsizeof(held)
+            for user in held:
+                if id(user) not in seen:
+                    seen.add(id(user))
+                    total += sys.getsizeof(user)
+        return total
 
     def expired_keys(self, now: float) -> list[str]:
         """Keys whose entries have expired (the janitor drops them)."""

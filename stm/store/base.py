@@ -63,6 +63,7 @@ from typing import Any, Literal, Protocol
 from ..keys import Scope
 
 __all__ = [
+    "PROVENANCE_TABLES",
     "Change",
     "ChangeKind",
     "DeleteChannel",
@@ -109,6 +110,11 @@ class StoredRow:
     # Bumped by every write of the distilled content; the feed names it, so that a
     # follower can tell whether the row it holds is older than a change.
     version: int = 0
+
+
+# The tables that hold provenance (who may have words in distilled memory), on every store:
+# what a purge must resolve, and what operators and benchmarks measure as its cost.
+PROVENANCE_TABLES: tuple[str, ...] = ("short_term_memory_contributors",)
 
 
 # The columns of a row, in the order ``row_from_columns`` reads them after the row id;
