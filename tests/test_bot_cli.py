@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
 from bot import main as bot_main
 from host.console import run_console
+from host.models import OpenAIChatModel
 from stm import STMConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -220,16 +221,17 @@ def test_no_voice_library_warnings_at_start(tmp_path: Path):
     assert "voice will not be supported" not in done.stderr.lower()
 
 
-class FailingModel:
-    """A model whose endpoint is down."""
-
-    description = "a model that cannot be reached"
-
-    async def complete(self, messages: list, tools: list) -> None:
-        raise openai.APIConnectionError(request=httpx.Request("POST", "http://127.0.0.1:9"))
-
-    async def close(self) -> None:
-        return None
+@pytest.fixture
+def unreachable_model() -> Iterator[OpenAIChatModel]:
+    """The real client on an endpoint whose port refuses connections: a socket bound to
+    it but not listening holds the port for the test, so nothing else can answer there."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        client = openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0
+        )
+        yield OpenAIChatModel(client, "down")
 
 
 async def _console(tmp_path: Path, lines: list[str], model: object = None) -> list[str]:
@@ -245,8 +247,8 @@ async def _console(tmp_path: Path, lines: list[str], model: object = None) -> li
     return out
 
 
-async def test_console_survives_model_errors(tmp_path: Path):
-    out = await _console(tmp_path, ["hello", "hello again", "/memory show"], FailingModel())
+async def test_console_survives_model_errors(tmp_path: Path, unreachable_model: OpenAIChatModel):
+    out = await _console(tmp_path, ["hello", "hello again", "/memory show"], unreachable_model)
     failures = [line for line in out if line.startswith("(the model could not answer")]
     assert len(failures) == 2
     assert "APIConnectionError" in failures[0]
