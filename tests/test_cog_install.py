@@ -1,14 +1,17 @@
 """The wheel, installed into a fresh venv, loads beside a bot's own ``cogs/`` package.
 
-Builds the wheel from a copy of the sources, installs it (without dependencies, which
-come from the system site-packages) into a new venv, and runs the sample bot from
-``examples/sample_bot`` there, from another working directory: one turn through the
-installed extension, an upgrade, then the extension unloaded and loaded by its dotted
+Builds the wheel from a copy of the sources and installs it into a new venv that sees no
+other site-packages, its dependencies from wheels of the ones this environment has
+(tests/wheelhouse.py), so it works offline and from inside any venv. Then runs the sample
+bot from ``examples/sample_bot`` there, from another working directory: one turn through
+the installed extension, an upgrade, then the extension unloaded and loaded by its dotted
 name, with the durable memory still there.
 """
 
 from __future__ import annotations
 
+import email.parser
+import importlib.metadata
 import json
 import os
 import shutil
@@ -19,7 +22,10 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import wheelhouse
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "stm", "cogs")
@@ -67,6 +73,10 @@ DRIVER = textwrap.dedent(
             entry = await memory.get_entry(server_key(100, 11))
             out["after_reload"] = entry.summary if entry else None
             out["tool_after_reload"] = "update_short_term_memory" in bot.tools
+        out["site_packages"] = sorted(
+            {getattr(m, "__file__", None) or "" for m in list(sys.modules.values())}
+            - {""}
+        )
         print(json.dumps(out))
 
 
@@ -75,12 +85,26 @@ DRIVER = textwrap.dedent(
 )
 
 
+def _requirements(lines: list[str]) -> dict[str, SpecifierSet]:
+    """The unconditional requirements: each distribution and the versions it may have."""
+    parsed = [Requirement(line) for line in lines]
+    return {canonicalize_name(r.name): r.specifier for r in parsed if r.marker is None}
+
+
+def _dependencies() -> list[str]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+
+
 def test_discord_py_is_bounded_below_its_next_major_version():
-    """A discord.py 3 may break the cog's API; it must be a deliberate upgrade."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    (discord_py,) = [d for d in project["dependencies"] if d.startswith("discord.py")]
-    requirement = Requirement(discord_py)
-    assert "2.7.1" in requirement.specifier and "3.0" not in requirement.specifier
+    """A discord.py 3 may break the cog's API; it must be a deliberate upgrade. Every 2.x
+    from 2.4 on is allowed, the one installed here too."""
+    (discord_py,) = [r for r in map(Requirement, _dependencies()) if r.name == "discord.py"]
+    allows = discord_py.specifier
+    assert allows.contains(importlib.metadata.version("discord.py"))
+    for version in ("2.4", "2.4.0", "2.7.1", "2.99.1"):
+        assert allows.contains(version), version
+    for version in ("2.3.2", "3.0.0a1", "3.0.0rc1", "3.0", "3.1", "4.0"):
+        assert not allows.contains(version, prereleases=True), version
 
 
 def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -110,15 +134,22 @@ def test_the_wheel_loads_next_to_a_bots_own_cogs_package(tmp_path: Path):
     (wheel,) = dist.glob("discord_stm-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         top = {name.split("/")[0] for name in archive.namelist()}
-        metadata = archive.read(f"{wheel.name.split('-')[0]}-0.1.0.dist-info/METADATA").decode()
-    assert "Requires-Dist: discord.py<3,>=2.4" in metadata.splitlines()
-    assert {t for t in top if not t.endswith(".dist-info")} == {"stm", "discord_stm"}
+        (info,) = {t for t in top if t.endswith(".dist-info")}
+        metadata = email.parser.Parser().parsestr(archive.read(f"{info}/METADATA").decode())
+    requires = metadata.get_all("Requires-Dist") or []
+    assert _requirements(requires) == _requirements(_dependencies())
+    assert top - {info} == {"stm", "discord_stm"}
 
+    # No other site-packages, and no index: every dependency comes from the wheelhouse.
     venv = tmp_path / "venv"
-    run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv, cwd=tmp_path)
+    run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    config = (venv / "pyvenv.cfg").read_text()
+    assert "include-system-site-packages = false" in config
+    wheels = tmp_path / "wheels"
+    wheelhouse.build(requires, wheels)
     python = venv / "bin" / "python"
-    run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed",
-        wheel, cwd=tmp_path)  # fmt: skip
+    run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-index",
+        "--find-links", wheels, wheel, cwd=tmp_path)  # fmt: skip
 
     sample = tmp_path / "sample_bot"
     shutil.copytree(
@@ -137,6 +168,8 @@ def test_the_wheel_loads_next_to_a_bots_own_cogs_package(tmp_path: Path):
 
     site = str(venv.resolve())
     assert result["stm"].startswith(site) and result["discord_stm"].startswith(site)
+    outside = [f for f in result["site_packages"] if "-packages" in f and not f.startswith(site)]
+    assert not outside, outside  # discord.py and the rest from the venv, nothing else
     assert result["cogs"] == str(sample / "cogs" / "__init__.py")  # the bot's own cogs/
     assert result["extension"] == "discord_stm.short_term_memory"
     assert result["reply"].startswith("You said: we plan a trip to Lisbon")
