@@ -1,5 +1,6 @@
 """Shared fixtures: a controllable clock, a config on a temporary SQLite file, an open memory,
-a throwaway PostgreSQL database, and a store of either kind."""
+a throwaway PostgreSQL database, and a store of either kind; and for every test a working
+folder outside the checkout (checkout.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# pytest finds hooks and fixtures by their names in this module.
+from checkout import (  # noqa: F401
+    outside_the_checkout,
+    pytest_sessionfinish,
+    pytest_sessionstart,
+    pytest_terminal_summary,
+)
 
 from stm import (
     DialogueMessage,

@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_bot(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("DISCORD_", "OPENAI_"))}
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("DISCORD_", "OPENAI_", "STM_"))
+    }
     return subprocess.run(
         [sys.executable, str(ROOT / "bot.py"), *args],
         cwd=tmp_path,

@@ -212,7 +212,8 @@ class TestNextToExistingCommands:
         own = bot.tree.get_command("refresh")
         names = {"refresh": "memory-refresh", "purge-memory": None}
         async with bot:
-            cog = ShortTermMemoryCog(bot, tools=bot.tools, command_names=names)  # type: ignore[attr-defined]
+            config = STMConfig(database=str(tmp_path / "stm.sqlite3"))
+            cog = ShortTermMemoryCog(bot, config, tools=bot.tools, command_names=names)  # type: ignore[attr-defined]
             await bot.add_cog(cog)
             tree = bot.tree
             assert tree.get_command("refresh") is own
