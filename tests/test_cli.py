@@ -1,35 +1,45 @@
-"""The operator command line, run as a real subprocess against files the library made.
+"""The operator command line against files the library made.
 
 Every command: its output for people and its ``--json`` for scripts, confirmation of
-destructive commands (answered on a real terminal), bad arguments, and databases that
-are missing, locked, corrupt or newer than the code: one line, a non-zero exit status,
-and nothing created or changed.
+destructive commands, bad arguments, and databases that are missing, locked, corrupt or
+newer than the code: one line, a non-zero exit status, and nothing created or changed.
+
+Commands run in this process through click's CliRunner and the entry point's own error
+handling, with stdin, stdout and stderr as a pipe gives them: not terminals. The tests
+marked ``process`` run ``python -m stm`` as a real subprocess, for what only a process
+shows: its exit status, and a real terminal (confirmation, colour, progress).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
+import logging
 import os
 import pty
 import sqlite3
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from conftest import Clock, ctx, turn
 
 from stm import ShortTermMemory, STMConfig
+from stm.cli import main
 from stm.store import sqlite as sqlite_store
 from stm.store.sqlite import MIGRATIONS
 from stm.tables import printable, table
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = len(MIGRATIONS)
+PROG = "python -m stm"
 
 # What the fixture database holds: user 42 in two channels of server 100 and a DM,
 # user 7 in channel 10 with 42 (so the server's memory of channel 10 has both), and
@@ -52,6 +62,7 @@ class Run:
 
 
 def environment(**extra: str) -> dict[str, str]:
+    """The environment of a subprocess: no STM_* setting but ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STM_")}
     env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
@@ -59,13 +70,52 @@ def environment(**extra: str) -> dict[str, str]:
 
 
 def stm(db: Path | None, *args: str, stdin: str = "", **env: str) -> Run:
-    """``python -m stm [--database db] args...`` with stdin a pipe (not a terminal)."""
-    cwd = _existing_folder(db) if db is not None else ROOT
+    """``python -m stm [--database db] args...`` in this process, run in db's folder."""
+    cwd = _existing_folder(db) if db is not None else Path.cwd()
     return stm_at(cwd, None if db is None else str(db), *args, stdin=stdin, **env)
 
 
+class _EntryPoint:
+    """``stm.cli.main`` in the shape CliRunner invokes: the installed command's error
+    handling, one-line messages and exit statuses."""
+
+    name = "stm"
+
+    def main(self, args: Sequence[str], prog_name: str, **extra: Any) -> None:
+        main(list(args), prog_name=prog_name)
+
+
 def stm_at(cwd: Path, database: str | None, *args: str, stdin: str = "", **env: str) -> Run:
-    """``python -m stm [--database database] args...`` run in ``cwd``."""
+    """``python -m stm [--database database] args...`` in this process, run in ``cwd``
+    with no STM_* setting but ``env``."""
+    command = [] if database is None else ["--database", database]
+    settings: dict[str, str | None] = {k: None for k in os.environ if k.startswith("STM_")}
+    settings.update(env)
+
+    def invoke() -> Run:
+        handlers = logging.root.handlers[:]
+        try:
+            with contextlib.chdir(cwd):
+                result = CliRunner().invoke(
+                    _EntryPoint(),  # type: ignore[arg-type]
+                    [*command, *args],
+                    input=stdin,
+                    env=settings,
+                    prog_name=PROG,
+                    catch_exceptions=False,
+                )
+        finally:
+            logging.root.handlers[:] = handlers  # the command adds its own
+        return Run(result.exit_code, result.stdout, result.stderr)
+
+    # A command runs its own event loop: in a thread, an async test can call it too.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(invoke).result()
+
+
+def stm_process_at(cwd: Path, database: str | None, *args: str, stdin: str = "", **env: str) -> Run:
+    """``python -m stm [--database database] args...`` as a subprocess, run in ``cwd``,
+    with stdin a pipe."""
     command = [sys.executable, "-m", "stm"]
     if database is not None:
         command += ["--database", database]
@@ -397,9 +447,9 @@ def test_purge_channel(db: Path) -> None:
     assert summary_of(7, 10).encode() not in file_bytes(db)
 
 
-async def test_janitor(tmp_path: Path) -> None:
-    """janitor --dry-run counts expired rows and deletes nothing; janitor asks, then
-    deletes them and nothing else."""
+@pytest.fixture
+async def expired(tmp_path: Path) -> Path:
+    """A database whose rows have all expired but those of a turn in channel 50."""
     path = tmp_path / "old.sqlite3"
     clock = Clock()
     clock.advance(hours=-30)
@@ -408,6 +458,13 @@ async def test_janitor(tmp_path: Path) -> None:
         c = ctx(user=5, channel=50, server=100)
         await memory.capture(turn(c, "new"))
         assert (await memory.run_tool(c, {"summary": "fresh"})).success
+    return path
+
+
+def test_janitor(expired: Path) -> None:
+    """janitor --dry-run counts expired rows and deletes nothing; janitor refuses without
+    a terminal or --yes, then deletes them and nothing else."""
+    path = expired
     before = rows(path)
     dry = stm(path, "--json", "janitor", "--dry-run")
     assert dry.json() == {"expired": 8, "deleted": 0, "dry_run": True}
@@ -416,13 +473,18 @@ async def test_janitor(tmp_path: Path) -> None:
     refused = stm(path, "janitor")
     one_line_error(refused, "--yes")
     assert rows(path) == before
-    no = stm_on_terminal(path, "janitor", answer="n\n")
-    assert no.status == 1 and "Delete 8 expired rows" in no.err and rows(path) == before
     done = stm(path, "--json", "janitor", "--yes")
     assert done.status == 0, done.err
     data = done.json()
     assert isinstance(data, dict) and data["deleted"] == 8
     assert set(rows(path)) == {"shortterm:user:5:50", "shortterm:server:100:50"}
+
+
+def test_janitor_asks_on_a_terminal(expired: Path) -> None:
+    """janitor asks on a terminal; 'n' deletes nothing (status 1)."""
+    before = rows(expired)
+    no = stm_on_terminal(expired, "janitor", answer="n\n")
+    assert no.status == 1 and "Delete 8 expired rows" in no.err and rows(expired) == before
 
 
 async def test_migrate(tmp_path: Path) -> None:
@@ -506,43 +568,28 @@ def test_a_newer_database_is_refused(db: Path, args: tuple[str, ...]) -> None:
     assert rows(db) == before
 
 
-LOCK_HOLDER = """
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-if sys.argv[2] == "exclusive":
-    db.execute("PRAGMA locking_mode = EXCLUSIVE")
-    db.execute("BEGIN EXCLUSIVE")
-else:
-    db.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-sys.stdin.readline()
-db.execute("ROLLBACK")
-"""
-
-
 @contextlib.contextmanager
 def locked(path: Path, mode: str) -> Iterator[None]:
-    """Another process holds the file's lock (``exclusive``: readers are shut out too)."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", LOCK_HOLDER, str(path), mode],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdin is not None and holder.stdout is not None
+    """Another connection holds the file's lock (``exclusive``: readers are shut out
+    too). SQLite locks a file against the other connections of its own process as
+    against other processes."""
+    holder = sqlite3.connect(path, isolation_level=None)
     try:
-        assert holder.stdout.readline().strip() == "locked"
+        if mode == "exclusive":
+            holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+            holder.execute("BEGIN EXCLUSIVE")
+        else:
+            holder.execute("BEGIN IMMEDIATE")
         yield
+        holder.execute("ROLLBACK")
     finally:
-        holder.stdin.write("go\n")
-        holder.stdin.close()
-        holder.stdout.close()
-        assert holder.wait(timeout=60) == 0
+        holder.close()
 
 
 @pytest.mark.parametrize("args", DOORS, ids=" ".join)
 def test_a_locked_database_is_named(db: Path, args: tuple[str, ...]) -> None:
-    """A file another process holds locked: one line saying so, status 1, nothing done."""
+    """A file another connection holds locked: one line saying so, status 1, nothing
+    done."""
     before = rows(db)
     with locked(db, "exclusive"):
         run = stm(db, *args, STM_BUSY_TIMEOUT_MS="100")
@@ -552,8 +599,8 @@ def test_a_locked_database_is_named(db: Path, args: tuple[str, ...]) -> None:
 
 @pytest.mark.parametrize("args", [("purge-user", "42", "--yes"), ("purge-channel", "10", "--yes")])
 def test_a_purge_blocked_by_a_writer_is_not_acknowledged(db: Path, args: tuple[str, ...]) -> None:
-    """While another process holds the write lock, a purge says it is not durable (one
-    line, status 1) instead of claiming success; reads go on meanwhile (WAL)."""
+    """While another connection holds the write lock, a purge says it is not durable
+    (one line, status 1) instead of claiming success; reads go on meanwhile (WAL)."""
     before = rows(db)
     with locked(db, "write"):
         assert stm(db, "stats", STM_BUSY_TIMEOUT_MS="100").status == 0
@@ -609,6 +656,27 @@ def test_installed_as_a_console_script() -> None:
     for command in ("stats", "show", "export", "purge-user", "purge-channel", "janitor"):
         assert command in help_.out
     assert "migrate" in help_.out and "check" in help_.out
+
+
+def test_a_process_exits_with_the_commands_status(db: Path) -> None:
+    """``python -m stm`` as a process: status 0 when done, 1 when a command fails or
+    finds a problem, 2 for a bad argument; each failure one line on stderr."""
+    done = stm_process_at(db.parent, str(db), "--json", "stats")
+    assert done.status == 0, done.err
+    assert isinstance(done.json(), dict) and done.err == ""
+    missing = stm_process_at(db.parent, str(db), "show", "shortterm:server:100:99")
+    assert missing.status == 1
+    one_line_error(missing, "nothing is held under shortterm:server:100:99")
+    bad = stm_process_at(db.parent, str(db), "frobnicate")
+    assert bad.status == 2 and bad.out == ""
+    one_line_error(bad, "No such command 'frobnicate'", "--help")
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("INSERT INTO short_term_memory_contributors VALUES (1, 999999)")
+        conn.commit()
+    damaged = stm_process_at(db.parent, str(db), "check")
+    assert damaged.status == 1 and "FAILED" in damaged.out
+    help_ = stm_process_at(db.parent, None, "--help")
+    assert help_.status == 0 and "purge-user" in help_.out
 
 
 def test_table_and_printable_helpers() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli import environment, stm_at
+from test_cli import environment, stm_process_at
 
 ROOT = Path(__file__).resolve().parent.parent
 BOUND = 2.0  # STM_COHERENCE_SECONDS' default
@@ -88,7 +88,7 @@ def test_a_cli_purge_reaches_a_running_bot(bot: Bot, store_database: str, tmp_pa
     assert bot.ask("upgrade", user=42, channel=10, server=100, summary=PURGED_SUMMARY)["ok"]
     assert bot.shows(PURGED) and bot.shows(PURGED_SUMMARY) and bot.shows(KEPT)
 
-    purge = stm_at(tmp_path, store_database, "purge-user", "42", "--yes")
+    purge = stm_process_at(tmp_path, store_database, "purge-user", "42", "--yes")
     committed = time.monotonic()
     assert purge.status == 0, purge.err
     while bot.shows(PURGED) or bot.shows(PURGED_SUMMARY):

@@ -1,5 +1,5 @@
-"""The operator command line against PostgreSQL, as a real subprocess: the same commands
-and the same refusals as on SQLite (tests/test_cli.py), on a schema of the local server.
+"""The operator command line against PostgreSQL: the same commands and the same refusals
+as on SQLite (tests/test_cli.py), on a schema of the local server.
 
 Without a reachable server these tests skip, saying how to run them (conftest.py).
 """
@@ -76,14 +76,20 @@ def test_stats_show_export_and_check(pg: str, tmp_path: Path) -> None:
     }
 
 
-def test_purges_and_janitor(pg: str, tmp_path: Path) -> None:
-    """purge-user asks first, then has the library's semantics; purge-channel and the
-    janitor work as on SQLite."""
+def test_a_purge_asks_on_a_terminal(pg: str, tmp_path: Path) -> None:
+    """purge-user asks first on a terminal: 'n' changes nothing (status 1)."""
     before = rows(pg)
     no = stm_on_terminal_at(tmp_path, pg, "purge-user", "42", answer="n\n")
     assert no.status == 1 and rows(pg) == before
+
+
+def test_purges_and_janitor(pg: str, tmp_path: Path) -> None:
+    """purge-user refuses without a terminal or --yes, then has the library's semantics;
+    purge-channel and the janitor work as on SQLite."""
+    before = rows(pg)
     refused = stm_at(tmp_path, pg, "purge-user", "42")
     one_line_error(refused, "--yes")
+    assert rows(pg) == before
     done = stm_at(tmp_path, pg, "--json", "purge-user", "42", "--yes")
     assert done.status == 0, done.err
     data = done.json()
