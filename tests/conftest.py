@@ -1,6 +1,6 @@
 """Shared fixtures: a controllable clock, a config on a temporary SQLite file, an open memory,
 a throwaway PostgreSQL database, and a store of either kind; and for every test a working
-folder outside the checkout (checkout.py)."""
+folder outside the checkout (checkout.py) and subprocesses only where marked (processes.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from checkout import (  # noqa: F401
     pytest_sessionstart,
     pytest_terminal_summary,
 )
+from processes import processes_only_where_marked  # noqa: F401
 
 from stm import (
     DialogueMessage,

@@ -36,6 +36,7 @@ def run_bot(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProce
     )
 
 
+@pytest.mark.process
 def test_missing_token_is_one_clear_line(tmp_path: Path):
     done = run_bot(tmp_path)
     assert done.returncode == 2
@@ -43,12 +44,14 @@ def test_missing_token_is_one_clear_line(tmp_path: Path):
     assert "DISCORD_TOKEN is not set" in done.stderr
 
 
+@pytest.mark.process
 def test_missing_model_is_one_clear_line(tmp_path: Path):
     done = run_bot(tmp_path, DISCORD_TOKEN="x")
     assert done.returncode == 2
     assert "OPENAI_MODEL is not set" in done.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.process
 def test_a_bad_memory_setting_names_its_variable(tmp_path: Path):
     done = run_bot(tmp_path, DISCORD_TOKEN="x", OPENAI_MODEL="m", STM_RENDER_MODE="loud")
     assert done.returncode == 2 and "STM_RENDER_MODE" in done.stderr
@@ -174,6 +177,7 @@ def test_a_database_that_cannot_be_used_stops_the_start_in_one_line(
     _assert_one_line_about(done, path)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_a_read_only_folder_stops_the_start_in_one_line(
     tmp_path: Path,
@@ -199,6 +203,7 @@ def test_the_demo_ignores_the_operators_memory_settings(
     assert "Demo finished." in done.stdout and "Traceback" not in done.stderr
 
 
+@pytest.mark.process
 def test_dotenv_covers_the_bots_own_variables(tmp_path: Path):
     (tmp_path / ".env").write_text(
         "DISCORD_TOKEN=from-dotenv\nOPENAI_MODEL=m\nOPENAI_BASE_URL=http://h\n"
@@ -208,6 +213,7 @@ def test_dotenv_covers_the_bots_own_variables(tmp_path: Path):
     _assert_one_line_about(run_bot(tmp_path), tmp_path / "stm.sqlite3")
 
 
+@pytest.mark.process
 def test_no_voice_library_warnings_at_start(tmp_path: Path):
     done = subprocess.run(
         [sys.executable, str(ROOT / "bot.py"), "--console"],

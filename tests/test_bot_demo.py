@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.process
 
 
 def test_demo_runs_offline_and_shows_every_stage(tmp_path: Path) -> None:

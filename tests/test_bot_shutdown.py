@@ -22,6 +22,7 @@ import pytest
 from stm.store.shred import readable
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.process
 PROMPT = re.compile(r"\w+@[\w/]+(?: persona \d+)?> ")
 # How long a step may take before the test gives up: a guard against hanging, not a measure.
 DEADLINE = 8.0

@@ -374,6 +374,7 @@ def test_check_a_sound_and_a_damaged_database(db: Path) -> None:
     assert isinstance(data, dict) and data["ok"] is False and len(data["foreign_keys"]) == 1
 
 
+@pytest.mark.process
 def test_colour_only_on_a_terminal(db: Path) -> None:
     """The same command is coloured on a terminal and plain through a pipe."""
     piped = stm(db, "check")
@@ -383,6 +384,7 @@ def test_colour_only_on_a_terminal(db: Path) -> None:
     assert "\x1b[32mok" in shown.out
 
 
+@pytest.mark.process
 def test_progress_only_on_a_terminal(db: Path) -> None:
     """A purge says what it is waiting for on a terminal's stderr, and nothing of it
     through a pipe."""
@@ -394,6 +396,7 @@ def test_progress_only_on_a_terminal(db: Path) -> None:
 
 
 # -- changing -----------------------------------------------------------------------
+@pytest.mark.process
 def test_purge_user_asks_first(db: Path) -> None:
     """purge-user asks on a terminal: 'n' changes nothing (status 1), 'y' purges; without
     a terminal and without --yes it refuses and changes nothing."""
@@ -432,6 +435,7 @@ def test_purge_user_in_one_server(db: Path) -> None:
     _assert_user_42_purged(db, server=100)
 
 
+@pytest.mark.process
 def test_purge_channel(db: Path) -> None:
     """purge-channel asks, then erases every scope of the channel and leaves no trace."""
     before = rows(db)
@@ -480,6 +484,7 @@ def test_janitor(expired: Path) -> None:
     assert set(rows(path)) == {"shortterm:user:5:50", "shortterm:server:100:50"}
 
 
+@pytest.mark.process
 def test_janitor_asks_on_a_terminal(expired: Path) -> None:
     """janitor asks on a terminal; 'n' deletes nothing (status 1)."""
     before = rows(expired)
@@ -658,6 +663,7 @@ def test_installed_as_a_console_script() -> None:
     assert "migrate" in help_.out and "check" in help_.out
 
 
+@pytest.mark.process
 def test_a_process_exits_with_the_commands_status(db: Path) -> None:
     """``python -m stm`` as a process: status 0 when done, 1 when a command fails or
     finds a problem, 2 for a bad argument; each failure one line on stderr."""

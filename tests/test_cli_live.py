@@ -24,6 +24,7 @@ PURGED = "WORDS-OF-USER-42-3b7e"
 PURGED_SUMMARY = "SUMMARY-HOLDING-USER-42-c1d9"
 KEPT = "WORDS-OF-USER-7-88aa"
 BOTH_STORES = True
+pytestmark = pytest.mark.process
 
 
 class Bot:

@@ -76,6 +76,7 @@ def test_stats_show_export_and_check(pg: str, tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.process
 def test_a_purge_asks_on_a_terminal(pg: str, tmp_path: Path) -> None:
     """purge-user asks first on a terminal: 'n' changes nothing (status 1)."""
     before = rows(pg)
@@ -146,6 +147,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.process
 def test_a_locked_table_is_named(pg: str, tmp_path: Path) -> None:
     """While another session holds the memories table locked, reads and purges give up
     after STM_BUSY_TIMEOUT_MS (as lock_timeout) with one line saying it is locked."""

@@ -22,6 +22,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
 import wheelhouse
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -120,6 +121,7 @@ def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
+@pytest.mark.process
 def test_the_wheel_loads_next_to_a_bots_own_cogs_package(tmp_path: Path):
     source = tmp_path / "source"
     source.mkdir()

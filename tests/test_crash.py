@@ -31,6 +31,7 @@ from stm.store.shred import readable
 
 WRITER = Path(__file__).with_name("crash_writer.py")
 ROOT = WRITER.parent.parent
+pytestmark = pytest.mark.process
 
 
 @dataclass

@@ -68,6 +68,7 @@ async def write_lock(db_path: Path) -> AsyncIterator[None]:
         assert await holder.wait() == 0
 
 
+@pytest.mark.process
 async def test_locked_database(open_memory: Opener, db_path: Path) -> None:
     """Another process holds the write lock past busy_timeout_ms: start-up still works, the
     upgrade is refused as not saved, captures go on in memory, a clear is retried until
@@ -168,6 +169,7 @@ def read_only(path: Path) -> Iterator[None]:
         subprocess.run(undo, check=True)
 
 
+@pytest.mark.process
 async def test_read_only_file_fails_at_start_up(open_memory: Opener, db_path: Path) -> None:
     """A database file that cannot be written is refused at start-up, naming the file."""
     first = await open_memory()
@@ -246,6 +248,7 @@ async def test_database_from_a_newer_schema(open_memory: Opener, db_path: Path) 
     assert db_path.read_bytes() == before
 
 
+@pytest.mark.process
 async def test_pending_purge_survives_a_restart(open_memory: Opener, db_path: Path) -> None:
     """A purge that cannot be committed (another process holds the write lock) is kept in
     the pending journal when close() gives up; the next open applies it before serving

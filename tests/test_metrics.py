@@ -164,6 +164,7 @@ async def test_prometheus_text_has_the_same_numbers(open_memory: Opener) -> None
     assert registry.get_sample_value("stm_upgrades_total") == 1
 
 
+@pytest.mark.process
 def test_the_client_is_imported_only_when_used() -> None:
     """Importing stm (and stm.prometheus) does not import prometheus_client; using the
     adapter without it says which extra to install."""

@@ -24,6 +24,7 @@ from stm.store import open_store
 from stm.store.base import LoadRows
 
 BOTH_STORES = True
+pytestmark = pytest.mark.process
 ROOT = Path(__file__).resolve().parent.parent
 COHERENCE = 1.0
 SERVER = 100

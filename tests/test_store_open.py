@@ -13,6 +13,7 @@ from store_open_worker import open_in_step
 from stm.store.sqlite import MIGRATIONS, SQLiteStore
 
 PROCESSES = 4
+pytestmark = pytest.mark.process
 
 
 @pytest.mark.parametrize(
