@@ -139,6 +139,33 @@ async def test_postgres_listener_loss_wakes_and_reconnects(pg: Any) -> None:
     assert await waiter
 
 
+async def test_postgres_listener_cancelled_while_it_starts_is_closed(
+    pg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower cancelled (its memory closing) between connecting the listening
+    connection and its LISTEN leaves no connection open behind it."""
+    import asyncpg
+
+    store = await pg()
+    started, connections = asyncio.Event(), []
+    add_listener = asyncpg.Connection.add_listener
+
+    async def slow_listen(self: Any, channel: str, callback: Any) -> None:
+        connections.append(self)
+        started.set()
+        await asyncio.sleep(30)
+        await add_listener(self, channel, callback)
+
+    monkeypatch.setattr(asyncpg.Connection, "add_listener", slow_listen)
+    waiter = asyncio.ensure_future(store.wait_for_change(30))
+    await started.wait()
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    (connection,) = connections
+    assert connection.is_closed()
+
+
 async def test_postgres_stores_opening_a_new_schema_at_once_all_succeed(
     postgres_url: str,
 ) -> None:

@@ -325,7 +325,12 @@ class PostgresStore:
     async def _listen(self) -> None:
         asyncpg = _asyncpg()
         listener = await asyncpg.connect(self._dsn)
-        await listener.add_listener(CHANNEL, self._on_notify)
+        try:
+            await listener.add_listener(CHANNEL, self._on_notify)
+        except BaseException:
+            # Failed, or cancelled by a closing memory: nothing else holds it to close.
+            listener.terminate()
+            raise
         listener.add_termination_listener(self._on_lost)
         self._listener = listener
         # Whatever committed while nobody listened is only found by reading.
