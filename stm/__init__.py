@@ -26,6 +26,7 @@ from .models import (
     ToolResult,
     TurnContext,
 )
+from .placement import place
 from .tools import Tool, ToolRegistry
 
 __all__ = [
@@ -51,4 +52,5 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "TurnContext",
+    "place",
 ]
