@@ -27,9 +27,11 @@ from .models import (
     TurnContext,
 )
 from .placement import place
+from .tool.forms import TOOL_APIS, convert_tool_definition
 from .tools import Tool, ToolRegistry
 
 __all__ = [
+    "TOOL_APIS",
     "Category",
     "ConfigError",
     "DialogueMessage",
@@ -52,5 +54,6 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "TurnContext",
+    "convert_tool_definition",
     "place",
 ]
