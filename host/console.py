@@ -13,11 +13,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cogs.short_term_memory import EXTENSION
+from cogs.testing import option, subcommand
 from stm import STMConfig
 
 from .demo import make_bot, settle
 from .models import ChatModel, ScriptedModel
-from .offline import option, subcommand
 from .pipeline import ChatPipeline
 from .prompt import Message
 from .world import Person, Place, World

@@ -14,11 +14,11 @@ import discord
 from discord.ext import commands
 
 from cogs.short_term_memory import EXTENSION
+from cogs.testing import option, subcommand
 from stm import STMConfig, ToolRegistry
 from stm.keys import server_key, user_key
 
 from .models import ScriptedModel
-from .offline import option, subcommand
 from .pipeline import ChatPipeline
 from .prompt import Message
 from .world import OWNER_ID, Person, Place, World

@@ -4,7 +4,8 @@ Builds the wheel from a copy of the sources, installs it (without dependencies, 
 come from the system site-packages) into a new venv, and runs the sample bot from
 ``examples/sample_bot`` there, from another working directory: one turn through the
 installed extension, an upgrade, then the extension unloaded and loaded by its dotted
-name, with the durable memory still there.
+name, with the durable memory still there; then the sample bot's own tests, written with
+the installed ``discord_stm.testing``.
 """
 
 from __future__ import annotations
@@ -149,3 +150,7 @@ def test_the_wheel_loads_next_to_a_bots_own_cogs_package(tmp_path: Path):
     assert result["after_reload"] == "Ann plans a Lisbon trip"
     assert result["tool_after_reload"] is True
     assert (elsewhere / "memory.sqlite3").exists()
+
+    # The sample bot's own tests, written with discord_stm.testing, pass against the wheel.
+    tests = run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=sample, env=env)
+    assert " passed" in tests.splitlines()[-1] and "failed" not in tests.splitlines()[-1]
