@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
+
+import discord
 
 __all__ = [
     "APPLICATION_ID",
@@ -25,12 +26,14 @@ APPLICATION_ID = 900_000_000_000_000_001
 VIEW_CHANNEL = 1 << 10
 SEND_MESSAGES = 1 << 11
 TIMESTAMP = "2025-01-01T00:00:00+00:00"
-_ids = itertools.count(1_000_000_000_000_000)
+_last_id = 0
 
 
 def snowflake() -> int:
-    """A fresh id, unique in this process."""
-    return next(_ids)
+    """A fresh id, unique in this process, whose time (``created_at``) is now."""
+    global _last_id
+    _last_id = max(discord.utils.time_snowflake(discord.utils.utcnow()), _last_id + 1)
+    return _last_id
 
 
 def user_payload(user_id: int, name: str, *, bot: bool = False) -> dict[str, Any]:

@@ -1,0 +1,16 @@
+"""``python -m discord_stm.red``: the cog path to give Red, and the commands to load the cog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+COG_PATH = Path(__file__).resolve().parent / "cogpath"
+
+print(
+    f"In Discord, as the bot's owner ([p] is your prefix):\n"
+    f"  [p]addpath {COG_PATH}\n"
+    f"  [p]load shorttermmemory\n"
+    f"  [p]slash enablecog discord_stm\n"
+    f"  [p]slash sync\n"
+    f"Or start Red with --cog-path {COG_PATH} --load-cogs shorttermmemory"
+)
