@@ -46,7 +46,8 @@ def red_config() -> STMConfig:
     return config.model_copy(update={"database": str(folder / "stm.sqlite3")})
 
 
-class RedShortTermMemory(ShortTermMemoryCog, red_commands.Cog, name=COG_NAME):
+# Without Red installed (mypy in the dev venv) its Cog is Any.
+class RedShortTermMemory(ShortTermMemoryCog, red_commands.Cog, name=COG_NAME):  # type: ignore[misc]
     """Short-term memory of conversations, as a Red cog: ``bot.get_cog(COG_NAME).memory``.
 
     Red bots have no ``bot.tools``: without one the cog keeps its own ``ToolRegistry``
