@@ -30,7 +30,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--sync", action="store_true", help="sync the slash commands with Discord on start"
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="the console logs at INFO with tracebacks of model failures (-vv: DEBUG, "
+        "with the HTTP client's requests)",
+    )
+    parser.add_argument(
+        "--log-level", help="logging level (default INFO on Discord, WARNING in the console)"
+    )
     return parser
 
 
@@ -39,6 +49,19 @@ class _NoVoiceWarnings(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "voice will NOT be supported" not in record.getMessage()
+
+
+HTTP_LOGGERS = ("httpx", "httpcore", "openai")
+
+
+def _log_level(args: argparse.Namespace) -> str | int:
+    if args.log_level:
+        return str(args.log_level).upper()
+    if args.demo:
+        return logging.WARNING
+    levels = (logging.WARNING if args.console else logging.INFO, logging.INFO, logging.DEBUG)
+    # The console's terminal is the chat: warnings only, unless asked for more.
+    return levels[min(args.verbose, 2)]
 
 
 def startup_problem(exc: BaseException) -> str | None:
@@ -79,9 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     from host.env import discord_token, load_dotenv, model_from_env
     from host.shutdown import run_until_signalled
 
-    level = logging.WARNING if args.demo else args.log_level.upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=_log_level(args), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("discord.client").addFilter(_NoVoiceWarnings())
+    if args.console and args.verbose < 2:
+        # A line per model request would land in the middle of the conversation.
+        for name in HTTP_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     try:
         if args.demo:
             # The demo's memory lives in a temporary folder and ignores the STM_* settings.

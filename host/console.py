@@ -147,8 +147,8 @@ class Console:
             record = await self.pipeline.run_turn(ctx, text, history=history[-HISTORY:])
         except Exception as exc:
             # As on Discord: the turn is lost, the session is not. The model's endpoint may
-            # be down, unknown or slow; say which, in one line.
-            log.warning("generation failed", exc_info=True)
+            # be down, unknown or slow; say which, in one line (the traceback with -v).
+            log.info("generation failed", exc_info=True)
             detail = " ".join(str(exc).split())[:200]
             self.out(f"(the model could not answer: {type(exc).__name__}: {detail})")
             return
