@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
+from pathlib import Path
 
 from stm import ConfigError, SchemaVersionError, STMConfig, StoreError
 
@@ -87,11 +89,35 @@ def startup_problem(exc: BaseException) -> str | None:
 
 
 async def _check_database(config: STMConfig) -> None:
-    """Open and close the memory once, so a bad database stops the start before logging in."""
-    from stm import ShortTermMemory
+    """Stop a start that cannot use the database before logging in, without creating it.
 
-    async with ShortTermMemory.open(config):
-        pass
+    An existing database is opened read-only, which finds a corrupt file or a newer
+    schema; a missing file needs only a folder it can be created in. The memory's own
+    open, in the cog, creates it, and so knows that it starts empty.
+    """
+    from stm.store.inspect import NoDatabase, file_missing, open_inspector
+
+    if config.database == ":memory:":
+        return
+    if file_missing(config):
+        await asyncio.to_thread(_check_creatable, config.database)
+        return
+    try:
+        inspector = await open_inspector(config, require_current=False)
+    except NoDatabase:
+        return  # a PostgreSQL database without the schema yet: the memory creates it
+    await inspector.close()
+
+
+def _check_creatable(database: str) -> None:
+    path = Path(database).expanduser()
+    if path.is_dir():
+        raise StoreError(f"{path} is a folder, not a database file")
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot create {path}: {folder} is not a folder this user can write to")
 
 
 def main(argv: list[str] | None = None) -> int:
