@@ -1,7 +1,7 @@
 """The wheel, installed into a fresh venv, loads beside a bot's own ``cogs/`` package.
 
 Builds the wheel from a copy of the sources, installs it (without dependencies, which
-come from the system site-packages) into a new venv, and runs the sample bot from
+come from the environment running the test) into a new venv, and runs the sample bot from
 ``examples/sample_bot`` there, from another working directory: one turn through the
 installed extension, an upgrade, then the extension unloaded and loaded by its dotted
 name, with the durable memory still there; then the sample bot's own tests, written with
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site as site_module
 import subprocess
 import sys
 import textwrap
@@ -118,6 +119,12 @@ def test_the_wheel_loads_next_to_a_bots_own_cogs_package(tmp_path: Path):
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv, cwd=tmp_path)
     python = venv / "bin" / "python"
+    # The dependencies (and pytest, for the sample's tests) come from the environment
+    # running this test, which may itself be a venv that the base interpreter's
+    # system site-packages do not include. The wheel installed into the venv comes first.
+    (next((venv / "lib").glob("python3*")) / "site-packages" / "running-env.pth").write_text(
+        "\n".join(site_module.getsitepackages())
+    )
     run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed",
         wheel, cwd=tmp_path)  # fmt: skip
 

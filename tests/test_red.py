@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from cogs.short_term_memory import COG_NAME
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "stm", "cogs")
 
@@ -68,7 +70,7 @@ def test_red_loads_the_cog_runs_a_turn_purges_and_unloads(red_python: Path, tmp_
     assert seen["load"] == ["Loaded `shorttermmemory`."]
     assert seen["cog"] == "discord_stm.red.cog.RedShortTermMemory"  # found by COG_NAME
     assert "/memory forget" in seen["statement"] and "[p]mydata forgetme" in seen["statement"]
-    assert seen["database"] == str(tmp_path / "red" / "cogs" / "ShortTermMemory" / "stm.sqlite3")
+    assert seen["database"] == str(tmp_path / "red" / "cogs" / COG_NAME / "stm.sqlite3")
     # Red keeps app commands off until the owner enables them, as the guide says.
     assert seen["slash_before"] is False and seen["enable"][0].startswith("Enabled 4 commands")
     assert seen["slash_after"] == ["memory", "memory-settings", "purge-memory", "refresh"]
