@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
+from pathlib import Path
 
 from stm import ConfigError, SchemaVersionError, STMConfig, StoreError
 
@@ -30,7 +32,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--sync", action="store_true", help="sync the slash commands with Discord on start"
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="the console logs at INFO with tracebacks of model failures (-vv: DEBUG, "
+        "with the HTTP client's requests)",
+    )
+    parser.add_argument(
+        "--log-level", help="logging level (default INFO on Discord, WARNING in the console)"
+    )
     return parser
 
 
@@ -39,6 +51,19 @@ class _NoVoiceWarnings(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "voice will NOT be supported" not in record.getMessage()
+
+
+HTTP_LOGGERS = ("httpx", "httpcore", "openai")
+
+
+def _log_level(args: argparse.Namespace) -> str | int:
+    if args.log_level:
+        return str(args.log_level).upper()
+    if args.demo:
+        return logging.WARNING
+    levels = (logging.WARNING if args.console else logging.INFO, logging.INFO, logging.DEBUG)
+    # The console's terminal is the chat: warnings only, unless asked for more.
+    return levels[min(args.verbose, 2)]
 
 
 def startup_problem(exc: BaseException) -> str | None:
@@ -64,11 +89,35 @@ def startup_problem(exc: BaseException) -> str | None:
 
 
 async def _check_database(config: STMConfig) -> None:
-    """Open and close the memory once, so a bad database stops the start before logging in."""
-    from stm import ShortTermMemory
+    """Stop a start that cannot use the database before logging in, without creating it.
 
-    async with ShortTermMemory.open(config):
-        pass
+    An existing database is opened read-only, which finds a corrupt file or a newer
+    schema; a missing file needs only a folder it can be created in. The memory's own
+    open, in the cog, creates it, and so knows that it starts empty.
+    """
+    from stm.store.inspect import NoDatabase, file_missing, open_inspector
+
+    if config.database == ":memory:":
+        return
+    if file_missing(config):
+        await asyncio.to_thread(_check_creatable, config.database)
+        return
+    try:
+        inspector = await open_inspector(config, require_current=False)
+    except NoDatabase:
+        return  # a PostgreSQL database without the schema yet: the memory creates it
+    await inspector.close()
+
+
+def _check_creatable(database: str) -> None:
+    path = Path(database).expanduser()
+    if path.is_dir():
+        raise StoreError(f"{path} is a folder, not a database file")
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot create {path}: {folder} is not a folder this user can write to")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,9 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     from host.env import discord_token, load_dotenv, model_from_env
     from host.shutdown import run_until_signalled
 
-    level = logging.WARNING if args.demo else args.log_level.upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=_log_level(args), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("discord.client").addFilter(_NoVoiceWarnings())
+    if args.console and args.verbose < 2:
+        # A line per model request would land in the middle of the conversation.
+        for name in HTTP_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     try:
         if args.demo:
             # The demo's memory lives in a temporary folder and ignores the STM_* settings.

@@ -13,11 +13,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cogs.short_term_memory import EXTENSION
+from cogs.testing import option, subcommand
 from stm import STMConfig
 
 from .demo import make_bot, settle
 from .models import ChatModel, ScriptedModel
-from .offline import option, subcommand
 from .pipeline import ChatPipeline
 from .prompt import Message
 from .world import Person, Place, World
@@ -147,8 +147,8 @@ class Console:
             record = await self.pipeline.run_turn(ctx, text, history=history[-HISTORY:])
         except Exception as exc:
             # As on Discord: the turn is lost, the session is not. The model's endpoint may
-            # be down, unknown or slow; say which, in one line.
-            log.warning("generation failed", exc_info=True)
+            # be down, unknown or slow; say which, in one line (the traceback with -v).
+            log.info("generation failed", exc_info=True)
             detail = " ".join(str(exc).split())[:200]
             self.out(f"(the model could not answer: {type(exc).__name__}: {detail})")
             return

@@ -14,11 +14,11 @@ import discord
 from discord.ext import commands
 
 from cogs.short_term_memory import EXTENSION
+from cogs.testing import option, subcommand
 from stm import STMConfig, ToolRegistry
 from stm.keys import server_key, user_key
 
 from .models import ScriptedModel
-from .offline import option, subcommand
 from .pipeline import ChatPipeline
 from .prompt import Message
 from .world import OWNER_ID, Person, Place, World
@@ -122,7 +122,8 @@ class Demo:
             f"turns since refresh {entry.turns_since_refresh}, distilled: {distilled}"
         )
 
-    def show_rows(self, database: Path) -> None:
+    async def show_rows(self, database: Path) -> None:
+        """What the file holds, beside what the library reads from it."""
         with sqlite3.connect(database) as db:
             rows = db.execute(
                 "SELECT key, summary, categories FROM short_term_memories ORDER BY key"
@@ -131,7 +132,18 @@ class Demo:
         if not rows:
             self.say("(no rows)")
         for key, summary, categories in rows:
-            self.say(f"{key}: summary={summary!r} categories={categories}")
+            stored = ", ".join(
+                f"{name} {_stored(value)}"
+                for name, value in (("summary", summary), ("categories", categories))
+            )
+            entry = await self.pipeline.memory.get_entry(key)
+            read = "nothing (expired or cleared)"
+            if entry is not None:
+                read = json.dumps(entry.summary) if entry.summary else "no summary"
+                if entry.categories:
+                    read += f", categories {json.dumps(entry.categories)}"
+            self.say(f"{key}: {stored}")
+            self.say(f"-> the library decrypts: {read}", 6)
 
     async def command(
         self, name: str, *options: dict[str, object], person: Person, place: Place, **extra: object
@@ -142,6 +154,15 @@ class Demo:
         for reply in replies:
             tag = "ephemeral" if reply.ephemeral else "public"
             self.say(f"[{tag}] {self.world.readable(reply.content)}", 6)
+
+
+def _stored(value: object) -> str:
+    """A stored column as the demo shows it: ciphertext by its size, never its bytes."""
+    if value is None or value in ("", "{}"):
+        return "empty"
+    if isinstance(value, bytes):
+        return f"encrypted, {len(value)} bytes"
+    return repr(value)
 
 
 async def _first_life(demo: Demo, database: Path) -> None:
@@ -162,8 +183,9 @@ async def _first_life(demo: Demo, database: Path) -> None:
     demo.stage("2. The cadence nudge makes the model call update_short_term_memory")
     await demo.turn(alice, general, "Which tram goes up to the castle?")
     await memory.flush()
-    demo.say("stored rows in the SQLite file (crude messages are never stored):")
-    demo.show_rows(database)
+    demo.say("stored rows in the SQLite file (crude messages are never stored; distilled text")
+    demo.say("is encrypted under a key per row, which a purge overwrites):")
+    await demo.show_rows(database)
 
     demo.stage("3. Rendered context: the same channel, another channel, and where it must not go")
     await demo.show_context(alice, general, "same channel: only the distilled notes")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import re
 import time
 from dataclasses import dataclass
@@ -11,19 +10,17 @@ from typing import Any
 import discord
 from discord.ext import commands
 
-from cogs.utils.context import turn_context_from_message
-from stm import TurnContext
-
-from .offline import (
-    TIMESTAMP,
+from cogs.testing import (
     OfflineDiscord,
+    Place,
     Reply,
     channel_payload,
     dm_channel_payload,
     guild_payload,
-    message_payload,
-    user_payload,
 )
+from cogs.testing import Person as OfflinePerson
+from cogs.utils.context import turn_context_from_message
+from stm import TurnContext
 
 __all__ = ["ADMIN", "OWNER_ID", "Person", "Place", "World", "relative_time"]
 
@@ -47,29 +44,10 @@ def relative_time(moment: float, now: float) -> str:
 
 
 @dataclass(frozen=True)
-class Person:
-    """A member of the world: ``permissions`` are theirs in every server."""
+class Person(OfflinePerson):
+    """A member of the world, called by ``key`` in the console: ``/as alice``."""
 
-    key: str
-    id: int
-    name: str
-    permissions: int = 0
-
-    @property
-    def payload(self) -> dict[str, Any]:
-        return user_payload(self.id, self.name)
-
-
-@dataclass(frozen=True)
-class Place:
-    """A channel someone can talk in: ``server/channel``, or ``dm`` for a person's DM."""
-
-    key: str
-    payload: dict[str, Any]
-
-    @property
-    def id(self) -> int:
-        return int(self.payload["id"])
+    key: str = ""
 
 
 class World:
@@ -77,15 +55,14 @@ class World:
 
     def __init__(self, bot: commands.Bot, *, bot_name: str = "Assistant") -> None:
         self.bot = bot
-        self._message_ids = itertools.count(800_000)
         self.offline = OfflineDiscord(bot, bot_name=bot_name)
         self.people = {
             p.key: p
             for p in (
-                Person("alice", 501, "Alice"),
-                Person("bob", 502, "Bob"),
-                Person("carol", OWNER_ID, "Carol", permissions=ADMIN),
-                Person("dan", 504, "Dan", permissions=MANAGE_SERVER),
+                Person(501, "Alice", key="alice"),
+                Person(502, "Bob", key="bob"),
+                Person(OWNER_ID, "Carol", ADMIN, key="carol"),
+                Person(504, "Dan", MANAGE_SERVER, key="dan"),
             )
         }
         harbor = [
@@ -123,19 +100,7 @@ class World:
 
     def message(self, person: Person, place: Place, text: str) -> discord.Message:
         """The ``discord.Message`` the gateway would deliver for ``person`` saying ``text``."""
-        state = self.bot._connection
-        data = message_payload(
-            text, author=person.payload, channel_id=place.id, message_id=next(self._message_ids)
-        )
-        channel: Any
-        if "guild_id" in place.payload:
-            guild = self.bot.get_guild(int(place.payload["guild_id"]))
-            channel = guild.get_channel_or_thread(place.id) if guild else None
-            data["guild_id"] = place.payload["guild_id"]
-            data["member"] = {"roles": [], "joined_at": TIMESTAMP, "deaf": False, "mute": False}
-        else:
-            channel = discord.DMChannel(me=state.user, state=state, data=place.payload)  # type: ignore[arg-type]
-        return discord.Message(state=state, channel=channel, data=data)  # type: ignore[arg-type]
+        return self.offline.message(person, place, text)
 
     def context(
         self, person: Person, place: Place, text: str, *, persona_id: int | None = None
@@ -147,11 +112,4 @@ class World:
         self, name: str, *options: dict[str, Any], person: Person, place: Place, **extra: Any
     ) -> list[Reply]:
         """``person`` uses ``/name`` in ``place``; returns the bot's replies."""
-        return await self.offline.command(
-            name,
-            *options,
-            user=person.payload,
-            channel=place.payload,
-            permissions=person.permissions,
-            **extra,
-        )
+        return await self.offline.command(name, *options, user=person, channel=place, **extra)

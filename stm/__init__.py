@@ -26,9 +26,12 @@ from .models import (
     ToolResult,
     TurnContext,
 )
+from .placement import place
+from .tool.forms import TOOL_APIS, convert_tool_definition
 from .tools import Tool, ToolRegistry
 
 __all__ = [
+    "TOOL_APIS",
     "Category",
     "ConfigError",
     "DialogueMessage",
@@ -51,4 +54,6 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "TurnContext",
+    "convert_tool_definition",
+    "place",
 ]

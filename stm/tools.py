@@ -6,6 +6,7 @@ import logging
 from typing import Any, Protocol, runtime_checkable
 
 from .models import ToolResult, TurnContext
+from .tool.forms import TOOL_APIS, convert_tool_definition
 
 __all__ = ["Tool", "ToolRegistry"]
 
@@ -51,15 +52,27 @@ class ToolRegistry:
         """The tool called ``name``, or None."""
         return self._tools.get(name)
 
-    def definitions(self, ctx: TurnContext) -> list[dict[str, Any]]:
-        """The OpenAI-form definitions of the tools available to this turn; a tool whose
-        definition fails is logged and left out, so it cannot take the others down."""
+    def definitions(self, ctx: TurnContext, api: str = "openai") -> list[dict[str, Any]]:
+        """The definitions of the tools available to this turn, in ``api``'s form.
+
+        ``api`` is ``"openai"`` (function tools, the default), ``"anthropic"``
+        (``{name, description, input_schema}``) or ``"gemini"`` (function declarations,
+        sent as ``{"function_declarations": [...]}``); see ``stm.convert_tool_definition``.
+        A tool whose definition fails, or cannot be put in that form, is logged and left
+        out, so it cannot take the others down.
+        """
+        if api not in TOOL_APIS:
+            raise ValueError(f"unknown tool API {api!r}: one of {', '.join(TOOL_APIS)}")
         found = []
         for tool in self._tools.values():
             try:
                 definition = tool.definition(ctx)
+                if definition is not None and api != "openai":
+                    definition = convert_tool_definition(definition, api)
             except Exception:
-                log.exception("tool %s has no definition (channel %s)", tool.name, ctx.channel_id)
+                log.exception(
+                    "tool %s has no %s definition (channel %s)", tool.name, api, ctx.channel_id
+                )
                 continue
             if definition is not None:
                 found.append(definition)

@@ -10,8 +10,8 @@ from typing import Any
 from discord.ext import commands
 
 from cogs.short_term_memory import COG_NAME, EXTENSION
+from cogs.testing import Reply
 from host.demo import make_bot, settle
-from host.offline import Reply
 from host.world import World
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 

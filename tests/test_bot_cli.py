@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import socket
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from aiohttp import web
 
 from bot import main as bot_main
 from host.console import run_console
@@ -302,3 +304,93 @@ async def test_as_in_a_dm_moves_to_that_users_dm(tmp_path: Path):
     assert "Bob@dm> " in out and out.count("Alice@dm> ") == 2  # before and after bob
     show = next(line for line in out if "only you see this" in line)
     assert "a secret for the bot" in show  # bob's own DM, where he spoke
+
+
+async def _console_process(
+    tmp_path: Path, base_url: str, *flags: str, lines: str = "hello\n/quit\n"
+) -> tuple[str, str]:
+    """``bot.py --console`` as a process against ``base_url``, fed ``lines``."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "STM_"))}
+    env = {**base, "OPENAI_MODEL": "local", "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "k",
+           "STM_DATABASE": str(tmp_path / "console.sqlite3")}  # fmt: skip
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "bot.py"), "--console", *flags,
+        cwd=tmp_path, env=env, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(lines.encode()), 120)
+    assert process.returncode == 0, err.decode()
+    return out.decode(), err.decode()
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.process
+async def test_a_model_that_cannot_be_reached_is_one_line_in_the_console(tmp_path: Path):
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    out, err = await _console_process(tmp_path, url)
+    failures = [line for line in out.splitlines() if "(the model could not answer" in line]
+    assert len(failures) == 1 and "APIConnectionError" in failures[0]
+    assert "Traceback" not in err and "Traceback" not in out
+    # -v asks for the traceback.
+    _, verbose = await _console_process(tmp_path, url, "-v")
+    assert "Traceback" in verbose and "APIConnectionError" in verbose
+
+
+@pytest.mark.process
+async def test_the_http_clients_request_log_stays_out_of_the_console(tmp_path: Path):
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response({
+            "id": "c1", "object": "chat.completion", "created": 0, "model": "local",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "Hi from the model."}}],
+        })  # fmt: skip
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+        out, err = await _console_process(tmp_path, url)
+        assert "Assistant: Hi from the model." in out
+        assert "HTTP Request" not in out + err
+        # Asked for everything (-vv), the requests are logged.
+        _, debug = await _console_process(tmp_path, url, "-vv")
+        assert "HTTP Request: POST" in debug
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_start_up_check_creates_nothing_so_the_real_open_starts_empty(tmp_path: Path):
+    """bot.py checks the database before logging in; the cog's open is the first one."""
+    from bot import _check_database
+    from stm import ShortTermMemory
+
+    database = tmp_path / "data" / "stm.sqlite3"
+    config = STMConfig(database=str(database))
+    await _check_database(config)
+    assert not database.exists() and not database.parent.exists()
+    async with ShortTermMemory.open(config) as memory:
+        assert memory.store.empty_at_open  # first turns need not read the database
+    await _check_database(config)  # an existing database: read-only, and fine
+
+
+async def test_the_start_up_check_refuses_a_place_no_file_can_be_made(tmp_path: Path):
+    from bot import _check_database, startup_problem
+    from stm import StoreError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    for where in (blocker / "stm.sqlite3", tmp_path):
+        with pytest.raises(StoreError) as caught:
+            await _check_database(STMConfig(database=str(where)))
+        problem = startup_problem(caught.value)
+        assert problem is not None and "STM_DATABASE" in problem
+    assert blocker.read_text() == "not a folder"

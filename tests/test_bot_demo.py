@@ -32,6 +32,10 @@ def test_demo_runs_offline_and_shows_every_stage(tmp_path: Path) -> None:
         assert f"=== {stage}." in out
     assert "shortterm:user:501:1101" in out and "shortterm:server:1100:1101" in out
     assert "model calls update_short_term_memory" in out
+    # Stored distilled text is ciphertext, shown by its size beside what the library reads.
+    assert "shortterm:server:1100:1101: summary encrypted, " in out
+    assert '-> the library decrypts: "Recent topics:' in out
+    assert "=b'" not in out and "\\x" not in out
     assert "<- ok:" in out
     assert "cleared the short-term memory of this channel" in out
     assert "Slow down" in out

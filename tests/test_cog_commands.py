@@ -11,13 +11,13 @@ import discord
 import pytest
 from discord_fakes import harness
 
+from cogs.testing import channel_payload, message_payload, option, subcommand
 from cogs.utils.context import turn_context_from_interaction, turn_context_from_message
-from host.offline import channel_payload, message_payload, option, subcommand
 from host.world import ADMIN, Person, Place
 from stm import DialogueMessage, DurabilityError, GenerationFinished
 from stm.keys import server_key, user_key
 
-EVE = Person("eve", 505, "Eve", permissions=ADMIN)  # a server admin who does not own the bot
+EVE = Person(505, "Eve", ADMIN, key="eve")  # a server admin who does not own the bot
 
 
 def only(replies: list, *, ephemeral: bool = True) -> str:

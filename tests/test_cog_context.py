@@ -6,9 +6,9 @@ from pathlib import Path
 
 from discord_fakes import harness
 
+from cogs.testing import channel_payload, guild_payload
 from cogs.utils.context import turn_context_from_interaction
 from cogs.utils.formatting import chunk_text, truncate
-from host.offline import channel_payload, guild_payload
 from host.world import Place
 
 

@@ -5,7 +5,8 @@ other site-packages, its dependencies from wheels of the ones this environment h
 (tests/wheelhouse.py), so it works offline and from inside any venv. Then runs the sample
 bot from ``examples/sample_bot`` there, from another working directory: one turn through
 the installed extension, an upgrade, then the extension unloaded and loaded by its dotted
-name, with the durable memory still there.
+name, with the durable memory still there; then the sample bot's own tests, written with
+the installed ``discord_stm.testing`` (pytest comes from the wheelhouse too).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
+# What the sample bot's own tests need besides the wheel (dev dependencies of this project).
+SAMPLE_TEST_TOOLS = ("pytest", "pytest-asyncio")
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "stm", "cogs")
 
@@ -148,10 +151,10 @@ def test_the_wheel_loads_next_to_a_bots_own_cogs_package(tmp_path: Path):
     config = (venv / "pyvenv.cfg").read_text()
     assert "include-system-site-packages = false" in config
     wheels = tmp_path / "wheels"
-    wheelhouse.build(requires, wheels)
+    wheelhouse.build([*requires, *SAMPLE_TEST_TOOLS], wheels)
     python = venv / "bin" / "python"
     run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-index",
-        "--find-links", wheels, wheel, cwd=tmp_path)  # fmt: skip
+        "--find-links", wheels, wheel, *SAMPLE_TEST_TOOLS, cwd=tmp_path)  # fmt: skip
 
     sample = tmp_path / "sample_bot"
     shutil.copytree(
@@ -184,3 +187,7 @@ def test_the_wheel_loads_next_to_a_bots_own_cogs_package(tmp_path: Path):
     assert result["after_reload"] == "Ann plans a Lisbon trip"
     assert result["tool_after_reload"] is True
     assert (elsewhere / "memory.sqlite3").exists()
+
+    # The sample bot's own tests, written with discord_stm.testing, pass against the wheel.
+    tests = run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=sample, env=env)
+    assert " passed" in tests.splitlines()[-1] and "failed" not in tests.splitlines()[-1]

@@ -22,8 +22,8 @@ from cogs.short_term_memory import (
     CommandNameTaken,
     ShortTermMemoryCog,
 )
+from cogs.testing import subcommand
 from host.demo import make_bot
-from host.offline import subcommand
 from host.world import World
 from stm import STMConfig, ToolRegistry
 from stm.keys import server_key

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from discord_fakes import harness
 
-from host.offline import option, subcommand
+from cogs.testing import option, subcommand
 from stm.keys import server_key
 
 

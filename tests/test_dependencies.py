@@ -37,12 +37,19 @@ AREAS: dict[str, tuple[str, ...]] = {
     "tests": ("dev",),
     "benchmarks": ("bench",),
 }
+# Parts that run only where another extra is installed: the Red-DiscordBot cog package
+# (``discord_stm.red``, for ``discord-stm[red]``) and the script the Red test runs in the
+# venv it builds with that extra.
+ONLY_WITH: dict[str, tuple[str, ...]] = {
+    "cogs/red": ("red",),
+    "tests/red_driver.py": ("red",),
+}
 # The tests run the bundled bot, both stores and the Prometheus adapter, so `dev` must
 # install what each of these extras does.
 EXERCISED_BY_THE_TESTS = ("bot", "postgres", "metrics")
 # Modules whose distribution has another name, for when the distribution is not
 # installed (when it is, its metadata says which modules it provides).
-DISTRIBUTION_OF = {"discord": "discord.py", "dotenv": "python-dotenv"}
+DISTRIBUTION_OF = {"discord": "discord.py", "dotenv": "python-dotenv", "redbot": "red-discordbot"}
 # The repository's own top-level modules, and the installed name of cogs/.
 FIRST_PARTY = {"stm", "cogs", "host", "bot", "tests", "benchmarks", "examples", "discord_stm"}
 
@@ -160,7 +167,11 @@ def explain(
 
 
 def area_of(path: Path) -> tuple[str, ...]:
-    return AREAS[path.relative_to(ROOT).parts[0]]
+    relative = path.relative_to(ROOT)
+    for prefix, extras in ONLY_WITH.items():
+        if relative.as_posix() == prefix or relative.as_posix().startswith(prefix + "/"):
+            return (*AREAS[relative.parts[0]], *extras)
+    return AREAS[relative.parts[0]]
 
 
 def source_files() -> Iterator[Path]:

@@ -19,13 +19,13 @@ import pytest
 from discord import app_commands
 from discord_fakes import Harness, harness
 
-from host.offline import Reply, option, subcommand
+from cogs.testing import Reply, option, subcommand
 from host.world import ADMIN, MANAGE_SERVER, OWNER_ID, Person, Place
 from stm import Category
 from stm.keys import server_key, user_key
 
 HARBOR, LIGHTHOUSE = 1100, 1200
-EVE = Person("eve", 505, "Eve", permissions=ADMIN)  # a server admin who does not own the bot
+EVE = Person(505, "Eve", ADMIN, key="eve")  # a server admin who does not own the bot
 BOB_ID = 502  # the target of /purge-memory; never one of the actors
 
 Who = Literal["everyone", "manage_server", "administrator", "owner"]
@@ -252,7 +252,7 @@ def _settings(*path: str, options: tuple[dict[str, Any], ...] = ()) -> tuple[dic
     return (subcommand(path[0], *options),)
 
 
-BOB = {"resolved_users": [Person("bob", BOB_ID, "Bob").payload]}
+BOB = {"resolved_users": [Person(BOB_ID, "Bob", key="bob").payload]}
 PURGE_BOB = option("user", str(BOB_ID), 6)
 
 COMMANDS = (

@@ -67,7 +67,23 @@ def cli(ctx: click.Context, database: str | None, as_json: bool, verbose: int) -
 pass_options = click.make_pass_decorator(Options)
 
 
+def _json_here(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.find_object(Options).as_json = True  # type: ignore[union-attr]
+
+
+# Scripts write `stats --json` as often as `--json stats`: both mean the same.
+json_flag = click.option(
+    "--json",
+    is_flag=True,
+    expose_value=False,
+    callback=_json_here,
+    help="Print JSON for scripts (also accepted before the command).",
+)
+
+
 @cli.command()
+@json_flag
 @click.option(
     "--near-hours",
     type=click.FloatRange(min=0, min_open=True),
@@ -127,6 +143,7 @@ def stats(opts: Options, near_hours: float) -> None:
 
 
 @cli.command()
+@json_flag
 @click.argument("key", required=False)
 @click.option("--user", "user_id", type=ID, help="All of a user's entries, and shared ones.")
 @click.option("--channel", "channel_id", type=ID, help="All entries of a channel.")
@@ -177,6 +194,7 @@ def show(opts: Options, key: str | None, user_id: int | None, channel_id: int | 
 
 
 @cli.command()
+@json_flag
 @click.option("--user", "user_id", type=ID, required=True, help="The user's Discord id.")
 @pass_options
 def export(opts: Options, user_id: int) -> None:
@@ -205,6 +223,7 @@ def export(opts: Options, user_id: int) -> None:
 
 
 @cli.command("purge-user")
+@json_flag
 @click.argument("user_id", type=ID, metavar="ID")
 @click.option("--server", "server_id", type=ID, help="Only in this server (default: everywhere).")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
@@ -240,6 +259,7 @@ def purge_user(opts: Options, user_id: int, server_id: int | None, yes: bool) ->
 
 
 @cli.command("purge-channel")
+@json_flag
 @click.argument("channel_id", type=ID, metavar="ID")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @pass_options
@@ -273,6 +293,7 @@ def purge_channel(opts: Options, channel_id: int, yes: bool) -> None:
 
 
 @cli.command()
+@json_flag
 @click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @pass_options
@@ -306,6 +327,7 @@ def janitor(opts: Options, dry_run: bool, yes: bool) -> None:
 
 
 @cli.command()
+@json_flag
 @click.option("--create", is_flag=True, help="Create the database if it does not exist.")
 @pass_options
 def migrate(opts: Options, create: bool) -> None:
@@ -341,6 +363,7 @@ def migrate(opts: Options, create: bool) -> None:
 
 
 @cli.command()
+@json_flag
 @pass_options
 def check(opts: Options) -> int:
     """Integrity and foreign-key checks, and the schema version; exit status 1 on a problem."""

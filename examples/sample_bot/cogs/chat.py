@@ -12,13 +12,21 @@ import discord
 from discord.ext import commands
 from discord_stm.short_term_memory import COG_NAME, turn_context_from_message
 
-from stm import DialogueMessage, GenerationFinished, ShortTermMemory, ToolRegistry, TurnContext
+from stm import (
+    DialogueMessage,
+    GenerationFinished,
+    ShortTermMemory,
+    ToolRegistry,
+    TurnContext,
+    place,
+)
 
 
 def think(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
     """Where your model goes: ``messages`` in chat-completions form, ``tools`` to offer it."""
     notes = sum(1 for m in messages if m["role"] == "system") - 1
-    return f"You said: {messages[-1]['content']} ({notes} memory note(s), {len(tools)} tool(s))"
+    said = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+    return f"You said: {said} ({notes} memory note(s), {len(tools)} tool(s))"
 
 
 class Chat(commands.Cog):
@@ -38,15 +46,13 @@ class Chat(commands.Cog):
     async def answer(self, ctx: TurnContext, text: str) -> str:
         """One turn: the memory context into the prompt, the model, and the capture."""
         context = await self.memory.build_context(ctx)
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": "You are a friendly bot on Discord."}
+        conversation: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a friendly bot on Discord."},
+            {"role": "user", "content": text},
         ]
-        # Each block belongs `depth` messages from the end; with no history here, simply
-        # before the user's message. The nudge asks the model to update its notes.
-        messages += [{"role": "system", "content": block.text} for block in context.blocks]
-        if context.nudge:
-            messages.append({"role": "system", "content": context.nudge})
-        messages.append({"role": "user", "content": text})
+        # stm.place puts each block `depth` messages from the end (-1: right after the
+        # system prompt) and the nudge, which asks the model to update its notes.
+        messages = place(conversation, context)
         reply = think(messages, self.tools.definitions(ctx))
         # A real model may answer with tool calls; run each with
         # await self.tools.execute(call.name, ctx, call.arguments) and give it the result.

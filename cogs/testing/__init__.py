@@ -1,0 +1,60 @@
+"""Test a bot with the short-term memory offline: gateway payloads in, what it sends captured.
+
+``offline_bot(bot)`` starts a bot of your own without a token or network (its
+``setup_hook`` runs as at login) and gives an ``OfflineDiscord``: add servers and
+people, ``await offline.say(person, channel, text)`` delivers a message (your
+``on_message`` runs; replies come back), ``await offline.command("memory",
+subcommand("show"), user=person, channel=channel)`` uses a slash command. Replies are
+``Reply`` objects. Imports only discord.py and ``stm``.
+"""
+
+from .capture import OfflineRouteError, RecordingAdapter, RecordingHTTP, Reply
+from .offline import (
+    ADMINISTRATOR,
+    MANAGE_GUILD,
+    ListenerFailed,
+    OfflineDiscord,
+    Person,
+    Place,
+    offline_bot,
+)
+from .payloads import (
+    APPLICATION_ID,
+    TIMESTAMP,
+    VIEW_CHANNEL,
+    channel_payload,
+    dm_channel_payload,
+    guild_payload,
+    member_payload,
+    message_payload,
+    option,
+    snowflake,
+    subcommand,
+    user_payload,
+)
+
+__all__ = [
+    "ADMINISTRATOR",
+    "APPLICATION_ID",
+    "MANAGE_GUILD",
+    "TIMESTAMP",
+    "VIEW_CHANNEL",
+    "ListenerFailed",
+    "OfflineDiscord",
+    "OfflineRouteError",
+    "Person",
+    "Place",
+    "RecordingAdapter",
+    "RecordingHTTP",
+    "Reply",
+    "channel_payload",
+    "dm_channel_payload",
+    "guild_payload",
+    "member_payload",
+    "message_payload",
+    "offline_bot",
+    "option",
+    "snowflake",
+    "subcommand",
+    "user_payload",
+]

@@ -1,0 +1,335 @@
+"""An offline Discord: a real, not logged-in bot fed gateway payloads, its answers captured.
+
+Guilds, members, messages and slash-command interactions reach the bot through
+discord.py's own connection state, so parsing, listeners, option conversion and
+permission checks are discord.py's own; nothing is mocked but the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import discord
+from discord.ext import commands
+from discord.webhook.async_ import async_context
+
+from .capture import RecordingAdapter, RecordingHTTP, Reply
+from .payloads import (
+    APPLICATION_ID,
+    TIMESTAMP,
+    channel_payload,
+    dm_channel_payload,
+    guild_payload,
+    member_payload,
+    message_payload,
+    snowflake,
+    user_payload,
+)
+
+__all__ = ["ADMINISTRATOR", "MANAGE_GUILD", "ListenerFailed", "OfflineDiscord", "Person",
+           "Place", "offline_bot"]  # fmt: skip
+
+ADMINISTRATOR = 1 << 3
+MANAGE_GUILD = 1 << 5
+_MENTION = re.compile(r"<@!?(\d+)>")
+# Tasks discord.py starts for what a payload sets off: event listeners and app commands.
+_DISPATCHED = ("discord.py: ", "CommandTree-invoker")
+
+
+class ListenerFailed(RuntimeError):
+    """A listener raised while handling what the harness delivered (discord.py logged it)."""
+
+
+@dataclass(frozen=True)
+class Person:
+    """Someone who talks to the bot; ``permissions`` are theirs in every server."""
+
+    id: int
+    name: str
+    permissions: int = 0
+    bot: bool = False
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return user_payload(self.id, self.name, bot=self.bot)
+
+    @property
+    def mention(self) -> str:
+        return f"<@{self.id}>"
+
+
+@dataclass(frozen=True)
+class Place:
+    """A channel (``payload``), named ``key`` in test output: ``server/channel`` or ``dm``."""
+
+    key: str
+    payload: dict[str, Any] = field(hash=False)
+
+    @property
+    def id(self) -> int:
+        return int(self.payload["id"])
+
+    @property
+    def guild_id(self) -> int | None:
+        guild = self.payload.get("guild_id")
+        return int(guild) if guild is not None else None
+
+
+def _user(who: Person | dict[str, Any]) -> dict[str, Any]:
+    return who.payload if isinstance(who, Person) else who
+
+
+def _channel(where: Place | dict[str, Any]) -> dict[str, Any]:
+    return where.payload if isinstance(where, Place) else where
+
+
+class OfflineDiscord:
+    """Feeds gateway payloads to a not logged-in bot and collects what it sends.
+
+    Sets what a login would: the bot's user (named ``bot_name``, so stored lines and
+    turn contexts name it right), its member in every guild added (``guild.me``), and
+    ``bot.owner_id`` (``owner``, unless the bot already has an owner), so owner checks
+    work without asking Discord. Listener errors are collected in ``errors``; with
+    ``strict`` (the default) a delivery whose listeners failed raises ``ListenerFailed``.
+    """
+
+    def __init__(
+        self,
+        bot: commands.Bot,
+        *,
+        bot_name: str = "Assistant",
+        bot_id: int = APPLICATION_ID,
+        owner: Person | None = None,
+        strict: bool = True,
+    ) -> None:
+        self.bot = bot
+        self.strict = strict
+        self.replies: list[Reply] = []
+        self.adapter = RecordingAdapter(replies=self.replies)
+        self.me = Person(bot_id, bot_name, bot=True)
+        self.http = RecordingHTTP(self.replies, self.me.payload)
+        self.owner = owner or Person(snowflake(), "Owner")
+        self.errors: list[tuple[str, BaseException]] = []
+        state = bot._connection
+        state.user = discord.ClientUser(state=state, data=self.me.payload)  # type: ignore[arg-type]
+        # Only the network is replaced: every request the bot makes ends here.
+        bot.http.request = self.http.request  # type: ignore[method-assign]
+        if bot.owner_id is None and not bot.owner_ids:
+            bot.owner_id = self.owner.id
+        self._bot_on_error = bot.on_error
+        bot.on_error = self._on_error  # type: ignore[method-assign]
+
+    @property
+    def mention(self) -> str:
+        """How a person mentions the bot in a message."""
+        return self.me.mention
+
+    async def _on_error(self, event: str, *args: Any, **kwargs: Any) -> None:
+        error = sys.exc_info()[1]
+        if error is not None:
+            self.errors.append((event, error))
+        await self._bot_on_error(event, *args, **kwargs)
+
+    # -- the world ----------------------------------------------------------------------
+    def person(self, name: str, *, permissions: int = 0, user_id: int | None = None) -> Person:
+        """A new person (with ``permissions`` wherever they use a command)."""
+        return Person(user_id if user_id is not None else snowflake(), name, permissions)
+
+    def add_guild(self, payload: dict[str, Any]) -> discord.Guild:
+        """Deliver a GUILD_CREATE (the bot's member added) and return the guild."""
+        members = list(payload.get("members") or [])
+        if not any(m.get("user", {}).get("id") == str(self.me.id) for m in members):
+            members.append(member_payload(self.me.payload))
+        self.bot._connection.parse_guild_create({**payload, "members": members})
+        guild = self.bot.get_guild(int(payload["id"]))
+        if guild is None:
+            raise RuntimeError("guild payload was not accepted")
+        return guild
+
+    def server(
+        self,
+        name: str,
+        channels: Iterable[str] = ("general",),
+        *,
+        private: Iterable[str] = (),
+        owner: Person | None = None,
+        guild_id: int | None = None,
+    ) -> dict[str, Place]:
+        """A server with text channels (``private`` ones hidden from @everyone), by name."""
+        guild = guild_id if guild_id is not None else snowflake()
+        hidden = set(private)
+        payloads = [
+            channel_payload(snowflake(), channel, guild, private=channel in hidden)
+            for channel in [*channels, *(p for p in private if p not in channels)]
+        ]
+        self.add_guild(guild_payload(guild, name, payloads, owner_id=(owner or self.owner).id))
+        return {c["name"]: Place(f"{name}/{c['name']}", c) for c in payloads}
+
+    def dm(self, person: Person) -> Place:
+        """``person``'s DM channel with the bot."""
+        return Place("dm", dm_channel_payload(9_000_000 + person.id % 1_000_000, person.payload))
+
+    def message(self, person: Person, place: Place, text: str) -> discord.Message:
+        """The ``discord.Message`` the gateway would deliver for ``person`` saying ``text``."""
+        data: Any = self._message_data(person, place, text)
+        channel = self._channel_of(place)
+        return discord.Message(state=self.bot._connection, channel=channel, data=data)
+
+    def _message_data(self, person: Person, place: Place, text: str) -> dict[str, Any]:
+        known = {self.me.id: self.me.payload}
+        mentioned = [known.get(int(i), user_payload(int(i), i)) for i in _MENTION.findall(text)]
+        data = message_payload(text, author=person.payload, channel_id=place.id, mentions=mentioned)
+        if place.guild_id is not None:
+            data["guild_id"] = str(place.guild_id)
+            data["member"] = {
+                k: v for k, v in member_payload(person.payload).items() if k != "user"
+            }
+        return data
+
+    def _channel_of(self, place: Place) -> Any:
+        state = self.bot._connection
+        if place.guild_id is None:
+            return discord.DMChannel(me=state.user, state=state, data=place.payload)  # type: ignore[arg-type]
+        guild = self.bot.get_guild(place.guild_id)
+        channel = guild.get_channel_or_thread(place.id) if guild else None
+        if channel is None:
+            raise RuntimeError(f"{place.key}: add its server first")
+        return channel
+
+    # -- delivering ---------------------------------------------------------------------
+    async def _settle(self, before: set[asyncio.Task[Any]], start: int) -> list[Reply]:
+        """Wait for every listener and command the delivery set off, and theirs in turn."""
+        seen = set(before)
+        failed = len(self.errors)
+        while True:
+            await asyncio.sleep(0)
+            new = {t for t in asyncio.all_tasks() - seen if t.get_name().startswith(_DISPATCHED)}
+            if not new:
+                break
+            seen |= new
+            await asyncio.gather(*new, return_exceptions=True)
+        if self.strict and len(self.errors) > failed:
+            event, error = self.errors[failed]
+            raise ListenerFailed(f"{event} failed: {type(error).__name__}: {error}") from error
+        return self.replies[start:]
+
+    async def _deliver(self, parse: Callable[[], None]) -> list[Reply]:
+        start = len(self.replies)
+        before = asyncio.all_tasks()
+        token = async_context.set(self.adapter)
+        try:
+            parse()
+        finally:
+            async_context.reset(token)
+        return await self._settle(before, start)
+
+    async def say(self, person: Person, place: Place, text: str) -> list[Reply]:
+        """``person`` says ``text`` in ``place`` (MESSAGE_CREATE); returns what the bot sent.
+
+        Mention the bot with ``offline.mention`` in the text where the bot needs it.
+        """
+        data = self._message_data(person, place, text)
+        self._channel_of(place)  # a clear error for a channel of an unknown server
+        self.http.said(place.id, data)
+        return await self._deliver(lambda: self.bot._connection.parse_message_create(data))  # type: ignore[arg-type]
+
+    async def settle(self) -> None:
+        """Wait for listeners set off outside the harness (``bot.dispatch`` in a test)."""
+        await self._settle(set(), len(self.replies))
+
+    def interaction_payload(
+        self,
+        command: str,
+        *options: dict[str, Any],
+        user: Person | dict[str, Any],
+        channel: Place | dict[str, Any],
+        permissions: int | None = None,
+        resolved_users: Iterable[Person | dict[str, Any]] = (),
+    ) -> dict[str, Any]:
+        """An INTERACTION_CREATE payload for ``/command`` used by ``user`` in ``channel``."""
+        if permissions is None:
+            permissions = user.permissions if isinstance(user, Person) else 0
+        user_data, channel_data = _user(user), _channel(channel)
+        data: dict[str, Any] = {
+            "id": str(snowflake()),
+            "name": command,
+            "type": 1,
+            "options": list(options),
+        }
+        resolved = [_user(u) for u in resolved_users]
+        if resolved:
+            data["resolved"] = {"users": {u["id"]: u for u in resolved}}
+        payload: dict[str, Any] = {
+            "id": str(snowflake()),
+            "application_id": str(self.me.id),
+            "type": 2,
+            "token": f"token-{snowflake()}",
+            "version": 1,
+            "data": data,
+            "channel_id": channel_data["id"],
+            "channel": channel_data,
+            "locale": "en-US",
+            "attachment_size_limit": 8 * 1024 * 1024,
+            "app_permissions": "0",
+            "entitlements": [],
+        }
+        if "guild_id" in channel_data:
+            payload["guild_id"] = channel_data["guild_id"]
+            payload["member"] = {
+                **member_payload(user_data),
+                "joined_at": TIMESTAMP,
+                "permissions": str(permissions),
+            }
+            payload["context"] = 0
+        else:
+            payload["user"] = user_data
+            payload["context"] = 1
+        return payload
+
+    async def deliver(self, payload: dict[str, Any]) -> list[Reply]:
+        """Deliver an INTERACTION_CREATE, wait for the command to finish; returns its replies."""
+        return await self._deliver(
+            lambda: self.bot._connection.parse_interaction_create(payload)  # type: ignore[arg-type]
+        )
+
+    async def command(
+        self,
+        command: str,
+        *options: dict[str, Any],
+        user: Person | dict[str, Any],
+        channel: Place | dict[str, Any],
+        permissions: int | None = None,
+        resolved_users: Iterable[Person | dict[str, Any]] = (),
+    ) -> list[Reply]:
+        """``user`` uses ``/command`` in ``channel``; returns the bot's replies.
+
+        ``permissions`` (a bit field) defaults to the person's own; a user option needs
+        that user in ``resolved_users``, as Discord sends it.
+        """
+        payload = self.interaction_payload(
+            command,
+            *options,
+            user=user,
+            channel=channel,
+            permissions=permissions,
+            resolved_users=resolved_users,
+        )
+        return await self.deliver(payload)
+
+
+@asynccontextmanager
+async def offline_bot(bot: commands.Bot, **options: Any) -> AsyncIterator[OfflineDiscord]:
+    """Start ``bot`` offline: its ``setup_hook`` runs as at login; closed (cogs unloaded) after.
+
+    ``options`` go to ``OfflineDiscord`` (``bot_name``, ``owner``, ``strict``).
+    """
+    async with bot:
+        offline = OfflineDiscord(bot, **options)
+        await bot.setup_hook()
+        yield offline
