@@ -19,6 +19,7 @@ from types import MappingProxyType
 
 from .expiry import HOUR, Expiry
 from .keys import Scope
+from .lineage import Pin
 from .window import EMPTY, StoredMessage, Window
 
 __all__ = [
@@ -59,8 +60,11 @@ class Entry:
     # Replaced as a whole when it changes, never changed in place (rendering relies on it).
     # Most entries have none: they share one empty, read-only mapping.
     categories: Mapping[str, str] = field(default_factory=lambda: NO_CATEGORIES)
-    # Immutable and shared while empty: an empty set would cost 216 bytes per key.
-    contributors: frozenset[int] = frozenset()
+    # The version of its chain the distilled content is (``lineage.py``): who may have
+    # words in it is kept with the chain, in the store. None without distilled content,
+    # and while an upgrade of it is being committed (the store then names the version).
+    # Set through ``MemoryCache.set_pin``, which indexes it.
+    pin: Pin | None = None
     turns_since_refresh: int = 0
     last_refreshed_turn: int = 0
     # False until the durable row (if any) has been merged in.
@@ -227,6 +231,8 @@ class MemoryCache:
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._by_channel: _Index = {}
         self._by_user: _Index = {}
+        # The entries that pin a version of each chain: what a purge's ranges clear.
+        self._by_chain: _Index = {}
         # Recall groups: most (a DM user's) hold one live entry, kept bare; a _Group is
         # made when a second entry or an untouched one arrives.
         self._groups: dict[GroupKey, Entry | _Group] = {}
@@ -286,7 +292,9 @@ class MemoryCache:
         self._entries[entry.key] = entry
         self._entries.move_to_end(entry.key)
         _index_add(self._by_channel, entry.channel_id, entry.key)
-        self.index_users(entry, entry.window_users() | entry.contributors)
+        self.index_users(entry, entry.window_users())
+        if entry.pin is not None:
+            _index_add(self._by_chain, entry.pin.chain, entry.key)
         if entry.scope == "user" and entry.user_id is not None:
             _index_add(self._by_user, entry.user_id, entry.key)
         if touched:
@@ -381,7 +389,7 @@ class MemoryCache:
         gone, entry.scrolled = entry.scrolled or (), None
         present = entry.window_users()
         for user in set(gone):
-            if user not in present and user not in entry.contributors and user != entry.user_id:
+            if user not in present and user != entry.user_id:
                 self._unindex_user(user, entry.key)
 
     def _unindex_user(self, user: int, key: str) -> None:
@@ -394,8 +402,10 @@ class MemoryCache:
             return None
         self._open.pop(key, None)
         _index_discard(self._by_channel, entry.channel_id, key)
+        if entry.pin is not None:
+            _index_discard(self._by_chain, entry.pin.chain, key)
         owners = {entry.user_id} if entry.user_id is not None else set()
-        for user in entry.window_users() | entry.contributors | owners | set(entry.scrolled or ()):
+        for user in entry.window_users() | owners | set(entry.scrolled or ()):
             self._unindex_user(user, key)
         entry.scrolled = None
         held = self._groups.get(entry.group)
@@ -419,6 +429,7 @@ class MemoryCache:
             "entries": len(self._entries),
             "channels": len(self._by_channel),
             "users": len(self._by_user),
+            "chains": len(self._by_chain),
             "user_keys": sum(
                 1 if type(keys) is str else len(keys) for keys in self._by_user.values()
             ),
@@ -427,8 +438,30 @@ class MemoryCache:
         }
 
     def keys_of_user(self, user_id: int) -> list[str]:
-        """Every held key that is the user's own or holds the user's words."""
+        """Every held key that is the user's own or whose window holds the user's words."""
         return _index_keys(self._by_user, user_id)
+
+    def keys_of_chain(self, chain: int) -> list[str]:
+        """Every held key whose distilled content pins a version of ``chain``."""
+        return _index_keys(self._by_chain, chain)
+
+    def set_pin(self, entry: Entry, pin: Pin | None) -> None:
+        """Record the version ``entry``'s distilled content is (None: none, or not known yet)."""
+        old = entry.pin
+        if old == pin:
+            return
+        held = self._entries.get(entry.key) is entry
+        if old is not None and held:
+            _index_discard(self._by_chain, old.chain, entry.key)
+        entry.pin = pin
+        if pin is not None and held:
+            _index_add(self._by_chain, pin.chain, entry.key)
+
+    def drop_distilled(self, entry: Entry) -> None:
+        """Forget ``entry``'s distilled content (a purge or another process's upgrade)."""
+        entry.summary, entry.categories = None, NO_CATEGORIES
+        self.set_pin(entry, None)
+        entry.version += 1
 
     def recall(self, group: GroupKey, exclude_channel: int, limit: int, now: float) -> list[Entry]:
         """Up to ``limit`` live entries of ``group`` other than ``exclude_channel``, newest first,
@@ -476,19 +509,21 @@ class MemoryCache:
 
     def provenance_bytes(self) -> int:
         """Bytes of memory the held entries spend on provenance (who may have words in their
-        distilled memory), objects shared between entries counted once: a diagnostic."""
+        distilled memory), objects shared between entries counted once: a diagnostic.
+
+        That is each entry's pin and the index of entries by chain; who was shown to each
+        chain is kept in the store, not here."""
         seen: set[int] = set()
-        total = 0
+        total = sys.getsizeof(self._by_chain)
+        for held in self._by_chain.values():
+            if type(held) is not str:
+                total += sys.getsizeof(held)
         for entry in self._entries.values():
-            held = entry.contributors
-            if not held or id(held) in seen:
+            pin = entry.pin
+            if pin is None or id(pin) in seen:
                 continue
-            seen.add(id(held))
-            total += sys.getsizeof(held)
-            for user in held:
-                if id(user) not in seen:
-                    seen.add(id(user))
-                    total += sys.getsizeof(user)
+            seen.add(id(pin))
+            total += sys.getsizeof(pin) + sys.getsizeof(pin.chain) + sys.getsizeof(pin.version)
         return total
 
     def expired_keys(self, now: float) -> list[str]:

@@ -8,6 +8,7 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
+from .lineage import Erasure
 
 __all__ = ["ENV_PREFIX", "RenderMode", "STMConfig"]
 
@@ -68,6 +69,13 @@ class STMConfig(BaseSettings):
     )
     delete_retry_seconds: float = Field(
         1.0, gt=0, le=3600, description="First wait before a failed durable delete is retried."
+    )
+    erasure: Erasure = Field(
+        "direct",
+        description="What a user purge clears besides the user's own entries and messages: "
+        "'direct', every version of notes whose prompt showed their words directly and the "
+        "later versions of those notes; 'complete', also notes written from a prompt that "
+        "showed such notes (see docs/data.md).",
     )
     coherence_seconds: float = Field(
         2.0,

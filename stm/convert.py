@@ -27,11 +27,11 @@ def row_of(entry: Entry) -> StoredRow:
         channel_private=entry.channel_private,
         summary=entry.summary,
         categories=dict(entry.categories),
-        contributors=frozenset(entry.contributors),
         turns_since_refresh=entry.turns_since_refresh,
         last_refreshed_turn=entry.last_refreshed_turn,
         updated_at=entry.updated_at,
         counters_known=entry.hydrated,
+        pin=entry.pin,
     )
 
 
@@ -52,7 +52,7 @@ def entry_from(row: StoredRow) -> Entry:
         channel_private=row.channel_private,
         summary=row.summary,
         categories=dict(row.categories) if row.categories else NO_CATEGORIES,
-        contributors=row.contributors,
+        pin=row.pin,
         turns_since_refresh=row.turns_since_refresh,
         last_refreshed_turn=row.last_refreshed_turn,
     )

@@ -2,22 +2,52 @@
 
 A read queued before a clear returns rows the clear removes; an upgrade whose turn
 began before a purge was written from words the purge erased. Both check this log
-instead of trusting what they saw. Pure: no I/O.
+instead of trusting what they saw. A purge's ranges (which versions of which notes
+it cleared, ``lineage.py``) are known once the store planned them; until then the
+purge is *pending*, and everything it may reach is treated as reached. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
+from .lineage import Pin, Range, covers
 from .provenance import Shown
 from .store.base import DeleteChannel, PurgeUser, StoredRow
 
-__all__ = ["Deletion", "DeletionLog", "Touched", "apply_to_row", "overtakes"]
+__all__ = ["Deletion", "DeletionLog", "Purge", "apply_to_row", "in_scope", "overtakes"]
 
 Deletion = DeleteChannel | PurgeUser
-# A deletion and the cached keys it changed.
-Touched = tuple[Deletion, frozenset[str]]
+
+
+@dataclass(slots=True, eq=False)
+class Purge:
+    """A user purge in the log: the cached keys it changed, and its ranges once planned
+    (chain -> first version cleared; None while pending)."""
+
+    deletion: PurgeUser
+    keys: set[str] = field(default_factory=set)
+    ranges: dict[int, int] | None = None
+    # Called once the ranges are known (the facade wakes the upgrades waiting on it).
+    resolved: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def pending(self) -> bool:
+        """True until the store planned the purge's ranges."""
+        return self.ranges is None
+
+    def resolve(self, ranges: Iterable[Range]) -> None:
+        """The store planned the purge: these are its ranges."""
+        self.ranges = {r.chain: r.from_version for r in ranges}
+        callbacks, self.resolved = self.resolved, []
+        for callback in callbacks:
+            callback()
+
+
+# A deletion as the log holds it: a channel clear with the keys it changed, or a purge.
+Logged = tuple[DeleteChannel, frozenset[str]] | Purge
 _NOTHING: frozenset[str] = frozenset()
 
 
@@ -25,27 +55,36 @@ class DeletionLog:
     """Numbered recent deletions (the oldest are forgotten past ``size``)."""
 
     def __init__(self, size: int = 4096) -> None:
-        self._recent: deque[tuple[int, Deletion, frozenset[str]]] = deque(maxlen=size)
+        self._recent: deque[tuple[int, Logged]] = deque(maxlen=size)
         self.seq = 0
+        # Purges not planned yet, oldest first: what they may reach is hidden meanwhile.
+        self.pending: list[Purge] = []
 
-    def record(self, deletion: Deletion, keys: frozenset[str] = _NOTHING) -> None:
-        """Note a deletion and the cached keys it changed; ``seq`` counts them."""
+    def record(self, deletion: DeleteChannel, keys: frozenset[str] = _NOTHING) -> None:
+        """Note a channel clear and the cached keys it changed; ``seq`` counts deletions."""
         self.seq += 1
-        self._recent.append((self.seq, deletion, keys))
+        self._recent.append((self.seq, (deletion, keys)))
 
-    def since(self, seq: int) -> list[Deletion] | None:
+    def record_purge(self, deletion: PurgeUser, keys: Iterable[str] = ()) -> Purge:
+        """Note a user purge (pending until its ranges are known) and the keys it changed."""
+        purge = Purge(deletion, set(keys))
+        self.seq += 1
+        self._recent.append((self.seq, purge))
+        self.pending.append(purge)
+        purge.resolved.append(lambda: self._resolved(purge))
+        return purge
+
+    def _resolved(self, purge: Purge) -> None:
+        if purge in self.pending:
+            self.pending.remove(purge)
+
+    def since(self, seq: int) -> list[Logged] | None:
         """Deletions made after ``seq``; None if some of them are no longer remembered."""
-        touched = self.touched_since(seq)
-        return None if touched is None else [deletion for deletion, _ in touched]
-
-    def touched_since(self, seq: int) -> list[Touched] | None:
-        """Deletions made after ``seq`` with the keys they changed; None if some of them
-        are no longer remembered."""
         if seq == self.seq:
             return []
         if not self._recent or self._recent[0][0] > seq + 1:
             return None
-        return [(deletion, keys) for n, deletion, keys in self._recent if n > seq]
+        return [logged for n, logged in self._recent if n > seq]
 
     def forget_all(self) -> None:
         """Count every piece of work begun before now as overtaken (deletions were missed)."""
@@ -53,35 +92,56 @@ class DeletionLog:
         self._recent.clear()
 
 
-def apply_to_row(row: StoredRow, deletion: Deletion) -> StoredRow | None:
-    """What is left of a row read before ``deletion`` ran."""
-    if isinstance(deletion, DeleteChannel):
+def in_scope(deletion: PurgeUser, server_id: int | None) -> bool:
+    """Does a purge (everywhere, or in its server) reach memory of ``server_id``?"""
+    return deletion.server_id is None or deletion.server_id == server_id
+
+
+def apply_to_row(row: StoredRow, logged: Logged) -> StoredRow | None:
+    """What is left of a row read before a deletion ran (a pending purge's ranges are
+    applied to the cache once known, whatever entered it meanwhile)."""
+    if isinstance(logged, tuple):
+        deletion = logged[0]
         return None if row.channel_id == deletion.channel_id else row
-    if deletion.server_id is not None and row.server_id != deletion.server_id:
+    purge = logged.deletion
+    if purge.server_id is not None and row.server_id != purge.server_id:
         return row
-    if row.scope == "user" and row.user_id == deletion.user_id:
+    if row.scope == "user" and row.user_id == purge.user_id:
         return None
-    if deletion.user_id in row.contributors:
-        return replace(row, summary=None, categories={}, contributors=frozenset())
+    if logged.ranges is not None and covers(logged.ranges, row.pin):
+        return replace(row, summary=None, categories={}, pin=None)
     return row
 
 
 def overtakes(
-    deletions: list[Touched], shown: Shown, own_keys: tuple[str, ...], server_id: int | None
+    deletions: list[Logged],
+    shown: Shown,
+    own_keys: tuple[str, ...],
+    server_id: int | None,
+    current: Mapping[str, Pin | None] | None = None,
 ) -> bool:
     """Did any of ``deletions`` erase words a turn could have put in its summary or reply?
 
     A turn is overtaken by a clear of any channel its prompt showed (its own among
     them), by a purge (in its server, or everywhere) of any user whose words its
-    prompt showed, and by a purge that changed the turn's own entries (the model
-    sees its own channel's history through the host).
+    prompt showed directly, by a purge that cleared a version of notes it showed
+    (or, while the purge is pending, that may have: any it showed), and by a purge
+    that changed the turn's own entries (the model sees its own channel's history
+    through the host). ``current`` gives the pins of notes shown before theirs was
+    known.
     """
-    for deletion, keys in deletions:
-        if isinstance(deletion, DeleteChannel):
-            if deletion.channel_id in shown.channels:
+    for logged in deletions:
+        if isinstance(logged, tuple):
+            if logged[0].channel_id in shown.channels:
                 return True
-        elif (deletion.server_id is None or deletion.server_id == server_id) and (
-            deletion.user_id in shown.users or any(key in keys for key in own_keys)
-        ):
+            continue
+        if not in_scope(logged.deletion, server_id):
+            continue
+        if logged.deletion.user_id in shown.users or any(key in logged.keys for key in own_keys):
+            return True
+        if logged.ranges is None:
+            if shown.notes:
+                return True
+        elif any(covers(logged.ranges, pin) for pin in shown.pins(current)):
             return True
     return False

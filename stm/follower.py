@@ -10,7 +10,8 @@ each change that another process made:
 - a channel clear, a user purge: the same as the local ones (``forget.py``),
   crude messages held only by this process included, and recorded in the
   deletion log, so reads in flight and turns that began earlier are overtaken
-  exactly as by a local delete;
+  exactly as by a local delete; a purge's ranges are read with it
+  (``Store.purge_ranges``), so this cache drops the same notes the store cleared;
 - settings and opt-outs: reloaded; a janitor's deletion: the entry is evicted.
 
 It reads when woken (SQLite's ``data_version`` moved, a PostgreSQL NOTIFY) and
@@ -29,7 +30,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .cache import MemoryCache
-from .forget import forget_channel, forget_everything, forget_key, forget_user
+from .deletions import Purge
+from .forget import clear_ranges, forget_channel, forget_everything, forget_key, forget_user
 from .models import TurnContext
 from .readthrough import ReadThrough
 from .settings import SettingsBook
@@ -75,6 +77,8 @@ class Follower:
         self.applied = 0
         self.dropped_caches = 0
         self._failing = False
+        # Purges applied to the cache whose ranges could not be read yet, by position.
+        self._unplanned: dict[int, Purge] = {}
 
     async def start(self) -> None:
         """Take the feed's position; call before the cache serves anything."""
@@ -97,8 +101,13 @@ class Follower:
                 self._drop_everything("it fell behind the change feed's retention")
             for change in page.changes:
                 if change.origin != self.store.origin:
-                    self._apply(change)
+                    if change.kind == "purge_user" and change.user_id is not None:
+                        await self._purge(change)
+                    else:
+                        self._apply(change)
                     applied += 1
+                # Applied: a read that fails later in the page starts after it.
+                self.position = change.position
             self.position = page.next_after
             if not page.more:
                 break
@@ -136,14 +145,31 @@ class Follower:
                 await asyncio.sleep(interval)
 
     # -- applying one change --------------------------------------------------------------
+    async def _purge(self, change: Change) -> None:
+        """Another process's purge: what the cache knows at once, then the notes in its
+        ranges (pending, so not shown, until they are read)."""
+        assert change.user_id is not None
+        self.reads.rows_left_cache()
+        purge = self._unplanned.pop(change.position, None)
+        if purge is None:
+            purge = forget_user(
+                self.cache, self.reads, self._writer(), change.user_id, change.server_id
+            )
+        try:
+            ranges = await self.store.purge_ranges(change.position)
+        except BaseException:
+            # Not applied: the feed is read again from this change, and the purge stays
+            # pending (what it may reach stays hidden) until its ranges are read.
+            self._unplanned[change.position] = purge
+            raise
+        clear_ranges(self.cache, purge, ranges)
+
     def _apply(self, change: Change) -> None:
         self.reads.rows_left_cache()
         writer = self._writer()
         match change.kind:
             case "clear_channel" if change.channel_id is not None:
                 forget_channel(self.cache, self.reads, writer, change.channel_id)
-            case "purge_user" if change.user_id is not None:
-                forget_user(self.cache, self.reads, writer, change.user_id, change.server_id)
             case "upgrade" if change.key is not None:
                 self._replaced(change.key)
             case "expire" if change.key is not None:
@@ -158,8 +184,7 @@ class Follower:
         entry = self.cache.peek(key)
         if entry is None:
             return
-        entry.summary, entry.categories, entry.contributors = None, {}, frozenset()
-        entry.version += 1
+        self.cache.drop_distilled(entry)
         self._spawn(self.reads.reload(key), f"stm-reload {key}")
 
     async def _reload_settings(self) -> None:

@@ -3,17 +3,26 @@
 One definition for both origins: a clear or purge made here, and one another
 process made that the follower applies. Either way the deletion is recorded in
 the deletion log, so that reads in flight and upgrades whose turn began before
-it can tell they were overtaken. Pure: no I/O.
+it can tell they were overtaken. A purge is applied in two steps: at once, what
+the cache knows without the store (the user's own entries, their messages in
+every window); then, once the store has planned which versions of which notes
+may hold their words (its ranges), the entries that pin those versions. Until
+then the purge is pending and the notes it may reach are not shown
+(``ReadThrough.hidden``). Pure: no I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from .cache import MemoryCache
+from .deletions import Purge
+from .lineage import Erasure, Range
 from .readthrough import ReadThrough
 from .store.base import DeleteChannel, PurgeUser
 from .writer import Writer
 
-__all__ = ["forget_channel", "forget_everything", "forget_key", "forget_user"]
+__all__ = ["clear_ranges", "forget_channel", "forget_everything", "forget_key", "forget_user"]
 
 
 def forget_channel(cache: MemoryCache, reads: ReadThrough, writer: Writer, channel_id: int) -> int:
@@ -25,15 +34,20 @@ def forget_channel(cache: MemoryCache, reads: ReadThrough, writer: Writer, chann
             entry.deleted = True
             reads.forget_group(entry.group)
     writer.forget_dirty(keys)
-    reads.deletions.record(DeleteChannel(channel_id))
+    reads.deletions.record(DeleteChannel(channel_id), frozenset(keys))
     return len(keys)
 
 
 def forget_user(
-    cache: MemoryCache, reads: ReadThrough, writer: Writer, user_id: int, server_id: int | None
-) -> int:
-    """Drop the user's own entries, the crude messages of turns they triggered or wrote,
-    and the distilled content they contributed to (within ``server_id`` when given)."""
+    cache: MemoryCache,
+    reads: ReadThrough,
+    writer: Writer,
+    user_id: int,
+    server_id: int | None,
+    erasure: Erasure = "complete",
+) -> Purge:
+    """Drop the user's own entries and the crude messages of turns they triggered or wrote
+    (within ``server_id`` when given); the purge stays pending until ``clear_ranges``."""
     touched: list[str] = []
     for key in cache.keys_of_user(user_id):
         entry = cache.peek(key)
@@ -48,12 +62,25 @@ def forget_user(
         kept = entry.messages.without(user_id)
         if len(kept) != len(entry.messages):
             entry.messages = kept
-        if user_id in entry.contributors:
-            entry.summary, entry.categories, entry.contributors = None, {}, frozenset()
-            entry.version += 1
     # The keys it changed: a turn in one of them was overtaken (see ``ReadThrough.overtaken``).
-    reads.deletions.record(PurgeUser(user_id, server_id), frozenset(touched))
-    return len(touched)
+    return reads.deletions.record_purge(PurgeUser(user_id, server_id, erasure), touched)
+
+
+def clear_ranges(cache: MemoryCache, purge: Purge, ranges: Iterable[Range]) -> int:
+    """The store planned ``purge``: drop the distilled content of every entry that pins a
+    version in its ranges; returns how many."""
+    ranges = tuple(ranges)
+    cleared = 0
+    for found in ranges:
+        for key in cache.keys_of_chain(found.chain):
+            entry = cache.peek(key)
+            pin = None if entry is None else entry.pin
+            if entry is not None and pin is not None and pin.version >= found.from_version:
+                cache.drop_distilled(entry)
+                purge.keys.add(key)
+                cleared += 1
+    purge.resolve(ranges)
+    return cleared
 
 
 def forget_key(cache: MemoryCache, reads: ReadThrough, writer: Writer, key: str) -> bool:

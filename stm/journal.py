@@ -15,7 +15,9 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
+from .lineage import ERASURE_POLICIES, Erasure
 from .store.base import DeleteChannel, PurgeUser
 
 __all__ = ["Journal"]
@@ -79,7 +81,12 @@ class Journal:
 
 def _encode(op: PendingDelete) -> dict[str, object]:
     if isinstance(op, PurgeUser):
-        return {"op": "purge_user", "user_id": op.user_id, "server_id": op.server_id}
+        return {
+            "op": "purge_user",
+            "user_id": op.user_id,
+            "server_id": op.server_id,
+            "erasure": op.erasure,
+        }
     return {"op": "clear_channel", "channel_id": op.channel_id}
 
 
@@ -91,7 +98,15 @@ def _decode(data: dict[str, object]) -> PendingDelete:
 
     if data["op"] == "purge_user":
         server = data["server_id"]
-        return PurgeUser(as_id(data["user_id"]), None if server is None else as_id(server))
+        # Written before erasure policies: the transitive one, which it was.
+        erasure = data.get("erasure", "complete")
+        if erasure not in ERASURE_POLICIES:
+            raise ValueError(f"unknown erasure policy {erasure!r}")
+        return PurgeUser(
+            as_id(data["user_id"]),
+            None if server is None else as_id(server),
+            cast(Erasure, erasure),
+        )
     if data["op"] == "clear_channel":
         return DeleteChannel(as_id(data["channel_id"]))
     raise ValueError(f"unknown pending operation {data['op']!r}")

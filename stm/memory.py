@@ -28,7 +28,7 @@ from .cache import Entry, MemoryCache
 from .config import STMConfig
 from .convert import snapshot
 from .follower import Follower
-from .forget import forget_channel, forget_user
+from .forget import clear_ranges, forget_channel, forget_user
 from .ids import check_bool, check_id, check_optional_id
 from .intent import IntentGate
 from .journal import Journal
@@ -46,6 +46,7 @@ from .models import (
 from .provenance import Shown
 from .readthrough import (
     AGAIN,
+    ANY_SERVER,
     NO_ROW,
     Again,
     ReadThrough,
@@ -61,6 +62,7 @@ from .store import open_store
 from .store.base import (
     DeleteChannel,
     DeleteExpired,
+    PurgeResult,
     PurgeUser,
     SaveOptOut,
     SaveServerSettings,
@@ -199,11 +201,18 @@ class ShortTermMemory:
             scrub_delay=self.config.scrub_delay_seconds,
             scheduler=self.scheduler,
             journal=Journal.for_database(self.config.database),
+            touch_guard=self._touch_guard,
+            sweeps=await self.store.pending_sweeps(),
         )
         self._background.every(
             self.config.janitor_interval_minutes * 60, self.run_janitor, "stm-janitor"
         )
         self._background.forever(self.follower.run(), "stm-follower")
+
+    def _touch_guard(self) -> tuple[int | None, float, float]:
+        """What a write-behind batch is checked against: the feed position the cache is
+        current with, and the expiry thresholds now (see ``store.base.Touch``)."""
+        return (self.follower.position, *self._reads.thresholds())
 
     async def flush(self) -> None:
         """Return once every background write and delete so far is durable.
@@ -447,6 +456,9 @@ class ShortTermMemory:
                 return entry
             return AGAIN
 
+        # A purge not yet planned by the store may reach this memory: wait for its plan
+        # (usually one commit); what it may still reach after that is left out.
+        waits = bool(self._reads.deletions.pending) and not await self._reads.planned(ctx.server_id)
         known = self._reads.settled(live_key, group)
         entry: Entry | None
         if known is None:
@@ -460,6 +472,8 @@ class ShortTermMemory:
         if entry is not None and self.cache.is_expired(entry, now):
             entry = None
         others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
+        if waits:
+            entry, others = self._reads.visible(entry), [self._reads.visible(e) for e in others]
         shown = Shown.own(ctx.user_id, ctx.channel_id)
         shown_by(entry, others, settings, shown)
         self._reads.note_shown(ctx, shown)
@@ -501,13 +515,36 @@ class ShortTermMemory:
         """
         check_id(user_id, "user_id")
         check_optional_id(server_id, "server_id")
-        touched = forget_user(self.cache, self._reads, self.writer, user_id, server_id)
-        op = PurgeUser(user_id, server_id)
+        erasure = self.config.erasure
+        purge = forget_user(self.cache, self._reads, self.writer, user_id, server_id, erasure)
+        touched = len(purge.keys)
         self._tally.user_purges += 1
         where = "everywhere" if server_id is None else f"in server {server_id}"
-        self.writer.submit_delete(op, what=f"purging user {user_id} {where}")
+
+        def planned(result: PurgeResult) -> None:
+            cleared = clear_ranges(self.cache, purge, result.ranges)
+            log.info(
+                "purge of user %s %s: %d own rows deleted, %d versions of notes reached, "
+                "%d entries cleared here",
+                user_id,
+                where,
+                result.removed,
+                len(result.ranges),
+                cleared,
+            )
+
+        self.writer.submit_delete(
+            PurgeUser(user_id, server_id, erasure),
+            what=f"purging user {user_id} {where}",
+            on_result=planned,
+        )
         log.info("purging user %s %s (%d keys held here)", user_id, where, touched)
-        return touched
+        # Usually one commit: then every entry it reaches is cleared here when this returns.
+        # Meanwhile (or if the store does not answer in time) what it may reach is neither
+        # shown nor returned (``ReadThrough.hidden``); the durable part is retried until it
+        # lands.
+        await self._reads.planned_purge(purge)
+        return len(purge.keys)
 
     # -- expiry ---------------------------------------------------------------
     async def run_janitor(self) -> int:
@@ -534,11 +571,16 @@ class ShortTermMemory:
     # -- inspection -----------------------------------------------------------
     async def get_entry(self, key: str) -> MemoryEntry | None:
         """A snapshot of what is held under a scope key, or None (expired entries too)."""
-        parse_key(key)
+        scope = parse_key(key)
+        # A user key does not name its server: any pending purge may reach it.
+        server = scope.owner_id if scope.scope == "server" else ANY_SERVER
+        hide = bool(self._reads.deletions.pending) and not await self._reads.planned(server)
         try:
             entry = await self._reads.live(key)
         except Unavailable:
             entry = self.cache.get(key)  # what is held in memory, without its durable part
+        if hide:
+            entry = self._reads.visible(entry)
         if entry is None or (
             not entry.messages
             and not entry.distilled

@@ -1,18 +1,25 @@
-"""What a turn's prompt showed from memory: whom its upgrade credits, which deletions overtake it.
+"""What a turn's prompt showed from memory: what its upgrade records, which deletions overtake it.
 
-A summary is a distillation of everything the model saw, so its contributors are
-everyone whose words the prompt could show, and a deletion of any of it during
-the turn means the turn's summary and capture could bring the deleted words back.
-Pure: no I/O.
+A summary is a distillation of everything the model saw: the words of everyone
+the prompt showed directly (recorded as members of the version it writes) and
+the notes it showed (recorded as edges to their versions, ``lineage.py``). A
+deletion of any of it during the turn means the turn's summary and capture could
+bring the deleted words back. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["Said", "Shown"]
+from .lineage import Pin
+
+__all__ = ["Note", "Said", "Shown"]
+
+# A distilled block shown: its scope key, its pin when known (None while an upgrade of it
+# is being committed), and whether it is the notes' own (the same-channel block).
+Note = tuple[str, Pin | None, bool]
 
 
 class Said(Protocol):
@@ -36,6 +43,7 @@ class Shown:
     channels: set[int] = field(default_factory=set)
     _users: set[int] = field(default_factory=set)
     _windows: list[tuple[Said, int]] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
     @classmethod
     def own(cls, user_id: int, channel_id: int) -> Shown:
@@ -43,8 +51,21 @@ class Shown:
         return cls({channel_id}, {user_id})
 
     def add_users(self, users: Sequence[int] | frozenset[int] | set[int]) -> None:
-        """Credit users whose words were shown (the contributors of distilled memory)."""
+        """Credit users whose words were shown directly."""
         self._users.update(users)
+
+    def add_note(self, key: str, pin: Pin | None, own: bool) -> None:
+        """A distilled block was shown: the notes under ``key``, at ``pin``."""
+        self.notes.append((key, pin, own))
+
+    def pins(self, current: Mapping[str, Pin | None] | None = None) -> Iterable[Pin]:
+        """The versions of notes shown; a note shown before its pin was known takes the
+        key's pin in ``current`` (the same or newer), when given."""
+        for key, pin, _ in self.notes:
+            if pin is None and current is not None:
+                pin = current.get(key)
+            if pin is not None:
+                yield pin
 
     def add_window(self, window: Said, last: int) -> None:
         """Credit the turn users and authors of the newest ``last`` messages of ``window``,
@@ -56,6 +77,7 @@ class Shown:
         self.channels |= other.channels
         self._users |= other._users
         self._windows += other._windows
+        self.notes += other.notes
 
     @property
     def users(self) -> set[int]:

@@ -16,14 +16,16 @@ import asyncio
 import enum
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
-from .cache import Entry, GroupKey, MemoryCache, group_of
+from .cache import NO_CATEGORIES, Entry, GroupKey, MemoryCache, group_of
 from .config import STMConfig
 from .convert import entry_from
-from .deletions import DeletionLog, apply_to_row, overtakes
+from .deletions import DeletionLog, Purge, apply_to_row, in_scope, overtakes
 from .expiry import Expiry, Thresholds, row_expired
 from .keys import parse_key, turn_keys
+from .lineage import Pin
 from .metrics import Tally
 from .models import DialogueMessage, TurnContext
 from .provenance import Shown
@@ -33,6 +35,7 @@ from .writer import Writer
 
 __all__ = [
     "AGAIN",
+    "ANY_SERVER",
     "ATTEMPTS",
     "NO_ROW",
     "Again",
@@ -45,9 +48,15 @@ __all__ = [
 
 log = logging.getLogger("stm")
 _T = TypeVar("_T")
+_E = TypeVar("_E", Entry, Entry | None)
 
 # How often work that a concurrent delete or eviction overtook is tried again.
 ATTEMPTS = 3
+# How long a turn waits for the store to plan a purge that may reach its memory (usually
+# one commit); past it, what the purge may reach is left out of the turn.
+PURGE_WAIT_SECONDS = 2.0
+# ``planned`` for memory whose server is not known: every pending purge may reach it.
+ANY_SERVER = -1
 
 
 class Unavailable(Exception):
@@ -212,7 +221,7 @@ class ReadThrough:
         seq = ctx._deletion_seq
         if seq is None or seq == self.deletions.seq:
             return False
-        later = self.deletions.touched_since(seq)
+        later = self.deletions.since(seq)
         if later is None:
             return True
         shown = ctx._shown or Shown()
@@ -221,7 +230,65 @@ class ReadThrough:
         own.add_users([m.author_id for m in messages if m.author_id is not None])
         user_k, server_k, _ = turn_scope(ctx)
         keys = (user_k,) if server_k is None else (user_k, server_k)
-        return overtakes(later, own, keys, ctx.server_id)
+        return overtakes(later, own, keys, ctx.server_id, self.current_pins(own))
+
+    def current_pins(self, shown: Shown) -> dict[str, Pin | None]:
+        """The pins the cache holds now for notes ``shown`` showed before theirs was known."""
+        current: dict[str, Pin | None] = {}
+        for key, pin, _ in shown.notes:
+            if pin is None:
+                entry = self.cache.peek(key)
+                current[key] = None if entry is None else entry.pin
+        return current
+
+    async def planned(self, server_id: int | None, wait: float = PURGE_WAIT_SECONDS) -> bool:
+        """Wait until no purge that may reach memory of ``server_id`` is pending, at most
+        ``wait`` seconds; False when one still is."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            pending = [
+                p
+                for p in self.deletions.pending
+                if server_id == ANY_SERVER or in_scope(p.deletion, server_id)
+            ]
+            if not pending:
+                return True
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            done = asyncio.Event()
+            pending[0].resolved.append(done.set)
+            try:
+                await asyncio.wait_for(done.wait(), left)
+            except TimeoutError:
+                return False
+
+    async def planned_purge(self, purge: Purge, wait: float = PURGE_WAIT_SECONDS) -> bool:
+        """Wait until the store planned ``purge`` (at most ``wait`` seconds); False if not."""
+        if not purge.pending:
+            return True
+        done = asyncio.Event()
+        purge.resolved.append(done.set)
+        try:
+            await asyncio.wait_for(done.wait(), wait)
+        except TimeoutError:
+            return False
+        return True
+
+    def visible(self, entry: _E) -> _E:
+        """``entry``, or a copy without its distilled content while it is ``hidden``."""
+        if entry is None or not self.hidden(entry):
+            return entry
+        return replace(entry, summary=None, categories=NO_CATEGORIES, pin=None)
+
+    def hidden(self, entry: Entry | None) -> bool:
+        """True while a purge that may reach ``entry``'s distilled content is not planned yet:
+        the content is neither shown nor returned until it is (or is cleared)."""
+        pending = self.deletions.pending
+        if not pending or entry is None or not (entry.summary or entry.categories):
+            return False
+        return any(in_scope(purge.deletion, entry.server_id) for purge in pending)
 
     # -- hydration --------------------------------------------------------------
     def hydrate_in_background(self, keys: list[str]) -> None:
@@ -284,9 +351,9 @@ class ReadThrough:
             if row_expired(row.updated_at, bool(row.summary) or bool(row.categories), thresholds):
                 continue
             kept: StoredRow | None = row
-            for deletion in later:
+            for logged in later:
                 if kept is not None:
-                    kept = apply_to_row(kept, deletion)
+                    kept = apply_to_row(kept, logged)
             if kept is not None:
                 result.append(kept)
         return result
@@ -296,8 +363,7 @@ class ReadThrough:
         if row is not None:
             if not entry.distilled:
                 entry.summary, entry.categories = row.summary, dict(row.categories)
-                entry.contributors |= row.contributors
-                self.cache.index_users(entry, row.contributors)
+                self.cache.set_pin(entry, row.pin)
             entry.turns_since_refresh += row.turns_since_refresh
             entry.last_refreshed_turn = max(entry.last_refreshed_turn, row.last_refreshed_turn)
         if not entry.deleted:
@@ -387,11 +453,10 @@ class ReadThrough:
             return
         row = rows[0] if rows else None
         if row is None:
-            entry.summary, entry.categories, entry.contributors = None, {}, frozenset()
+            self.cache.drop_distilled(entry)
             return
         entry.summary, entry.categories = row.summary, dict(row.categories)
-        entry.contributors = row.contributors
-        self.cache.index_users(entry, row.contributors)
+        self.cache.set_pin(entry, row.pin)
         entry.turns_since_refresh = row.turns_since_refresh
         entry.last_refreshed_turn = row.last_refreshed_turn
         entry.hydrated = True

@@ -399,16 +399,17 @@ def shown_by(
     entry: Entry | None, others: Sequence[Entry], settings: ServerSettings, shown: Shown
 ) -> None:
     """Add to ``shown`` what ``same_channel_block`` and ``other_channels_blocks`` render from
-    these entries: their channels, the contributors of distilled memory shown, and the turn
+    these entries: their channels, the distilled notes shown (as their pins), and the turn
     users and authors of crude messages shown."""
     if entry is not None and entry.distilled:
-        shown.add_users(entry.contributors)
+        shown.add_note(entry.key, entry.pin, True)
     count = settings.crude_message_count
     crude_summary = settings.render_mode == "crude_summary"
     channels = shown.channels
     for other in others:
         channels.add(other.channel_id)
-        if other.contributors:  # cleared with the distilled memory they produced
-            shown.add_users(other.contributors)
-        if count > 0 and (crude_summary or not (other.summary or other.categories)):
+        distilled = bool(other.summary or other.categories)
+        if distilled:
+            shown.add_note(other.key, other.pin, False)
+        if count > 0 and (crude_summary or not distilled):
             shown.add_window(other.messages, count)

@@ -30,7 +30,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,9 +42,11 @@ from .store.base import (
     DeleteChannel,
     DeleteExpired,
     Op,
+    PurgeResult,
     PurgeUser,
     Scrub,
     Store,
+    SweepPurge,
     Touch,
 )
 from .store.faults import is_permanent
@@ -67,6 +69,11 @@ class _Item:
     future: asyncio.Future[Any] | None = None
     what: str = ""
     journaled: bool = False
+    # Called with the result once committed, before any later item's (the cache applies
+    # what the store decided in commit order: an upgrade's version, a purge's ranges).
+    on_result: Callable[[Any], None] | None = None
+    # The item whose work this continues (a purge's later chunks): flush() waits for it.
+    origin: int = 0
 
     @property
     def retried(self) -> bool:
@@ -86,6 +93,8 @@ class Writer:
         scrub_delay: float = 1.0,
         scheduler: Scheduler | None = None,
         journal: Journal | None = None,
+        touch_guard: Callable[[], tuple[int | None, float, float]] | None = None,
+        sweeps: Sequence[int] = (),
     ) -> None:
         self.store = store
         self.scheduler = scheduler or LoopScheduler()
@@ -93,6 +102,9 @@ class Writer:
         self.retry_delay = retry_delay
         self.scrub_delay = scrub_delay
         self.journal = journal
+        # (the feed position the cache is current with, crude and summary expiry
+        # thresholds) for each write-behind batch: see ``Touch``.
+        self.touch_guard = touch_guard
         # When deleted data is next erased from the files (0: none due), and when a failed
         # erasure is tried again.
         self._scrub_at = 0.0
@@ -113,6 +125,8 @@ class Writer:
         self.failures = 0
         self.retries = 0
         self._queue: deque[_Item] = deque()
+        # Queued items that continue an earlier one's work.
+        self._continuations = 0
         self._dirty: dict[str, Entry] = {}
         self._seq = 0
         self._wake = asyncio.Event()
@@ -125,6 +139,11 @@ class Writer:
             # Deletes acknowledged as pending before a restart go first, before any read.
             for op in journal.load():
                 self._push(_Item(self._next(), op, what=_describe(op), journaled=True))
+        for position in sweeps:
+            # A purge whose later chunks a stopped process left: finish it first.
+            self._push(
+                _Item(self._next(), SweepPurge(position), what=_describe(SweepPurge(position)))
+            )
         self._task = asyncio.get_running_loop().create_task(self._run(), name="stm-writer")
 
     # -- submitting ---------------------------------------------------------
@@ -144,25 +163,41 @@ class Writer:
             self._retry_at = 0.0
         return future
 
-    def submit_all(self, ops: Sequence[Op], what: str) -> asyncio.Future[list[Any]]:
+    def submit_all(
+        self,
+        ops: Sequence[Op],
+        what: str,
+        on_result: Callable[[list[Any]], None] | None = None,
+    ) -> asyncio.Future[list[Any]]:
         """Queue ``ops`` (one at least) to commit together, in order; the future answers
-        with the list of their results once committed, or the error."""
+        with the list of their results once committed, or the error. ``on_result`` is
+        called with them first, in commit order."""
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         if self._task.done():
             future.set_exception(DurabilityError([f"{what}: the memory is closed"]))
             return future
-        self._push(_Item(self._next(), ops[0], more=tuple(ops[1:]), future=future, what=what))
+        item = _Item(self._next(), ops[0], more=tuple(ops[1:]), future=future, what=what)
+        item.on_result = on_result
+        self._push(item)
         if self._retry_at:
             self._retry_at = 0.0  # as in submit
         return future
 
-    def submit_delete(self, op: DeleteChannel | PurgeUser | DeleteExpired, what: str) -> None:
+    def submit_delete(
+        self,
+        op: DeleteChannel | PurgeUser | DeleteExpired,
+        what: str,
+        on_result: Callable[[Any], None] | None = None,
+    ) -> None:
         """Queue a delete; it is retried until durable. Dirty entries go first.
 
         A delete that removes something makes an erasure due (coalesced, within
-        ``scrub_delay``; ``flush`` runs a due one at once)."""
+        ``scrub_delay``; ``flush`` runs a due one at once). A purge's first transaction
+        answers ``on_result`` with its ``PurgeResult``; the rows it leaves are cleared
+        by later transactions, queued behind what is queued then (``flush`` waits for
+        them)."""
         self._swap_dirty()
-        self._push(_Item(self._next(), op, what=what))
+        self._push(_Item(self._next(), op, what=what, on_result=on_result))
 
     def mark_dirty(self, entry: Entry) -> None:
         """Write ``entry``'s identity and counters behind."""
@@ -241,8 +276,14 @@ class Writer:
 
     # -- the loop -----------------------------------------------------------
     def _finished_through(self) -> int:
-        """Every item up to this sequence number is committed or answered (the queue is FIFO)."""
-        return self._queue[0].seq - 1 if self._queue else self._seq
+        """Every item up to this sequence number is committed or answered, with the work
+        it left (the queue is FIFO but for continuations, which count as their origin)."""
+        if not self._queue:
+            return self._seq
+        first = self._queue[0].seq
+        if self._continuations:
+            first = min(first, *(i.origin for i in self._queue if i.origin))
+        return first - 1
 
     def _next(self) -> int:
         self._seq += 1
@@ -285,7 +326,9 @@ class Writer:
         need another erasure right after (a burst of purges shares one)."""
         if not self._scrub_at or max(self._scrub_at, self._scrub_retry_at) > now:
             return False
-        return not any(isinstance(i.op, DeleteChannel | PurgeUser) for i in self._queue)
+        return not any(
+            isinstance(i.op, DeleteChannel | PurgeUser | SweepPurge) for i in self._queue
+        )
 
     async def _scrub(self) -> None:
         """Erase what committed deletes left in the files; on failure, try again later
@@ -333,7 +376,11 @@ class Writer:
                 else:
                     # Built now, not when marked: the latest counters, and never a deleted entry.
                     rows = tuple(row_of(e) for e in item.dirty.values() if not e.deleted)
-                    ops.append(Touch(rows))
+                    if self.touch_guard is None:
+                        ops.append(Touch(rows))
+                    else:
+                        after, crude_before, summary_before = self.touch_guard()
+                        ops.append(Touch(rows, after, crude_before, summary_before))
             self.round_trips += 1
             if self._failure is not None:
                 self.retries += 1
@@ -355,8 +402,10 @@ class Writer:
             self.ops_committed += len(ops)
             self.largest_batch = max(self.largest_batch, len(ops))
             self._isolate = max(0, self._isolate - len(items))
-            for _ in items:
+            for item in items:
                 self._queue.popleft()
+                if item.origin:
+                    self._continuations -= 1
             if self._failure is not None:
                 log.info("short-term memory writes are durable again")
             self._failure = None
@@ -365,17 +414,38 @@ class Writer:
             if several:
                 results = _per_item(items, results)
             for item, result in zip(items, results, strict=True):
+                if item.on_result is not None:
+                    self._tell(item, result)
                 if item.future is not None and not item.future.done():
                     item.future.set_result(result)
                 # Only a delete that removed something leaves anything to erase.
                 if isinstance(item.op, DeleteChannel | PurgeUser | DeleteExpired) and result:
                     erased = True
+                if isinstance(item.op, PurgeUser | SweepPurge):
+                    position, cleared, more = _progress(item.op, result)
+                    erased = erased or bool(cleared)
+                    if more:
+                        self._continue(item, position)
             if erased and not self._scrub_at:
                 self._scrub_at = self.scheduler.now() + self.scrub_delay
             if any(item.journaled for item in items):
                 self._journal_done()
         progress, self._progress = self._progress, asyncio.Event()
         progress.set()
+
+    def _tell(self, item: _Item, result: Any) -> None:
+        assert item.on_result is not None
+        try:
+            item.on_result(result)
+        except Exception:
+            log.exception("short-term memory could not apply %s to its cache", item.what)
+
+    def _continue(self, item: _Item, position: int) -> None:
+        """Queue the next chunk of the purge ``item`` is (or continues), behind what is
+        queued: a purge of many rows never holds other work up for long."""
+        sweep = SweepPurge(position)
+        self._continuations += 1
+        self._push(_Item(self._next(), sweep, what=item.what, origin=item.origin or item.seq))
 
     def _next_batch(self) -> list[_Item]:
         """The items of the next transaction, in order."""
@@ -395,6 +465,8 @@ class Writer:
             return
         item = items[0]
         self._queue.popleft()
+        if item.origin:
+            self._continuations -= 1
         if item.op is None and len(item.dirty) > 1:
             # One row of a write-behind batch: write the others, each on its own.
             for key, entry in reversed(item.dirty.items()):
@@ -441,6 +513,7 @@ class Writer:
         # ("not saved", "could not be read") beats waiting out the backoff.
         waiting = [item.future for item in self._queue if item.future is not None]
         self._queue = deque(item for item in self._queue if item.future is None)
+        self._continuations = sum(1 for item in self._queue if item.origin)
         for future in waiting:
             if not future.done():
                 future.set_exception(exc)
@@ -477,11 +550,22 @@ def _per_item(items: list[_Item], results: list[object]) -> list[object]:
     return grouped
 
 
+def _progress(op: PurgeUser | SweepPurge, result: Any) -> tuple[int, int, bool]:
+    """(the purge's position, rows it cleared in this transaction, whether more are left)."""
+    if isinstance(result, PurgeResult):
+        return result.position, result.cleared, result.more
+    cleared, more = result
+    assert isinstance(op, SweepPurge)
+    return op.position, int(cleared), bool(more)
+
+
 def _describe(op: Op) -> str:
     match op:
-        case PurgeUser(user_id, None):
+        case SweepPurge(position):
+            return f"clearing what the purge at feed position {position} reaches"
+        case PurgeUser(user_id, None, _):
             return f"purging user {user_id} everywhere"
-        case PurgeUser(user_id, server_id):
+        case PurgeUser(user_id, server_id, _):
             return f"purging user {user_id} in server {server_id}"
         case DeleteChannel(channel_id):
             return f"clearing channel {channel_id}"

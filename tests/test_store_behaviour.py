@@ -10,6 +10,7 @@ import pytest
 from conftest import StoreOpener
 
 from stm.keys import server_key, user_key
+from stm.lineage import Lineage, Pin, Range
 from stm.store.base import (
     DeleteChannel,
     DeleteExpired,
@@ -17,11 +18,15 @@ from stm.store.base import (
     LoadRecent,
     LoadRows,
     Overtaken,
+    PreviewPurge,
+    PurgeResult,
     PurgeUser,
     SaveDistilled,
+    Saved,
     SaveOptOut,
     SaveServerSettings,
     StoredRow,
+    SweepPurge,
     Touch,
 )
 
@@ -35,7 +40,6 @@ def row(
     key: str,
     *,
     summary: str | None = "remembered",
-    contributors: tuple[int, ...] = (),
     updated_at: float = NOW,
     **fields: Any,
 ) -> StoredRow:
@@ -57,12 +61,24 @@ def row(
         channel_private=False,
         summary=summary,
         categories={},
-        contributors=frozenset(contributors),
         turns_since_refresh=1,
         last_refreshed_turn=1,
         updated_at=updated_at,
     )
     return replace(base, **fields)
+
+
+def saves(
+    *rows: StoredRow,
+    shown: tuple[int, ...] = (),
+    other: tuple[Pin | str, ...] = (),
+    own: tuple[Pin | str, ...] = (),
+    guard: Guard | None = None,
+) -> list[SaveDistilled]:
+    """One upgrade of ``rows`` (one version), written from a prompt that showed the words of
+    ``shown`` directly and the notes ``other`` (and kept ``own``)."""
+    lineage = Lineage(frozenset(shown), own, other)
+    return [SaveDistilled(r, guard, lineage) for r in rows]
 
 
 async def load(store: Any, *keys: str) -> dict[str, StoredRow]:
@@ -83,91 +99,61 @@ async def test_a_saved_row_reads_back_whole(store: Any) -> None:
         server_id=100,
         categories={"plans": "a picnic", "mood": "sunny ☀"},
         summary=None,
-        contributors=(7, 8),
         parent_channel_id=9,
         channel_private=True,
         turns_since_refresh=4,
         last_refreshed_turn=2,
     )
-    await store.run([SaveDistilled(saved)])
+    (result,) = await store.run(saves(saved, shown=(7, 8)))
+    assert isinstance(result, Saved) and result.pin == Pin(1, 1)
     got = (await load(store, saved.key))[saved.key]
-    assert got == replace(saved, version=1)
+    assert got == replace(saved, version=1, pin=Pin(1, 1))
+    assert await store.members(Pin(1, 1)) == [7, 8]
 
 
-async def test_each_save_bumps_the_version_and_replaces_contributors(store: Any) -> None:
-    """The version counts writes of the distilled content; contributors are replaced."""
+async def test_each_upgrade_is_the_next_version_of_its_chain(store: Any) -> None:
+    """The version counts writes of a row; an upgrade of the live row extends its chain,
+    and a member is kept from the first version whose prompt showed them."""
     key = server_key(100, 10)
-    await store.run([SaveDistilled(row(key, contributors=(1, 2)))])
-    await store.run([SaveDistilled(row(key, summary="newer", contributors=(3,)))])
+    await store.run(saves(row(key), shown=(1, 2)))
+    await store.run(saves(row(key, summary="newer"), shown=(3, 2)))
     got = (await load(store, key))[key]
-    assert (got.summary, got.contributors, got.version) == ("newer", frozenset({3}), 2)
+    assert (got.summary, got.pin, got.version) == ("newer", Pin(1, 2), 2)
+    assert await store.members(Pin(1, 1)) == [1, 2]
+    assert await store.members(Pin(1, 2)) == [1, 2, 3]
 
 
-async def test_contributors_follow_each_rows_last_save_in_a_batch(store: Any) -> None:
-    """In one batch, a row's contributors are those of its last save, whatever was stored
-    (grown, shrunk, overlapping, emptied), and the same set saved again stays whole."""
-    grows, shrinks, emptied, same = (server_key(100, c) for c in (10, 11, 12, 13))
-    await store.run(
-        [
-            SaveDistilled(row(grows, contributors=(9, 10))),
-            SaveDistilled(row(shrinks, contributors=(1, 2, 3, 40))),
-            SaveDistilled(row(emptied, contributors=(5,))),
-            SaveDistilled(row(same, contributors=(2, 100, 30))),
-        ]
-    )
+async def test_the_rows_of_one_upgrade_pin_one_version(store: Any) -> None:
+    """The user's and the server's row of one upgrade are one version (the server row's
+    chain); a DM's user row is a chain of its own; saves without a lineage are each one."""
+    mine, shared, dm = user_key(7, 10), server_key(100, 10), user_key(7, 30)
     results = await store.run(
-        [
-            SaveDistilled(row(grows, contributors=(9,))),
-            SaveDistilled(row(shrinks, contributors=(2, 3, 4))),
-            SaveDistilled(row(grows, contributors=(9, 10, 11, 2**62))),
-            SaveDistilled(row(emptied, contributors=())),
-            SaveDistilled(row(same, contributors=(2, 100, 30))),
-        ]
+        [*saves(row(mine, server_id=100), row(shared), shown=(7,)), *saves(row(dm), shown=(7,))]
     )
-    assert results[0] == results[2]  # the same row's id
-    got = await load(store, grows, shrinks, emptied, same)
-    assert got[grows].contributors == {9, 10, 11, 2**62}
-    assert got[grows].version == 3
-    assert got[shrinks].contributors == {2, 3, 4}
-    assert got[emptied].contributors == frozenset()
-    assert got[same].contributors == {2, 30, 100}
+    assert [r.pin for r in results] == [Pin(1, 1), Pin(1, 1), Pin(2, 1)]
+    results = await store.run([SaveDistilled(row(shared)), SaveDistilled(row(shared))])
+    assert [r.pin for r in results] == [Pin(1, 2), Pin(1, 3)]
+    got = await load(store, mine, shared, dm)
+    assert (got[mine].pin, got[shared].pin, got[dm].pin) == (Pin(1, 1), Pin(1, 3), Pin(2, 1))
 
 
-async def test_saving_the_same_contributors_again_restores_what_was_removed_meanwhile(
-    open_store_: StoreOpener,
-) -> None:
-    """Contributor rows removed by anything but a save (a purge here or in another
-    process, a failed batch, a statement of an operator) are written again by the next
-    save that names them, even when the save before named the same users."""
-    store, other = await open_store_(), await open_store_()
+async def test_notes_without_content_pin_no_version(store: Any) -> None:
     key = server_key(100, 10)
-    users = (7, 8, 9)
+    await store.run(saves(row(key), shown=(1,)))
+    await store.run(saves(row(key, summary=None), shown=(1,)))
+    assert (await load(store, key))[key].pin is None
 
-    async def contributors() -> set[int]:
-        # Read by the other store: a read of this one could hide what it remembers.
-        rows = await other.execute("SELECT user_id FROM short_term_memory_contributors")
-        return {int(user) for (user,) in rows}
 
-    await store.run([SaveDistilled(row(key, contributors=users))])
-    await other.run([PurgeUser(8, None)])  # another process: clears the summary and its credits
-    assert await contributors() == set()
-    await store.run([SaveDistilled(row(key, contributors=users))])
-    assert await contributors() == set(users)
-
-    await store.run([PurgeUser(9, 100)])  # this process
-    await store.run([SaveDistilled(row(key, contributors=users))])
-    assert await contributors() == set(users)
-
+async def test_a_failed_batch_records_no_version(store: Any) -> None:
+    """Nothing of a failed batch is kept: its versions, members and edges included."""
+    key = server_key(100, 10)
     bad = replace(row(server_key(1, 2)), scope="nonsense")  # type: ignore[arg-type]
     with pytest.raises(Exception):  # noqa: B017 - each driver raises its own error
-        await store.run([SaveDistilled(row(key, contributors=(*users, 10))), Touch((bad,))])
-    assert await contributors() == set(users)
-    await store.run([SaveDistilled(row(key, contributors=(*users, 10)))])
-    assert await contributors() == {*users, 10}
-
-    await store.execute("DELETE FROM short_term_memory_contributors")
-    await store.run([SaveDistilled(row(key, contributors=(*users, 10)))])
-    assert await contributors() == {*users, 10}
+        await store.run([*saves(row(key), shown=(5,)), Touch((bad,))])
+    assert await store.members(Pin(1, 1)) == []
+    (result,) = await store.run(saves(row(key), shown=(6,)))
+    assert result.pin.version == 1
+    assert await store.members(result.pin) == [6]
 
 
 async def test_touch_writes_identity_and_counters_never_distilled_content(store: Any) -> None:
@@ -206,23 +192,35 @@ async def test_a_purge_deletes_own_rows_and_drops_what_the_user_contributed_to(
     own_here = row(user_key(7, 10), server_id=100)
     own_elsewhere = row(user_key(7, 20), server_id=200)
     own_dm = row(user_key(7, 30), server_id=None)
-    shared_here = row(server_key(100, 10), contributors=(7, 8))
-    shared_elsewhere = row(server_key(200, 20), contributors=(7,))
-    untouched = row(server_key(100, 11), contributors=(8,))
+    shared_here = row(server_key(100, 10))
+    shared_elsewhere = row(server_key(200, 20))
+    untouched = row(server_key(100, 11))
     rows = [own_here, own_elsewhere, own_dm, shared_here, shared_elsewhere, untouched]
-    await store.run([SaveDistilled(r) for r in rows])
-    await store.run([PurgeUser(7, server)])
+    await store.run(
+        [
+            *saves(own_here, shown=(7,)),
+            *saves(own_elsewhere, shown=(7,)),
+            *saves(own_dm, shown=(7,)),
+            *saves(shared_here, shown=(7, 8)),
+            *saves(shared_elsewhere, shown=(7,)),
+            *saves(untouched, shown=(8,)),
+        ]
+    )
+    (result,) = await store.run([PurgeUser(7, server)])
+    assert isinstance(result, PurgeResult) and not result.more
     left = await load(store, *(r.key for r in rows))
     if server is None:
         assert set(left) == {shared_here.key, shared_elsewhere.key, untouched.key}
         assert left[shared_elsewhere.key].summary is None
+        assert result.removed == 3
     else:
         assert set(left) == {own_elsewhere.key, own_dm.key, shared_here.key,
                              shared_elsewhere.key, untouched.key}  # fmt: skip
         assert left[shared_elsewhere.key].summary == "remembered"
-        assert left[shared_elsewhere.key].contributors == {7}
+        assert left[shared_elsewhere.key].pin is not None
+        assert result.removed == 1
     assert (left[shared_here.key].summary, left[shared_here.key].categories) == (None, {})
-    assert left[shared_here.key].contributors == frozenset()
+    assert left[shared_here.key].pin is None
     assert left[untouched.key].summary == "remembered"
 
 
@@ -419,7 +417,7 @@ async def test_changes_of_another_store_are_seen_with_their_origin(
 
 
 # -- guarded upgrades -----------------------------------------------------------------------
-GUARDED = row(server_key(100, 10), contributors=(7, 8))
+GUARDED = row(server_key(100, 10))
 
 
 def guard(after: int) -> Guard:
@@ -451,7 +449,7 @@ async def test_an_upgrade_not_overtaken_is_saved(store: Any, delete: Any) -> Non
     after = await store.current_position()
     await store.run([delete])
     (result,) = await store.run([SaveDistilled(GUARDED, guard(after))])
-    assert isinstance(result, int)
+    assert isinstance(result, Saved)
     assert (await load(store, GUARDED.key))[GUARDED.key].summary == "remembered"
 
 
@@ -459,7 +457,7 @@ async def test_a_delete_before_the_view_does_not_refuse(store: Any) -> None:
     await store.run([DeleteChannel(10)])
     after = await store.current_position()
     (result,) = await store.run([SaveDistilled(GUARDED, guard(after))])
-    assert isinstance(result, int)
+    assert isinstance(result, Saved)
 
 
 async def test_a_refused_upgrade_does_not_fail_its_batch(store: Any) -> None:
@@ -467,7 +465,7 @@ async def test_a_refused_upgrade_does_not_fail_its_batch(store: Any) -> None:
     await store.run([DeleteChannel(10)])
     other = row(server_key(100, 12))
     results = await store.run([SaveDistilled(GUARDED, guard(after)), SaveDistilled(other)])
-    assert isinstance(results[0], Overtaken) and isinstance(results[1], int)
+    assert isinstance(results[0], Overtaken) and isinstance(results[1], Saved)
     assert set(await load(store, GUARDED.key, other.key)) == {other.key}
 
 
@@ -476,3 +474,137 @@ async def test_an_upgrade_whose_view_was_pruned_is_refused(store: Any) -> None:
     await store.prune_changes(older_than=time.time() + 60)
     (result,) = await store.run([SaveDistilled(GUARDED, guard(1))])
     assert isinstance(result, Overtaken)
+
+
+# -- purges through chains ------------------------------------------------------------------
+async def _three_channels(store: Any) -> tuple[str, str, str]:
+    """#10's notes showed 7's words; #11's were written from a prompt that showed #10's
+    notes; #12's from one that showed 8's words only."""
+    general, random, games = server_key(100, 10), server_key(100, 11), server_key(100, 12)
+    (first,) = await store.run(saves(row(general), shown=(7,)))
+    await store.run(saves(row(random), shown=(9,), other=(first.pin,)))
+    await store.run(saves(row(games), shown=(8,)))
+    return general, random, games
+
+
+@pytest.mark.parametrize("erasure", ["complete", "direct"])
+async def test_a_purge_follows_the_edges_its_policy_follows(store: Any, erasure: Any) -> None:
+    """``complete`` clears notes written from notes that held the user's words; ``direct``
+    only the notes that showed them directly."""
+    general, random, games = await _three_channels(store)
+    (result,) = await store.run([PurgeUser(7, 100, erasure)])
+    left = await load(store, general, random, games)
+    assert left[general].summary is None
+    assert left[games].summary == "remembered"
+    if erasure == "complete":
+        assert left[random].summary is None
+        assert {r.chain for r in result.ranges} == {1, 2}
+    else:
+        assert left[random].summary == "remembered"
+        assert {r.chain for r in result.ranges} == {1}
+    assert await store.purge_ranges(result.position) == result.ranges
+
+
+async def test_a_purge_clears_only_versions_from_the_first_that_showed_the_user(
+    store: Any,
+) -> None:
+    """A user's own row written before another user's words arrived keeps its notes."""
+    early, shared = user_key(1, 10), server_key(100, 10)
+    await store.run(saves(row(early, server_id=100), row(shared), shown=(1,)))
+    late = user_key(2, 10)
+    await store.run(saves(row(late, server_id=100), row(shared), shown=(1, 7)))
+    await store.run([PurgeUser(7, None, "direct")])
+    left = await load(store, early, shared, late)
+    assert left[early].summary == "remembered"
+    assert left[shared].summary is None and left[late].summary is None
+
+
+async def test_a_purge_of_many_rows_is_cleared_in_chunks_and_hidden_meanwhile(
+    store: Any,
+) -> None:
+    """The first transaction clears a chunk; the rows left read as cleared, nothing may
+    extend them, and each later chunk clears more until none is left."""
+    from stm.store import chains
+
+    shared = server_key(100, 10)
+    rows = [row(user_key(u, 10), server_id=100) for u in range(100, chains.SWEEP_CHUNK + 160)]
+    await store.run([s for r in rows for s in saves(r, row(shared), shown=(7, 1))])
+    (result,) = await store.run([PurgeUser(7, 100, "direct")])
+    assert result.more and result.cleared == chains.SWEEP_CHUNK
+    got = await load(store, *(r.key for r in rows))
+    assert all(r.summary is None and r.pin is None for r in got.values())
+    assert await store.pending_sweeps() == [result.position]
+    (refused,) = await store.run(saves(row(shared), shown=(1,)))
+    assert refused == Overtaken(result.position)
+    (swept,) = await store.run([SweepPurge(result.position)])
+    assert swept == (len(rows) + 1 - chains.SWEEP_CHUNK, False)
+    assert await store.pending_sweeps() == []
+    (saved,) = await store.run(saves(row(shared), shown=(1,)))
+    assert isinstance(saved, Saved) and saved.pin.chain != 1
+
+
+async def test_a_preview_counts_what_a_purge_would_clear(store: Any) -> None:
+    await _three_channels(store)
+    await store.run(saves(row(user_key(7, 10), server_id=100), shown=(7,)))
+    (preview,) = await store.run([PreviewPurge(7, None, "complete")])
+    assert (preview.own, preview.shared) == (1, 2)
+    assert preview.shared_by_server == {100: 2}
+    assert preview.distilled_by_server == {100: 4}
+    (direct,) = await store.run([PreviewPurge(7, None, "direct")])
+    assert direct.shared == 1
+    left = await load(store, server_key(100, 10))
+    assert left[server_key(100, 10)].summary == "remembered"  # a preview changes nothing
+
+
+async def test_chains_nothing_needs_are_collected(store: Any) -> None:
+    """Once no row pins a chain and no chain was written from it, the janitor drops it;
+    a chain another was written from stays while that one lives."""
+    general, random, _ = await _three_channels(store)
+    await store.run([DeleteChannel(11)])
+    await store.run([DeleteExpired(FAR, FAR)])
+    assert await store.members(Pin(2, 1)) == []  # #11's chain and its members are gone
+    await store.run([DeleteChannel(10)])
+    await store.run([DeleteExpired(FAR, FAR)])
+    assert await store.members(Pin(1, 1)) == []
+    assert await store.members(Pin(3, 1)) == [8]  # #12's is pinned
+
+
+async def test_write_behind_does_not_bring_back_what_another_process_deleted(
+    open_store_: StoreOpener,
+) -> None:
+    """A row taken before another process's purge of its user or clear of its channel is
+    not written; the same rows after that process's position, or deleted by this store's
+    own process, are."""
+    store, other = await open_store_(), await open_store_()
+    mine, cleared, kept = user_key(7, 10), server_key(100, 11), server_key(100, 12)
+    after = await store.current_position()
+    await other.run([PurgeUser(7, None), DeleteChannel(11)])
+    rows = (row(mine, server_id=100), row(cleared, summary=None), row(kept, summary=None))
+    await store.run([Touch(rows, after, FAR, FAR)])
+    assert set(await load(store, mine, cleared, kept)) == {kept}
+    await store.run([Touch(rows, await store.current_position(), FAR, FAR)])
+    assert set(await load(store, mine, cleared, kept)) == {mine, cleared, kept}
+    seen = await store.current_position()
+    await store.run([PurgeUser(7, None)])  # this process's own: its cache already knows
+    await store.run([Touch(rows, seen, FAR, FAR)])
+    assert mine in await load(store, mine)
+
+
+async def test_write_behind_does_not_revive_an_expired_row(store: Any) -> None:
+    """Activity on a key whose stored row expired starts a new row: the old notes are
+    deleted, not refreshed."""
+    key = server_key(100, 10)
+    await store.run(saves(row(key, updated_at=NOW - 25 * HOUR), shown=(1,)))
+    fresh = row(key, summary=None, updated_at=NOW, counters_known=False)
+    await store.run([Touch((fresh,), None, NOW - 12 * HOUR, NOW - 24 * HOUR)])
+    got = (await load(store, key))[key]
+    assert (got.summary, got.pin, got.updated_at) == (None, None, NOW)
+    assert ("expire", key, None, None, None) in await kinds(store)
+
+
+async def test_ranges_name_what_was_cleared_for_other_processes(store: Any) -> None:
+    general, _, _ = await _three_channels(store)
+    (result,) = await store.run([PurgeUser(7, None, "direct")])
+    assert result.ranges == (Range(1, 1),)
+    assert await store.purge_ranges(result.position) == (Range(1, 1),)
+    assert await store.purge_ranges(result.position + 100) == ()

@@ -158,23 +158,30 @@ def show(opts: Options, key: str | None, user_id: int | None, channel_id: int | 
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="KEY") from None
 
-    async def read() -> tuple[list[StoredRow], UserHoldings | None]:
+    async def read() -> tuple[list[StoredRow], UserHoldings | None, list[list[int]]]:
         async with reading(opts) as store:
+            holdings = None
             if key is not None:
                 row = await store.row(key)
-                return ([] if row is None else [row]), None
-            if channel_id is not None:
-                return await store.rows_of_channel(channel_id), None
-            assert user_id is not None
-            holdings = await store.holdings_of_user(user_id)
-            return holdings.own + holdings.contributed, holdings
+                rows = [] if row is None else [row]
+            elif channel_id is not None:
+                rows = await store.rows_of_channel(channel_id)
+            else:
+                assert user_id is not None
+                holdings = await store.holdings_of_user(user_id, opts.config.erasure)
+                rows = holdings.own + holdings.contributed
+            shown = [[] if r.pin is None else await store.members(r.pin) for r in rows]
+            return rows, holdings, shown
 
-    rows, holdings = run(read())
+    rows, holdings, shown = run(read())
     now = time.time()
     if opts.as_json:
         echo_json(
             {
-                "entries": [row_json(row, opts.config, contributors=True) for row in rows],
+                "entries": [
+                    row_json(row, opts.config, contributors=users)
+                    for row, users in zip(rows, shown, strict=True)
+                ],
                 **({} if holdings is None else {"opted_out": opt_out_json(holdings)}),
             }
         )
@@ -182,7 +189,7 @@ def show(opts: Options, key: str | None, user_id: int | None, channel_id: int | 
     if key is not None:
         if not rows:
             raise CommandError(f"nothing is held under {key}")
-        echo_entry(rows[0], opts.config, now)
+        echo_entry(rows[0], opts.config, now, shown[0])
         return
     if holdings is not None:
         echo_rows("the user's own entries", holdings.own, opts.config, now)
@@ -202,7 +209,7 @@ def export(opts: Options, user_id: int) -> None:
 
     async def read() -> UserHoldings:
         async with reading(opts) as store:
-            return await store.holdings_of_user(user_id)
+            return await store.holdings_of_user(user_id, opts.config.erasure)
 
     holdings = run(read())
     echo_json(
@@ -234,7 +241,8 @@ def purge_user(opts: Options, user_id: int, server_id: int | None, yes: bool) ->
 
     async def count() -> int:
         async with reading(opts) as store:
-            return in_server(await store.holdings_of_user(user_id), server_id)
+            holdings = await store.holdings_of_user(user_id, opts.config.erasure)
+            return in_server(holdings, server_id)
 
     held = run(count())
     confirm(

@@ -62,8 +62,10 @@ def echo_rows(title: str, rows: list[StoredRow], config: STMConfig, now: float) 
         click.echo(click.style(line, bold=True) if i == 0 else line)
 
 
-def echo_entry(row: StoredRow, config: STMConfig, now: float) -> None:
+def echo_entry(row: StoredRow, config: STMConfig, now: float, shown: list[int]) -> None:
+    """One row in full; ``shown``: whose words the prompts of its notes showed directly."""
     expires = expires_at(row, config)
+    version = "-" if row.pin is None else f"{row.pin.version} of chain {row.pin.chain}"
     pairs = [
         ("key", row.key),
         ("scope", row.scope),
@@ -74,7 +76,8 @@ def echo_entry(row: StoredRow, config: STMConfig, now: float) -> None:
         ("updated", f"{iso(row.updated_at)} ({ago(now - row.updated_at)})"),
         ("expires", f"{iso(expires)} ({until(expires - now)})"),
         ("turns since update", str(row.turns_since_refresh)),
-        ("contributors", ", ".join(str(u) for u in sorted(row.contributors)) or "-"),
+        ("notes version", version),
+        ("words shown by", ", ".join(str(u) for u in shown) or "-"),
         ("summary", printable(row.summary) if row.summary else "-"),
     ]  # fmt: skip
     pairs += [(f"  {name}", printable(value)) for name, value in sorted(row.categories.items())]
@@ -99,7 +102,9 @@ def _columns() -> int:
     return shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else 120
 
 
-def row_json(row: StoredRow, config: STMConfig, *, contributors: bool = False) -> dict[str, Any]:
+def row_json(
+    row: StoredRow, config: STMConfig, *, contributors: list[int] | None = None
+) -> dict[str, Any]:
     data: dict[str, Any] = {
         "key": row.key,
         "scope": row.scope,
@@ -118,9 +123,9 @@ def row_json(row: StoredRow, config: STMConfig, *, contributors: bool = False) -
         "updated_at": iso(row.updated_at),
         "expires_at": iso(expires_at(row, config)),
     }
-    if contributors:
+    if contributors is not None:
         # Not in exports: the other contributors are other people's data.
-        data["contributors"] = sorted(row.contributors)
+        data["contributors"] = contributors
     return data
 
 

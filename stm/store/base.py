@@ -38,9 +38,14 @@ What else the store gives a process that shares its database:
 - an upgrade whose turn began at feed position ``p`` is saved with
   ``SaveDistilled(row, Guard(after=p, ...))``: inside the writing transaction
   the store refuses it (result :class:`Overtaken`, nothing written) when a
-  change after ``p``, from any process, cleared a channel or purged a user
-  its prompt showed; a turn that began before the follower caught up uses the
-  follower's position, which is only older, so the check errs on refusing;
+  change after ``p``, from any process, cleared a channel its prompt showed,
+  purged a user whose words it showed, or cleared a version of notes it showed
+  (the purge's ranges, see ``lineage.py``); a turn that began before the
+  follower caught up uses the follower's position, which is only older, so the
+  check errs on refusing;
+- a purge's change names no rows: its :class:`~stm.lineage.Range` list, kept
+  with its position (:meth:`Store.purge_ranges`), says which versions of which
+  chains it cleared; a follower clears the entries it holds at those versions;
 - ``empty_at_open`` (see :class:`Store`) holds at the moment of opening only:
   the "every row is in the cache" shortcut ends at the first change another
   process committed (a change in the feed whose origin is not ours, or
@@ -56,11 +61,12 @@ What else the store gives a process that shares its database:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from ..keys import Scope
+from ..lineage import Erasure, Lineage, Pin, Range
 
 __all__ = [
     "PROVENANCE_TABLES",
@@ -74,14 +80,20 @@ __all__ = [
     "LoadRows",
     "Op",
     "Overtaken",
+    "PreviewPurge",
+    "PurgePreview",
+    "PurgeResult",
     "PurgeUser",
     "SaveDistilled",
     "SaveOptOut",
     "SaveServerSettings",
+    "Saved",
     "Scrub",
     "Store",
     "StoredRow",
+    "SweepPurge",
     "Touch",
+    "deleted_since",
     "overtaking",
 ]
 
@@ -102,7 +114,6 @@ class StoredRow:
     channel_private: bool
     summary: str | None
     categories: dict[str, str]
-    contributors: frozenset[int]
     turns_since_refresh: int
     last_refreshed_turn: int
     updated_at: float
@@ -110,29 +121,46 @@ class StoredRow:
     # Bumped by every write of the distilled content; the feed names it, so that a
     # follower can tell whether the row it holds is older than a change.
     version: int = 0
+    # The version of its chain the distilled content was written as (None: no content).
+    pin: Pin | None = None
 
 
 # The tables that hold provenance (who may have words in distilled memory), on every store:
 # what a purge must resolve, and what operators and benchmarks measure as its cost.
-PROVENANCE_TABLES: tuple[str, ...] = ("short_term_memory_contributors",)
+PROVENANCE_TABLES: tuple[str, ...] = (
+    "stm_chains",
+    "stm_chain_members",
+    "stm_chain_edges",
+    "stm_purge_ranges",
+)
 
 
 # The columns of a row, in the order ``row_from_columns`` reads them after the row id;
-# both stores select them so (a query adds ``version`` at the end).
+# both stores select them so (a query adds ``version``, the chain and its version, and
+# whether a purge is still clearing the row, at the end: ``SELECT_TAIL``).
 ROW_COLUMNS = (
     "key, scope, server_id, user_id, channel_id, persona_id, parent_channel_id, channel_name, "
     "server_name, channel_private, summary, categories, turns_since_refresh, "
     "last_refreshed_turn, updated_at"
 )
+# What a row read adds after ROW_COLUMNS, ``m`` being the memories table: a row whose
+# version a purge has begun to clear reads as cleared (the sweep reaches it soon).
+SELECT_TAIL = (
+    "m.version, m.chain_id, m.chain_version, EXISTS (SELECT 1 FROM stm_purge_ranges r "
+    "WHERE r.done = 0 AND r.chain_id = m.chain_id AND r.from_version <= m.chain_version)"
+)
 
 
-def row_from_columns(
-    row: Sequence[Any], contributors: frozenset[int], summary: str | None, categories: str | None
-) -> StoredRow:
-    """A ``StoredRow`` from ``id, ROW_COLUMNS, version`` as a store selected them, with the
-    distilled text as the store reads it (SQLite decrypts it first)."""
+def row_from_columns(row: Sequence[Any], summary: str | None, categories: str | None) -> StoredRow:
+    """A ``StoredRow`` from ``id, ROW_COLUMNS, SELECT_TAIL`` as a store selected them, with
+    the distilled text as the store reads it (decrypted first)."""
     (_, key, scope, server_id, user_id, channel_id, persona_id, parent, channel_name,
-     server_name, private, _, _, turns, refreshed, updated_at, version) = row  # fmt: skip
+     server_name, private, _, _, turns, refreshed, updated_at, version, chain, chain_version,
+     purging) = row  # fmt: skip
+    if purging or chain is None:
+        summary, categories, pin = None, None, None
+    else:
+        pin = Pin(int(chain), int(chain_version))
     loaded = json.loads(categories) if categories else {}
     return StoredRow(
         key=key,
@@ -147,11 +175,11 @@ def row_from_columns(
         channel_private=bool(private),
         summary=summary,
         categories={str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {},
-        contributors=contributors,
         turns_since_refresh=int(turns),
         last_refreshed_turn=int(refreshed),
         updated_at=float(updated_at),
         version=int(version),
+        pin=pin if (summary or loaded) else None,
     )
 
 
@@ -160,10 +188,19 @@ class Touch:
     """Write identity, activity and counters of many rows; never their distilled content.
 
     A row whose ``counters_known`` is False (not hydrated yet) only gets its
-    identity and ``updated_at``.
+    identity and ``updated_at``. ``after`` is the feed position this process's view
+    was current with when the rows were taken: a row whose channel another process
+    cleared after it, or whose user (or, for a server row, nothing: its words are
+    not in the row) another process purged after it, is not written, so that
+    write-behind cannot bring back what another process deleted. A row whose stored
+    copy has expired by ``crude_before``/``summary_before`` is deleted first, so that
+    activity cannot bring expired memory back.
     """
 
     rows: tuple[StoredRow, ...]
+    after: int | None = None
+    crude_before: float | None = None
+    summary_before: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +211,9 @@ class Guard:
     position when the turn began). The save is refused when a change after it, from
     any process, cleared one of ``channels`` (the channels whose memory the prompt
     showed, its own included) or purged one of ``users`` (everyone whose words it
-    could show: the row's contributors) everywhere or in ``server_id``. The check
+    showed directly) everywhere or in ``server_id``. The check
     runs inside the writing transaction, where the feed cannot move, so it is exact.
+    ``pins`` are refused when a purge after ``after`` cleared them (its ranges).
     """
 
     after: int
@@ -185,6 +223,9 @@ class Guard:
     # The origin whose deletes do not count: the saving process's own, which its
     # deletion log already checked (the turn's position may predate their commit).
     own_origin: str = ""
+    # The versions of notes the prompt showed, and the notes' own content kept: refused
+    # when a purge after ``after`` cleared one of them.
+    pins: frozenset[Pin] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,8 +238,13 @@ class Overtaken:
     position: int
 
 
-def overtaking(guard: Guard, deletes: Iterable[Change]) -> Overtaken | None:
-    """The first of ``deletes`` (in position order) that refuses ``guard``'s upgrade.
+def overtaking(
+    guard: Guard,
+    deletes: Iterable[Change],
+    ranges: Mapping[int, Mapping[int, int]] | None = None,
+) -> Overtaken | None:
+    """The first of ``deletes`` (in position order) that refuses ``guard``'s upgrade;
+    ``ranges`` holds each purge's ranges by its position (chain -> first version cleared).
 
     The one definition of "overtaken by another process" both stores use.
     """
@@ -209,24 +255,62 @@ def overtaking(guard: Guard, deletes: Iterable[Change]) -> Overtaken | None:
             continue
         if change.kind == "clear_channel" and change.channel_id in guard.channels:
             return Overtaken(change.position)
+        if change.kind == "purge_user":
+            if change.user_id in guard.users and (
+                change.server_id is None or change.server_id == guard.server_id
+            ):
+                return Overtaken(change.position)
+            cleared = (ranges or {}).get(change.position)
+            if cleared and any(
+                pin.chain in cleared and pin.version >= cleared[pin.chain] for pin in guard.pins
+            ):
+                return Overtaken(change.position)
+    return None
+
+
+def deleted_since(row: StoredRow, deletes: Iterable[Change]) -> bool:
+    """True when one of ``deletes`` (another process's, after the row was taken) cleared
+    the row's channel or purged the user whose own row it is: writing it behind would
+    bring back what was deleted. The one definition both stores use for ``Touch``."""
+    for change in deletes:
+        if change.kind == "clear_channel" and change.channel_id == row.channel_id:
+            return True
         if (
             change.kind == "purge_user"
-            and change.user_id in guard.users
-            and (change.server_id is None or change.server_id == guard.server_id)
+            and row.scope == "user"
+            and change.user_id == row.user_id
+            and (change.server_id is None or change.server_id == row.server_id)
         ):
-            return Overtaken(change.position)
-    return None
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
 class SaveDistilled:
-    """Write a whole row, its distilled content and its contributors.
+    """Write a whole row with its distilled content, as the next version of its chain.
 
-    Its result is the row's id, or :class:`Overtaken` when ``guard`` refused it.
+    Consecutive saves of one batch that share one ``lineage`` object (an upgrade's
+    user and server rows) are one version: both rows pin it. The chain is the one the
+    live row pins (the server row in a server, the user row in a DM), extended; a new
+    one when it pins none. The version records ``lineage``: its direct members, its
+    edges to the notes it showed. Without a lineage, a save is a version of its own
+    that credits no one.
+
+    Its result is :class:`Saved`, or :class:`Overtaken` when ``guard`` refused it (or
+    the live row is being cleared by a purge: nothing may extend what it clears).
     """
 
     row: StoredRow
     guard: Guard | None = None
+    lineage: Lineage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """A committed save: the row's id and the version its content now pins."""
+
+    memory_id: int
+    pin: Pin
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,10 +322,64 @@ class DeleteChannel:
 
 @dataclass(frozen=True, slots=True)
 class PurgeUser:
-    """Delete the user's own rows and the distilled content the user contributed to."""
+    """Delete the user's own rows, and clear every version of notes that may hold the
+    user's words under ``erasure`` (see ``lineage.py``).
+
+    Its first transaction deletes the own rows, plans the ranges, records them with
+    the purge's feed position and clears a first bounded chunk; the result
+    (:class:`PurgeResult`) says whether more is left, which :class:`SweepPurge`
+    clears in later transactions, interleaved with other work. Rows in ranges not yet
+    cleared read as cleared meanwhile, and nothing may extend them.
+    """
 
     user_id: int
     server_id: int | None
+    erasure: Erasure = "complete"
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeResult:
+    """What a purge's first transaction did: its feed position, the own rows it deleted,
+    its ranges, the rows cleared so far, and whether rows are left to clear."""
+
+    position: int
+    removed: int
+    ranges: tuple[Range, ...]
+    cleared: int
+    more: bool
+
+    def __bool__(self) -> bool:
+        """True when it removed or cleared anything (and so left something to erase)."""
+        return bool(self.removed or self.cleared)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPurge:
+    """Clear the next chunk of rows of the purge at ``position``; the result is
+    ``(rows cleared, whether more are left)``."""
+
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewPurge:
+    """What :class:`PurgeUser` would delete and clear now, without doing it
+    (:class:`PurgePreview`)."""
+
+    user_id: int
+    server_id: int | None
+    erasure: Erasure = "complete"
+
+
+@dataclass(frozen=True, slots=True)
+class PurgePreview:
+    """The user's own rows, and the other rows whose notes a purge would clear, by server
+    (None: DMs)."""
+
+    own: int
+    shared: int
+    shared_by_server: dict[int | None, int] = field(default_factory=dict)
+    distilled_by_server: dict[int | None, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +446,8 @@ Op = (
     | SaveDistilled
     | DeleteChannel
     | PurgeUser
+    | SweepPurge
+    | PreviewPurge
     | DeleteExpired
     | LoadRows
     | LoadRecent
@@ -428,6 +568,16 @@ class Store(Protocol):
         """Wait until something may have been committed by another connection, at most
         ``seconds``; True when woken, False on timeout. A wake-up only: it may
         come for nothing or be lost, so a follower reads the feed on a timer as well."""
+        ...
+
+    async def purge_ranges(self, position: int) -> tuple[Range, ...]:
+        """The ranges the purge at feed ``position`` cleared (empty when it cleared none,
+        or when the feed no longer remembers it)."""
+        ...
+
+    async def pending_sweeps(self) -> list[int]:
+        """Positions of purges whose ranges still hold rows to clear (a process stopped
+        mid-way): the writer finishes them first."""
         ...
 
     async def load_server_settings(self) -> dict[int, str]:

@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from ..config import STMConfig
 from ..errors import StoreError
+from ..lineage import Erasure, Pin
 from . import is_postgres_url
 from .base import StoredRow
 
@@ -57,6 +58,7 @@ class UserHoldings:
 
     user_id: int
     own: list[StoredRow]
+    # Other rows whose notes may hold the user's words (what a purge would clear).
     contributed: list[StoredRow]
     opted_out_since: float | None
 
@@ -97,8 +99,14 @@ class Inspector(Protocol):
         """Every row of a channel, any scope or persona."""
         ...
 
-    async def holdings_of_user(self, user_id: int) -> UserHoldings:
-        """The user's own rows, the rows the user contributed to, and the opt-out."""
+    async def holdings_of_user(self, user_id: int, erasure: Erasure = "complete") -> UserHoldings:
+        """The user's own rows, the other rows whose notes a purge of the user under
+        ``erasure`` would clear (they may hold the user's words), and the opt-out."""
+        ...
+
+    async def members(self, pin: Pin) -> list[int]:
+        """Everyone whose words a prompt of ``pin``'s chain showed directly, up to its
+        version."""
         ...
 
     async def count_expired(self, thresholds: tuple[float, float]) -> int:

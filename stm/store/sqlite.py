@@ -31,7 +31,7 @@ import secrets
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -39,9 +39,11 @@ import aiosqlite
 
 from ..errors import SchemaVersionError, StoreError
 from ..expiry import DISTILLED_SQL, EXPIRED_SQL
-from . import shred
+from ..lineage import Erasure, Pin, Range
+from . import chains, shred
 from .base import (
     ROW_COLUMNS,
+    SELECT_TAIL,
     Change,
     ChangeKind,
     DeleteChannel,
@@ -51,16 +53,22 @@ from .base import (
     LoadRows,
     Op,
     Overtaken,
+    PreviewPurge,
+    PurgeResult,
     PurgeUser,
+    Saved,
     SaveDistilled,
     SaveOptOut,
     SaveServerSettings,
     Scrub,
     StoredRow,
+    SweepPurge,
     Touch,
+    deleted_since,
     overtaking,
     row_from_columns,
 )
+from .chains import live_of, upgrades
 from .inspect import CheckReport, NoDatabase, StoreStats, UserHoldings
 
 __all__ = [
@@ -139,6 +147,54 @@ MIGRATIONS: tuple[str, ...] = (
     );
     INSERT INTO stm_feed (id, pruned_through) VALUES (1, 0);
     """,
+    # Provenance as chains of versions (see lineage.py and store/chains.py) instead of a
+    # set of contributors per row. Each row that holds distilled content becomes the
+    # first version of a chain of its own whose members are its contributors: a purge
+    # clears what it cleared before.
+    f"""
+    CREATE TABLE stm_chains (
+        id INTEGER PRIMARY KEY,
+        live_key TEXT NOT NULL,
+        server_id INTEGER,
+        head INTEGER NOT NULL,
+        ended INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX stm_chains_ended ON stm_chains (id) WHERE ended = 1;
+    CREATE TABLE stm_chain_members (
+        member INTEGER NOT NULL,
+        chain_id INTEGER NOT NULL,
+        first INTEGER NOT NULL,
+        PRIMARY KEY (member, chain_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX stm_members_by_chain ON stm_chain_members (chain_id);
+    CREATE TABLE stm_chain_edges (
+        parent INTEGER NOT NULL,
+        child INTEGER NOT NULL,
+        own INTEGER NOT NULL,
+        parent_version INTEGER NOT NULL,
+        child_version INTEGER NOT NULL,
+        PRIMARY KEY (parent, child, own, parent_version)
+    ) WITHOUT ROWID;
+    CREATE INDEX stm_edges_by_child ON stm_chain_edges (child);
+    CREATE TABLE stm_purge_ranges (
+        position INTEGER NOT NULL,
+        chain_id INTEGER NOT NULL,
+        from_version INTEGER NOT NULL,
+        done INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (position, chain_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX stm_ranges_pending ON stm_purge_ranges (chain_id) WHERE done = 0;
+    ALTER TABLE short_term_memories ADD COLUMN chain_id INTEGER;
+    ALTER TABLE short_term_memories ADD COLUMN chain_version INTEGER;
+    CREATE INDEX stm_by_chain ON short_term_memories (chain_id, chain_version);
+    INSERT INTO stm_chains (id, live_key, server_id, head)
+        SELECT id, key, server_id, 1 FROM short_term_memories WHERE {DISTILLED_SQL};
+    UPDATE short_term_memories SET chain_id = id, chain_version = 1 WHERE {DISTILLED_SQL};
+    INSERT INTO stm_chain_members (member, chain_id, first)
+        SELECT c.user_id, c.memory_id, 1 FROM short_term_memory_contributors c
+        JOIN short_term_memories m ON m.id = c.memory_id WHERE m.chain_id IS NOT NULL;
+    DROP TABLE short_term_memory_contributors;
+    """,
 )
 
 _COLUMNS = ROW_COLUMNS
@@ -157,7 +213,9 @@ _TOUCH = (
     _IDENTITY + ", turns_since_refresh = excluded.turns_since_refresh, "
     "last_refreshed_turn = excluded.last_refreshed_turn"
 )
-_SAVE_INTO = f"INSERT INTO short_term_memories ({_COLUMNS}, key_slot, version) "
+_SAVE_INTO = (
+    f"INSERT INTO short_term_memories ({_COLUMNS}, key_slot, chain_id, chain_version, version) "
+)
 _SAVE_ON_CONFLICT = (
     "ON CONFLICT (key) DO UPDATE SET "
     "parent_channel_id = excluded.parent_channel_id, "
@@ -167,6 +225,7 @@ _SAVE_ON_CONFLICT = (
     "summary = excluded.summary, categories = excluded.categories, "
     "turns_since_refresh = excluded.turns_since_refresh, "
     "last_refreshed_turn = excluded.last_refreshed_turn, key_slot = excluded.key_slot, "
+    "chain_id = excluded.chain_id, chain_version = excluded.chain_version, "
     "updated_at = max(updated_at, excluded.updated_at), version = version + 1 "
     "RETURNING id, version"
 )
@@ -177,8 +236,8 @@ _SAVES: dict[tuple[bool, ...], str] = {}
 
 
 def _save_statement(params: tuple[Any, ...]) -> tuple[str, list[Any]]:
-    """The upsert of the row of ``params`` (in ``_COLUMNS`` order, then ``key_slot``),
-    and the values it binds."""
+    """The upsert of the row of ``params`` (in ``_COLUMNS`` order, then ``key_slot``,
+    ``chain_id`` and ``chain_version``), and the values it binds."""
     nulls = tuple([value is None for value in params])
     sql = _SAVES.get(nulls)
     if sql is None:
@@ -223,7 +282,7 @@ class SQLiteStore:
         self.empty_at_open = False
         self._data_version = 0
         # Touched on the connection's thread only.
-        self._known = KnownContributors()
+        self._known = KnownKeys()
 
     @classmethod
     async def open(cls, path: str, *, busy_timeout_ms: int = 5000) -> SQLiteStore:
@@ -316,6 +375,14 @@ class SQLiteStore:
                 return False
             await asyncio.sleep(min(POLL_SECONDS, left))
 
+    async def purge_ranges(self, position: int) -> tuple[Range, ...]:
+        """The ranges the purge at feed ``position`` cleared."""
+        return await self._call(_run, self._db, chains.ranges_of(position))
+
+    async def pending_sweeps(self) -> list[int]:
+        """Positions of purges whose ranges still hold rows to clear."""
+        return await self._call(_run, self._db, chains.pending_sweeps())
+
     async def load_server_settings(self) -> dict[int, str]:
         """Every stored server's settings JSON."""
         rows = await self._load("SELECT server_id, settings FROM stm_server_settings")
@@ -386,9 +453,14 @@ class SQLiteStore:
         sql = f"{_SELECT} WHERE channel_id = :channel ORDER BY updated_at DESC, key"
         return await self._inspect(_select, sql, {"channel": channel_id})
 
-    async def holdings_of_user(self, user_id: int) -> UserHoldings:
-        """The user's own rows, the rows the user contributed to, and the opt-out."""
-        return await self._inspect(_holdings, user_id)
+    async def holdings_of_user(self, user_id: int, erasure: Erasure = "complete") -> UserHoldings:
+        """The user's own rows, the other rows a purge of the user would clear, and the
+        opt-out."""
+        return await self._inspect(_holdings, user_id, erasure)
+
+    async def members(self, pin: Pin) -> list[int]:
+        """Everyone whose words a prompt of ``pin``'s chain showed directly, to its version."""
+        return await self._inspect(_run, chains.members(pin))
 
     async def count_expired(self, thresholds: tuple[float, float]) -> int:
         """Rows the janitor would delete now."""
@@ -414,9 +486,9 @@ def _scalar(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any
 
 
 def _fetch_anything(
-    db: sqlite3.Connection, known: KnownContributors, sql: str, params: Sequence[Any]
+    db: sqlite3.Connection, known: KnownKeys, sql: str, params: Sequence[Any]
 ) -> list[tuple[Any, ...]]:
-    known.clear()  # the statement may change contributor rows
+    known.clear()  # the statement may change keys
     return _fetch(db, sql, params)
 
 
@@ -524,19 +596,19 @@ def run_batch(
     ops: Sequence[Op],
     checkpoint: bool = True,
     origin: str = "",
-    known: KnownContributors | None = None,
+    known: KnownKeys | None = None,
 ) -> list[object]:
     """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op.
 
     The changes they make go to the feed in the same transaction, in op order. A batch of
     only ``Scrub`` erases instead, outside any transaction. ``known``, kept from batch to
-    batch on ``db``, saves upgrades reading contributor rows they do not change."""
+    batch on ``db``, saves upgrades reading the keys of rows they upgraded before."""
     if ops and all(isinstance(op, Scrub) for op in ops):
         if checkpoint and _on_disk(db):
             _erase(db)
         return [None] * len(ops)
     results: list[object] = []
-    changes: list[_Pending] = []
+    feed = _Feed(db, origin, time.time())
     db.execute("BEGIN IMMEDIATE")
     try:
         memo = known.usable(db, ops) if known is not None else None
@@ -548,13 +620,12 @@ def run_batch(
                 while end < len(ops) and isinstance(ops[end], SaveDistilled):
                     end += 1
                 saves = cast(Sequence[SaveDistilled], ops[index:end])
-                results.extend(_save_many(db, saves, changes, memo))
+                results.extend(_save_many(db, saves, feed, memo))
                 index = end
                 continue
-            results.append(apply(db, ops[index], changes))
+            results.append(apply(db, ops[index], feed, memo))
             index += 1
-        if changes:
-            _write_feed(db, changes, origin, time.time())
+        feed.flush()
         db.execute("COMMIT")
     except BaseException:
         if known is not None:
@@ -563,6 +634,359 @@ def run_batch(
             db.execute("ROLLBACK")
         raise
     return results
+
+
+class _Feed:
+    """The changes of one batch, written in op order: together at the end, except where
+    an operation needs its own change's position now (a purge records its ranges by it)."""
+
+    def __init__(self, db: sqlite3.Connection, origin: str, at: float) -> None:
+        self.db, self.origin, self.at = db, origin, at
+        self.pending: list[_Pending] = []
+
+    def append(self, change: _Pending) -> None:
+        self.pending.append(change)
+
+    def extend(self, changes: Iterable[_Pending]) -> None:
+        self.pending.extend(changes)
+
+    def now(self, change: _Pending) -> int:
+        """Write what is pending and ``change``; return ``change``'s position."""
+        self.flush()
+        row = self.db.execute(f"{_FEED} RETURNING position", (*change, self.origin, self.at))
+        return int(row.fetchone()[0])
+
+    def flush(self) -> None:
+        if self.pending:
+            _write_feed(self.db, self.pending, self.origin, self.at)
+            self.pending = []
+
+
+# Operations that change no row's key (upgrades keep ``known`` exact themselves). Any
+# other, a delete above all, makes ``known`` start over.
+_KEEPS_KEYS = (SaveDistilled, Touch, LoadRecent, SaveServerSettings, SaveOptOut, PreviewPurge)
+
+
+class KnownKeys:
+    """The live keys of recently upgraded rows (by row key), with their ciphers, as this
+    connection last wrote or read them: an upgrade of the same row then neither reads its
+    key nor sets up a cipher for it again.
+
+    Exact, or empty: it is dropped when another connection committed since this one's
+    last batch (``PRAGMA data_version``), when a batch holds an operation that may change
+    keys otherwise (a delete, a read that deletes expired rows), when a batch fails, and
+    when anything else runs SQL on the connection (``SQLiteStore.execute``).
+    """
+
+    LIMIT = 20_000  # rows remembered; the oldest go first
+
+    def __init__(self) -> None:
+        self.keys: dict[str, shred.LiveKey] = {}
+        self._data_version = -1
+
+    def clear(self) -> None:
+        self.keys.clear()
+
+    def usable(self, db: sqlite3.Connection, ops: Sequence[Op]) -> KnownKeys | None:
+        """Self, made exact for a batch of ``ops`` that has begun; None when the batch must
+        not use it (it is then empty, and stays so)."""
+        version = int(_scalar(db, "PRAGMA data_version"))
+        if version != self._data_version:
+            self._data_version = version
+            self.clear()
+        if not all(isinstance(op, _KEEPS_KEYS) for op in ops):
+            self.clear()
+            return None
+        keys = self.keys
+        while len(keys) > self.LIMIT:
+            del keys[next(iter(keys))]
+        return self
+
+
+def _run(db: sqlite3.Connection, procedure: chains.Procedure[_T]) -> _T:
+    """Run one of ``chains``' procedures on this connection."""
+    result: Any = None
+    try:
+        while True:
+            step = procedure.send(result)
+            if step.mode == "many":
+                params = cast(Sequence[Mapping[str, Any]], step.params)
+                result = db.executemany(step.sql, params) if params else None
+                continue
+            cursor = db.execute(step.sql, cast(Mapping[str, Any], step.params))
+            if step.mode == "one":
+                result = cursor.fetchone()
+            elif step.mode == "all":
+                result = cursor.fetchall()
+            elif step.mode == "count":
+                result = cursor.rowcount
+            else:
+                result = None
+    except StopIteration as done:
+        return cast(_T, done.value)
+
+
+def apply(
+    db: sqlite3.Connection,
+    op: Op,
+    changes: _Feed | list[_Pending] | None = None,
+    known: KnownKeys | None = None,
+) -> object:
+    """Run one operation inside the caller's transaction; add the changes it makes to the
+    feed (``changes``: the batch's feed, or a list of pending changes when run alone)."""
+    feed: _Feed | list[_Pending] = [] if changes is None else changes
+    match op:
+        case Scrub():
+            return None  # done after the commit: VACUUM cannot run inside a transaction
+        case Touch():
+            return _touch(db, op, feed, known)
+        case SaveDistilled():
+            own = feed if isinstance(feed, _Feed) else _Feed(db, "", time.time())
+            results = _save_many(db, [op], own)
+            if not isinstance(feed, _Feed):
+                feed.extend(own.pending)
+            return results[0]
+        case DeleteChannel(channel_id):
+            gone = db.execute(
+                "DELETE FROM short_term_memories WHERE channel_id = ? RETURNING key, chain_id",
+                (channel_id,),
+            ).fetchall()
+            _run(db, chains.left(gone))
+            feed.append(("clear_channel", None, None, channel_id, None, None))
+            return len(gone)
+        case PurgeUser(user_id, server_id, erasure):
+            change: _Pending = ("purge_user", None, None, None, user_id, server_id)
+            if isinstance(feed, _Feed):
+                position = feed.now(change)
+            else:
+                feed.append(change)
+                position = 0
+            removed, ranges, cleared, more = _run(
+                db, chains.purge(user_id, server_id, erasure, position)
+            )
+            return PurgeResult(position, removed, ranges, cleared, more)
+        case SweepPurge(position):
+            return _run(db, chains.sweep(position))
+        case PreviewPurge(user_id, server_id, erasure):
+            return _run(db, chains.preview(user_id, server_id, erasure))
+        case DeleteExpired(crude_before, summary_before):
+            gone = db.execute(
+                f"DELETE FROM short_term_memories WHERE {_EXPIRED} RETURNING key, chain_id",
+                {"crude": crude_before, "summary": summary_before},
+            ).fetchall()
+            _run(db, chains.left(gone))
+            feed.extend(("expire", key, None, None, None, None) for key, _ in gone)
+            _run(db, chains.collect())
+            return len(gone)
+        case LoadRows(keys, crude_before, summary_before):
+            return _load_rows(db, keys, crude_before, summary_before, feed)
+        case LoadRecent():
+            return _load_recent(db, op)
+        case SaveServerSettings(server_id, settings_json):
+            db.execute(
+                "INSERT INTO stm_server_settings (server_id, settings) VALUES (?, ?) "
+                "ON CONFLICT (server_id) DO UPDATE SET settings = excluded.settings",
+                (server_id, settings_json),
+            )
+            feed.append(("settings", None, None, None, None, server_id))
+            return None
+        case SaveOptOut(user_id, opted_out, at):
+            if opted_out:
+                db.execute(
+                    "INSERT OR IGNORE INTO stm_user_opt_outs (user_id, since) VALUES (?, ?)",
+                    (user_id, at),
+                )
+            else:
+                db.execute("DELETE FROM stm_user_opt_outs WHERE user_id = ?", (user_id,))
+            feed.append(("opt_out", None, None, None, user_id, None))
+            return None
+    raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+
+
+def _touch(
+    db: sqlite3.Connection, op: Touch, feed: _Feed | list[_Pending], known: KnownKeys | None
+) -> int:
+    """Write behind identity rows and counters, never over what others deleted or what
+    expired (see ``Touch``)."""
+    rows = op.rows
+    if op.crude_before is not None and op.summary_before is not None and rows:
+        # An expired row is absent: activity starts a new one, it does not revive the old.
+        named = {f"k{i}": row.key for i, row in enumerate(rows)}
+        where = "key IN (" + ",".join(f":k{i}" for i in range(len(rows))) + ")"
+        gone = db.execute(
+            f"DELETE FROM short_term_memories WHERE {where} AND {_EXPIRED} "
+            "RETURNING key, chain_id",
+            {"crude": op.crude_before, "summary": op.summary_before, **named},
+        ).fetchall()
+        _run(db, chains.left(gone))
+        feed.extend(("expire", key, None, None, None, None) for key, _ in gone)
+        if known is not None:
+            for key, _ in gone:
+                known.keys.pop(key, None)
+    if op.after is not None and rows:
+        origin = feed.origin if isinstance(feed, _Feed) else ""
+        deletes = [
+            Change(*row)
+            for row in db.execute(
+                f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
+                "AND kind IN ('clear_channel', 'purge_user') AND origin != ? ORDER BY position",
+                (op.after, origin),
+            )
+        ]
+        if deletes:
+            rows = tuple(row for row in rows if not deleted_since(row, deletes))
+    known_rows = [_identity_params(r) for r in rows if r.counters_known]
+    unknown = [_identity_params(r) for r in rows if not r.counters_known]
+    if known_rows:
+        db.executemany(_TOUCH, known_rows)
+    if unknown:
+        db.executemany(_IDENTITY, unknown)
+    return len(rows)
+
+
+def _ranges_after(db: sqlite3.Connection, after: int) -> dict[int, dict[int, int]]:
+    """The ranges of every purge after feed position ``after``, by position."""
+    ranges: dict[int, dict[int, int]] = {}
+    for position, chain, start in db.execute(
+        "SELECT position, chain_id, from_version FROM stm_purge_ranges WHERE position > ?",
+        (after,),
+    ):
+        ranges.setdefault(int(position), {})[int(chain)] = int(start)
+    return ranges
+
+
+def _save_many(
+    db: sqlite3.Connection,
+    saves: Sequence[SaveDistilled],
+    feed: _Feed,
+    known: KnownKeys | None = None,
+) -> list[object]:
+    """A run of upgrades, in order; one result per save (``Saved``, or ``Overtaken``).
+
+    The guards share one read of the feed's deletes; the saves of one upgrade (one
+    lineage) are one version of their chain."""
+    results: list[object] = [None] * len(saves)
+    guards = [save.guard for save in saves if save.guard is not None]
+    deletes: list[Change] = []
+    ranges: dict[int, dict[int, int]] = {}
+    pruned_through = 0
+    if guards:
+        after = min(guard.after for guard in guards)
+        pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
+        rows = db.execute(
+            f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
+            "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
+            (after,),
+        )
+        deletes = [Change(*row) for row in rows]
+        if any(change.kind == "purge_user" for change in deletes):
+            ranges = _ranges_after(db, after)
+    # Distilled text is stored encrypted under the row's own key (see shred.py).
+    sealer = shred.Sealer(
+        db, [save.row.key for save in saves], known.keys if known is not None else None
+    )
+    for group in upgrades(saves):
+        refusal = _refusal(group, saves, pruned_through, deletes, ranges)
+        pin: Pin | int | None = None
+        if refusal is None:
+            live = saves[live_of(group, saves)].row
+            pin = _run(db, chains.extend(live.key, live.server_id))
+            if isinstance(pin, int):
+                refusal = Overtaken(pin)  # a purge is clearing what it would extend
+        if refusal is not None or not isinstance(pin, Pin):
+            for index in group:
+                results[index] = refusal
+            continue
+        lineage = saves[group[0]].lineage
+        if lineage is not None:
+            _run(db, chains.record(pin, lineage))
+        for index in group:
+            row = saves[index].row
+            categories = json.dumps(row.categories, ensure_ascii=False) if row.categories else "{}"
+            summary, sealed, slot = sealer.seal(row.key, row.summary, categories)
+            distilled = summary is not None or sealed != "{}"
+            memory_id, version = db.execute(
+                *_save_statement((
+                    row.key, row.scope, row.server_id, row.user_id, row.channel_id,
+                    row.persona_id, row.parent_channel_id, row.channel_name, row.server_name,
+                    int(row.channel_private), summary, sealed, row.turns_since_refresh,
+                    row.last_refreshed_turn, row.updated_at, slot,
+                    pin.chain if distilled else None, pin.version if distilled else None,
+                ))
+            ).fetchone()  # fmt: skip
+            feed.append(("upgrade", row.key, version, None, None, None))
+            results[index] = Saved(int(memory_id), pin)
+    return results
+
+
+def _refusal(
+    group: list[int],
+    saves: Sequence[SaveDistilled],
+    pruned_through: int,
+    deletes: list[Change],
+    ranges: dict[int, dict[int, int]],
+) -> Overtaken | None:
+    """Why one upgrade's guard refuses it, or None."""
+    for index in group:
+        guard = saves[index].guard
+        if guard is None:
+            continue
+        if guard.after < pruned_through:
+            return Overtaken(pruned_through)  # what came after it is no longer known
+        overtaken = overtaking(guard, deletes, ranges) if deletes else None
+        if overtaken is not None:
+            return overtaken
+    return None
+
+
+def _load_rows(
+    db: sqlite3.Connection,
+    keys: Sequence[str],
+    crude_before: float,
+    summary_before: float,
+    feed: _Feed | list[_Pending],
+) -> list[StoredRow]:
+    if not keys:
+        return []
+    params = {"crude": crude_before, "summary": summary_before}
+    named = {f"k{i}": key for i, key in enumerate(keys)}
+    where = "key IN (" + ",".join(f":k{i}" for i in range(len(keys))) + ")"
+    gone = db.execute(
+        f"DELETE FROM short_term_memories WHERE {where} AND {_EXPIRED} RETURNING key, chain_id",
+        {**params, **named},
+    ).fetchall()
+    _run(db, chains.left(gone))
+    feed.extend(("expire", key, None, None, None, None) for key, _ in gone)
+    return _select(db, f"{_SELECT} WHERE {where}", named)
+
+
+def _load_recent(db: sqlite3.Connection, op: LoadRecent) -> list[StoredRow]:
+    params: dict[str, Any] = {
+        "crude": op.crude_before,
+        "summary": op.summary_before,
+        "owner": op.owner_id,
+        "server": op.server_id,
+        "persona": op.persona_id,
+        "limit": op.limit,
+    }
+    if op.scope == "server":
+        where = "scope = 'server' AND server_id = :owner AND user_id IS NULL"
+    else:
+        where = "scope = 'user' AND server_id IS :server AND user_id = :owner"
+    where += " AND persona_id IS :persona AND channel_private = 0"
+    return _select(
+        db,
+        f"{_SELECT} WHERE {where} AND {_LIVE} ORDER BY updated_at DESC LIMIT :limit",
+        params,
+    )
+
+
+def _select(db: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[StoredRow]:
+    rows = db.execute(sql, params).fetchall()
+    if not rows:
+        return []
+    keys = shred.keys_of(db, [row[0] for row in rows])
+    return [_row_from(row, keys.get(row[0])) for row in rows]
 
 
 def _write_feed(db: sqlite3.Connection, changes: list[_Pending], origin: str, at: float) -> None:
@@ -582,59 +1006,7 @@ def _write_feed(db: sqlite3.Connection, changes: list[_Pending], origin: str, at
         start = end
 
 
-# Operations that leave every contributor row as it was (upgrades keep ``known`` exact
-# themselves). Any other, a delete above all, makes ``known`` start over.
-_KEEPS_CONTRIBUTORS = (SaveDistilled, Touch, LoadRecent, SaveServerSettings, SaveOptOut)
-
-
-class KnownContributors:
-    """The contributor rows of recently upgraded memories, as this connection last wrote
-    or read them: an upgrade that credits the same users again (most do) then neither
-    reads nor writes them. Likewise the live keys of their rows (``keys``, by row key),
-    which an upgrade of the same row then neither reads nor sets up a cipher for again.
-
-    Exact, or empty: it is dropped when another connection committed since this one's
-    last batch (``PRAGMA data_version``), when a batch holds an operation that may change
-    contributor rows otherwise (a delete, a read that deletes expired rows), when a batch
-    fails, and when anything else runs SQL on the connection (``SQLiteStore.execute``).
-    """
-
-    LIMIT = 20_000  # memories remembered; the oldest go first
-
-    def __init__(self) -> None:
-        self.rows: dict[int, frozenset[int]] = {}
-        self.keys: dict[str, shred.LiveKey] = {}
-        self._data_version = -1
-
-    def clear(self) -> None:
-        self.rows.clear()
-        self.keys.clear()
-
-    def usable(self, db: sqlite3.Connection, ops: Sequence[Op]) -> KnownContributors | None:
-        """Self, made exact for a batch of ``ops`` that has begun; None when the batch must
-        not use it (it is then empty, and stays so)."""
-        version = int(_scalar(db, "PRAGMA data_version"))
-        if version != self._data_version:
-            self._data_version = version
-            self.clear()
-        if not all(isinstance(op, _KEEPS_CONTRIBUTORS) for op in ops):
-            self.clear()
-            return None
-        keys = self.keys
-        while len(keys) > self.LIMIT:
-            del keys[next(iter(keys))]
-        return self
-
-    def remember(self, memory_id: int, users: frozenset[int]) -> None:
-        rows = self.rows
-        rows.pop(memory_id, None)
-        rows[memory_id] = users
-        if len(rows) > self.LIMIT:
-            del rows[next(iter(rows))]
-
-
 # How long erasing may wait for another connection's read transaction to end before it
-# gives up (and is tried again later): the writer waits for the erasure.
 ERASE_WAIT_MS = 20
 
 
@@ -733,267 +1105,6 @@ def _on_disk(db: sqlite3.Connection) -> bool:
     return any(row[2] for row in db.execute("PRAGMA database_list") if row[1] == "main")
 
 
-def apply(db: sqlite3.Connection, op: Op, changes: list[_Pending] | None = None) -> object:
-    """Run one operation inside the caller's transaction; append the changes it makes
-    for the feed to ``changes``."""
-    feed: list[_Pending] = [] if changes is None else changes
-    match op:
-        case Scrub():
-            return None  # done after the commit: VACUUM cannot run inside a transaction
-        case Touch(rows):
-            known = [_identity_params(r) for r in rows if r.counters_known]
-            unknown = [_identity_params(r) for r in rows if not r.counters_known]
-            if known:
-                db.executemany(_TOUCH, known)
-            if unknown:
-                db.executemany(_IDENTITY, unknown)
-            return len(rows)
-        case SaveDistilled():
-            return _save_many(db, [op], feed)[0]
-        case DeleteChannel(channel_id):
-            cursor = db.execute(
-                "DELETE FROM short_term_memories WHERE channel_id = ?", (channel_id,)
-            )
-            feed.append(("clear_channel", None, None, channel_id, None, None))
-            return cursor.rowcount
-        case PurgeUser(user_id, server_id):
-            feed.append(("purge_user", None, None, None, user_id, server_id))
-            return _purge_user(db, user_id, server_id)
-        case DeleteExpired(crude_before, summary_before):
-            gone = db.execute(
-                f"DELETE FROM short_term_memories WHERE {_EXPIRED} RETURNING key",
-                {"crude": crude_before, "summary": summary_before},
-            ).fetchall()
-            feed.extend(("expire", key, None, None, None, None) for (key,) in gone)
-            return len(gone)
-        case LoadRows(keys, crude_before, summary_before):
-            return _load_rows(db, keys, crude_before, summary_before, feed)
-        case LoadRecent():
-            return _load_recent(db, op)
-        case SaveServerSettings(server_id, settings_json):
-            db.execute(
-                "INSERT INTO stm_server_settings (server_id, settings) VALUES (?, ?) "
-                "ON CONFLICT (server_id) DO UPDATE SET settings = excluded.settings",
-                (server_id, settings_json),
-            )
-            feed.append(("settings", None, None, None, None, server_id))
-            return None
-        case SaveOptOut(user_id, opted_out, at):
-            if opted_out:
-                db.execute(
-                    "INSERT OR IGNORE INTO stm_user_opt_outs (user_id, since) VALUES (?, ?)",
-                    (user_id, at),
-                )
-            else:
-                db.execute("DELETE FROM stm_user_opt_outs WHERE user_id = ?", (user_id,))
-            feed.append(("opt_out", None, None, None, user_id, None))
-            return None
-    raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
-
-
-def _save_many(
-    db: sqlite3.Connection,
-    saves: Sequence[SaveDistilled],
-    feed: list[_Pending],
-    known: KnownContributors | None = None,
-) -> list[object]:
-    """A run of upgrades, in order; one result per upgrade (the row's id, or Overtaken).
-
-    The guards share one read of the feed's deletes, and the contributor rows are written
-    once per row, for its last upgrade in the run, and only where they differ from what
-    is stored: an upgrade storm rewrites the same contributors again and again."""
-    results: list[object] = []
-    guards = [save.guard for save in saves if save.guard is not None]
-    deletes: list[Change] = []
-    pruned_through = 0
-    if guards:
-        pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
-        rows = db.execute(
-            f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
-            "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
-            (min(guard.after for guard in guards),),
-        )
-        deletes = [Change(*row) for row in rows]
-    contributors: dict[int, frozenset[int]] = {}
-    # Distilled text is stored encrypted under the row's own key (see shred.py).
-    sealer = shred.Sealer(
-        db, [save.row.key for save in saves], known.keys if known is not None else None
-    )
-    for save in saves:
-        row, guard = save.row, save.guard
-        if guard is not None:
-            if guard.after < pruned_through:
-                # What came after it is no longer known: refuse.
-                results.append(Overtaken(pruned_through))
-                continue
-            overtaken = overtaking(guard, deletes) if deletes else None
-            if overtaken is not None:
-                results.append(overtaken)
-                continue
-        categories = json.dumps(row.categories, ensure_ascii=False) if row.categories else "{}"
-        summary, sealed, slot = sealer.seal(row.key, row.summary, categories)
-        memory_id, version = db.execute(
-            *_save_statement((
-                row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
-                row.parent_channel_id, row.channel_name, row.server_name,
-                int(row.channel_private), summary, sealed, row.turns_since_refresh,
-                row.last_refreshed_turn, row.updated_at, slot,
-            ))
-        ).fetchone()  # fmt: skip
-        feed.append(("upgrade", row.key, version, None, None, None))
-        contributors.pop(memory_id, None)  # the last upgrade of a row says who contributed
-        contributors[memory_id] = row.contributors
-        results.append(memory_id)
-    if contributors:
-        _replace_contributors(db, contributors, known)
-    return results
-
-
-# Ids per statement when reading contributors (well under SQLite's variable limit).
-_CHUNK = 500
-
-
-def _replace_contributors(
-    db: sqlite3.Connection,
-    wanted: dict[int, frozenset[int]],
-    known: KnownContributors | None = None,
-) -> None:
-    """Make each row's contributor rows exactly ``wanted[memory_id]``, writing only the
-    rows that differ (a row's contributors mostly stay as they were)."""
-    if known is not None:
-        held_rows = known.rows
-        wanted = {
-            memory_id: users
-            for memory_id, users in wanted.items()
-            if (before := held_rows.get(memory_id)) is not users and before != users
-        }
-        for memory_id, users in wanted.items():
-            known.remember(memory_id, users)  # written below
-    ids = list(wanted)
-    stored: dict[int, str] = {}
-    for start in range(0, len(ids), _CHUNK):
-        chunk = ids[start : start + _CHUNK]
-        marks = ",".join("?" * len(chunk))
-        stored.update(
-            db.execute(
-                "SELECT memory_id, group_concat(user_id) FROM short_term_memory_contributors "
-                f"WHERE memory_id IN ({marks}) GROUP BY memory_id",
-                chunk,
-            )
-        )
-    gone: list[tuple[int, int]] = []
-    new: list[tuple[int, int]] = []
-    for memory_id, users in wanted.items():
-        held = stored.get(memory_id)
-        ordered = sorted(users)
-        # Read in index order, the stored list is sorted too when nothing changed; any
-        # other order only costs the exact comparison below.
-        if held == ",".join(map(str, ordered)) or (held is None and not ordered):
-            continue
-        have = {int(user) for user in held.split(",")} if held else set()
-        gone.extend((user, memory_id) for user in sorted(have - users))
-        new.extend((user, memory_id) for user in ordered if user not in have)
-    if gone:
-        db.executemany(
-            "DELETE FROM short_term_memory_contributors WHERE user_id = ? AND memory_id = ?",
-            gone,
-        )
-    if new:
-        db.executemany(
-            "INSERT INTO short_term_memory_contributors (user_id, memory_id) VALUES (?, ?)", new
-        )
-
-
-def _purge_user(db: sqlite3.Connection, user_id: int, server_id: int | None) -> int:
-    in_server = "" if server_id is None else " AND server_id = :server"
-    params = {"user": user_id, "server": server_id}
-    # "+scope" keeps the planner off stm_by_group, whose leading scope column would match
-    # half the table; the user's own index finds the few rows.
-    cursor = db.execute(
-        f"DELETE FROM short_term_memories WHERE +scope = 'user' AND user_id = :user{in_server}",
-        params,
-    )
-    removed = cursor.rowcount
-    touched = (
-        "SELECT c.memory_id FROM short_term_memory_contributors c "
-        "JOIN short_term_memories m ON m.id = c.memory_id "
-        f"WHERE c.user_id = :user{in_server.replace('server_id', 'm.server_id')}"
-    )
-    ids = [row[0] for row in db.execute(touched, params).fetchall()]
-    if ids:
-        marks = ",".join("?" * len(ids))
-        db.execute(
-            "UPDATE short_term_memories SET summary = NULL, categories = '{}' "
-            f"WHERE id IN ({marks})",
-            ids,
-        )
-        db.execute(f"DELETE FROM short_term_memory_contributors WHERE memory_id IN ({marks})", ids)
-    return removed + len(ids)
-
-
-def _load_rows(
-    db: sqlite3.Connection,
-    keys: Sequence[str],
-    crude_before: float,
-    summary_before: float,
-    feed: list[_Pending],
-) -> list[StoredRow]:
-    if not keys:
-        return []
-    params = {"crude": crude_before, "summary": summary_before}
-    named = {f"k{i}": key for i, key in enumerate(keys)}
-    where = "key IN (" + ",".join(f":k{i}" for i in range(len(keys))) + ")"
-    gone = db.execute(
-        f"DELETE FROM short_term_memories WHERE {where} AND {_EXPIRED} RETURNING key",
-        {**params, **named},
-    ).fetchall()
-    feed.extend(("expire", key, None, None, None, None) for (key,) in gone)
-    return _select(
-        db, f"SELECT id, {_COLUMNS}, version FROM short_term_memories WHERE {where}", named
-    )
-
-
-def _load_recent(db: sqlite3.Connection, op: LoadRecent) -> list[StoredRow]:
-    params: dict[str, Any] = {
-        "crude": op.crude_before,
-        "summary": op.summary_before,
-        "owner": op.owner_id,
-        "server": op.server_id,
-        "persona": op.persona_id,
-        "limit": op.limit,
-    }
-    if op.scope == "server":
-        where = "scope = 'server' AND server_id = :owner AND user_id IS NULL"
-    else:
-        where = "scope = 'user' AND server_id IS :server AND user_id = :owner"
-    where += " AND persona_id IS :persona AND channel_private = 0"
-    return _select(
-        db,
-        f"SELECT id, {_COLUMNS}, version FROM short_term_memories WHERE {where} AND {_LIVE} "
-        "ORDER BY updated_at DESC LIMIT :limit",
-        params,
-    )
-
-
-def _select(db: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[StoredRow]:
-    rows = db.execute(sql, params).fetchall()
-    if not rows:
-        return []
-    ids = [row[0] for row in rows]
-    marks = ",".join("?" * len(ids))
-    contributors: dict[int, set[int]] = {}
-    for memory_id, user in db.execute(
-        "SELECT memory_id, user_id FROM short_term_memory_contributors "
-        f"WHERE memory_id IN ({marks})",
-        ids,
-    ):
-        contributors.setdefault(memory_id, set()).add(user)
-    keys = shred.keys_of(db, ids)
-    return [
-        _row_from(row, frozenset(contributors.get(row[0], ())), keys.get(row[0])) for row in rows
-    ]
-
-
 def _make_folder(path: str) -> None:
     Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
 
@@ -1006,18 +1117,15 @@ def _identity_params(row: StoredRow) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def _row_from(row: Any, contributors: frozenset[int], secret: bytes | None = None) -> StoredRow:
+def _row_from(row: Any, secret: bytes | None = None) -> StoredRow:
     key = row[1]
     return row_from_columns(
-        row,
-        contributors,
-        shred.open_text(secret, key, row[11]),
-        shred.open_text(secret, key, row[12]),
+        row, shred.open_text(secret, key, row[11]), shred.open_text(secret, key, row[12])
     )
 
 
 # -- the operator's read-only view, on the connection's thread -------------------------
-_SELECT = f"SELECT id, {_COLUMNS}, version FROM short_term_memories"
+_SELECT = f"SELECT m.id, {_COLUMNS}, {SELECT_TAIL} FROM short_term_memories m"
 
 
 def _readonly_uri(path: str) -> str:
@@ -1081,7 +1189,7 @@ def _stats(
         distilled = f"{count} WHERE {DISTILLED_SQL}"
         users = (
             "SELECT count(*) FROM (SELECT user_id FROM short_term_memories "
-            "WHERE user_id IS NOT NULL UNION SELECT user_id FROM short_term_memory_contributors)"
+            "WHERE user_id IS NOT NULL UNION SELECT member FROM stm_chain_members)"
         )
         return StoreStats(
             entries=sum(by_scope.values()),
@@ -1113,7 +1221,7 @@ def _file_bytes(path: str) -> int:
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
 
-def _holdings(db: sqlite3.Connection, user_id: int) -> UserHoldings:
+def _holdings(db: sqlite3.Connection, user_id: int, erasure: Erasure) -> UserHoldings:
     params = {"user": user_id}
     db.execute("BEGIN")
     try:
@@ -1122,13 +1230,18 @@ def _holdings(db: sqlite3.Connection, user_id: int) -> UserHoldings:
             f"{_SELECT} WHERE +scope = 'user' AND user_id = :user ORDER BY updated_at DESC",
             params,
         )
-        contributed = _select(
-            db,
-            f"{_SELECT} WHERE id IN (SELECT memory_id FROM short_term_memory_contributors "
-            "WHERE user_id = :user) AND NOT (scope = 'user' AND user_id = :user) "
-            "ORDER BY updated_at DESC",
-            params,
-        )
+        ids = _run(db, chains.reached(user_id, None, erasure))
+        contributed = [
+            row
+            for start in range(0, len(ids), 500)
+            for row in _select(
+                db,
+                f"{_SELECT} WHERE m.id IN (SELECT value FROM json_each(:ids)) "
+                "AND NOT (scope = 'user' AND user_id = :user)",
+                {"ids": json.dumps(ids[start : start + 500]), "user": user_id},
+            )
+        ]
+        contributed.sort(key=lambda row: (-row.updated_at, row.key))
         row = db.execute("SELECT since FROM stm_user_opt_outs WHERE user_id = ?", (user_id,))
         since = row.fetchone()
     finally:

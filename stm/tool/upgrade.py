@@ -19,6 +19,7 @@ from ..cache import Entry, GroupKey, MemoryCache
 from ..config import STMConfig
 from ..convert import row_of
 from ..intent import IntentGate
+from ..lineage import Lineage, Pin
 from ..metrics import Tally
 from ..models import ServerSettings, ToolResult, TurnContext
 from ..provenance import Shown
@@ -35,7 +36,7 @@ from ..readthrough import (
 )
 from ..render import shown_by
 from ..settings import SettingsBook
-from ..store.base import Guard, Overtaken, SaveDistilled
+from ..store.base import Guard, Overtaken, Saved, SaveDistilled
 from ..writer import Writer
 from . import TOOL_NAME
 from .schema import arguments_model, parse_arguments, tool_definition
@@ -83,7 +84,7 @@ class _Snapshot:
     entry: Entry
     summary: str | None
     categories: Mapping[str, str]
-    contributors: frozenset[int]
+    pin: Pin | None
     turns_since_refresh: int
     last_refreshed_turn: int
     version: int = 0  # the entry's version once the upgrade changed it
@@ -94,21 +95,28 @@ class _Snapshot:
             entry,
             entry.summary,
             entry.categories,
-            entry.contributors,
+            entry.pin,
             entry.turns_since_refresh,
             entry.last_refreshed_turn,
         )
 
-    def restore(self) -> None:
+    def restore(self, cache: MemoryCache) -> None:
         """Undo the upgrade, unless the entry changed again or was deleted since."""
         entry = self.entry
         if entry.version != self.version or entry.deleted:
             return
         entry.summary, entry.categories = self.summary, self.categories
-        entry.contributors = self.contributors
+        cache.set_pin(entry, self.pin)
         entry.turns_since_refresh = self.turns_since_refresh
         entry.last_refreshed_turn = self.last_refreshed_turn
         entry.version += 1
+
+    def committed(self, cache: MemoryCache, pin: Pin) -> None:
+        """The upgrade is committed as ``pin``: the entry's content is that version, unless
+        it changed again or was deleted meanwhile."""
+        entry = self.entry
+        if entry.version == self.version and not entry.deleted:
+            cache.set_pin(entry, pin)
 
 
 class Upgrades:
@@ -217,6 +225,12 @@ class Upgrades:
         self.reads.mark_turn_start(ctx)
         if self.follower is not None:
             self.follower.mark_turn_start(ctx)
+        if not await self.reads.planned(ctx.server_id):
+            return self._refused(
+                "busy",
+                f"{TOOL_NAME} could not be applied: the memory is being erased right now. "
+                "Nothing was saved; you may try again later.",
+            )
         # The turn's keys and recall group (what a prompt would show from other channels).
         user_k, server_k, group = turn_scope(ctx)
         if ctx._shown is None:
@@ -315,34 +329,42 @@ class Upgrades:
         values: dict[str, str],
     ) -> ToolResult:
         now = self.clock()
-        # Everyone whose words the prompt could show the model: what build_context
-        # rendered (or would have), and the turns and authors of the turn's own windows.
+        # What the prompt showed (what build_context rendered, or would have) and the
+        # turns and authors of the turn's own windows: the version's provenance.
         shown = ctx._shown
-        shown_users = shown.users if shown is not None else frozenset()
-        credited = {ctx.user_id}
+        direct = {ctx.user_id}
+        if shown is not None:
+            direct |= shown.users
         for entry in entries:
-            credited |= entry.window_users()
+            direct |= entry.window_users()
+        # The notes' own content kept (a category write keeps the fields it does not name),
+        # as their pins, or keys while their own upgrade is being committed.
+        own: list[Pin | str] = []
+        other: list[Pin | str] = []
+        for key, pin, is_own in shown.notes if shown is not None else ():
+            (own if is_own else other).append(pin if pin is not None else key)
+        if not settings.summary_mode:
+            for entry in entries:
+                if entry.distilled:
+                    own.append(entry.pin if entry.pin is not None else entry.key)
+        lineage = Lineage(frozenset(direct), tuple(own), tuple(other))
         snapshots = [_Snapshot.of(e) for e in entries]
+        guarded_pins = {
+            *(shown.pins(self.reads.current_pins(shown)) if shown is not None else ()),
+            *(e.pin for e in entries if e.pin is not None),
+        }
         for entry in entries:
             if settings.summary_mode:
                 entry.summary, entry.categories = values["summary"], {}
             else:
                 entry.summary, entry.categories = None, {**entry.categories, **values}
-            # Only the users new to the entry: an upgrade mostly credits the same users
-            # again, and the cache indexes an entry's contributors while it holds it.
-            held = entry.contributors
-            added = credited - held
-            if not shown_users <= held:
-                added |= shown_users - held
-            if added:
-                entry.contributors = held | added
+            # The version it becomes is named by the store at commit.
+            self.cache.set_pin(entry, None)
             entry.turns_since_refresh = 0
             entry.last_refreshed_turn += 1
             entry.version += 1
             describe(entry, ctx)
             self.cache.touch(entry, now)
-            if added:
-                self.cache.index_users(entry, added)
         for snapshot in snapshots:
             snapshot.version = snapshot.entry.version
         writer = self._writer()
@@ -353,21 +375,31 @@ class Upgrades:
         # Another process may have deleted, after this turn began, what its prompt showed:
         # the store refuses the save then, inside the writing transaction.
         position = ctx._feed_position
-        if position is None:
-            saves = [SaveDistilled(row_of(e)) for e in entries]
-        else:
-            channels = _shown_channels(ctx)
-            saves = [
-                SaveDistilled(row_of(e), _guard(ctx, e, position, self.origin, channels))
-                for e in entries
-            ]
-        written = writer.submit_all(saves, what=f"upgrade of {entries[0].key}")
+        guard = None
+        if position is not None:
+            channels = _shown_channels(ctx) | {e.channel_id for e in entries}
+            guard = Guard(
+                after=position,
+                channels=frozenset(channels),
+                users=lineage.direct,
+                server_id=ctx.server_id,
+                own_origin=self.origin,
+                pins=frozenset(guarded_pins),
+            )
+        saves = [SaveDistilled(row_of(e), guard, lineage) for e in entries]
+
+        def committed(results: list[object]) -> None:
+            for snapshot, result in zip(snapshots, results, strict=True):
+                if isinstance(result, Saved):
+                    snapshot.committed(self.cache, result.pin)
+
+        written = writer.submit_all(saves, what=f"upgrade of {entries[0].key}", on_result=committed)
         try:
             results = await written
         except Exception as exc:
             log.error("short-term memory upgrade not saved (%s): %s", entries[0].key, exc)
             for snapshot in snapshots:
-                snapshot.restore()
+                snapshot.restore(self.cache)
             return self._refused(
                 "not_saved",
                 f"{TOOL_NAME} failed: the memory could not be saved ({exc}). "
@@ -375,7 +407,7 @@ class Upgrades:
             )
         if any(isinstance(result, Overtaken) for result in results):
             for snapshot in snapshots:
-                snapshot.restore()
+                snapshot.restore(self.cache)
             return _refused(
                 f"{TOOL_NAME} was not applied: this conversation's memory was "
                 "cleared during the turn. Nothing was saved."
@@ -405,22 +437,3 @@ def _shown_channels(ctx: TurnContext) -> frozenset[int]:
     if shown is None:
         return frozenset((ctx.channel_id,))
     return frozenset((ctx.channel_id, *shown.channels))
-
-
-def _guard(
-    ctx: TurnContext, entry: Entry, position: int, origin: str, channels: frozenset[int]
-) -> Guard:
-    """What the turn's prompt showed (``channels``: ``_shown_channels``), for the store to
-    refuse the save when another process cleared or purged some of it after the turn
-    began."""
-    if entry.channel_id not in channels:
-        channels = channels | {entry.channel_id}
-    # The upgrade credited the turn's user and everyone the prompt showed (``_commit``,
-    # just before): the entry's contributors hold them all.
-    return Guard(
-        after=position,
-        channels=channels,
-        users=entry.contributors,
-        server_id=ctx.server_id,
-        own_origin=origin,
-    )

@@ -1,0 +1,408 @@
+"""Chains of versions in SQL: what both stores run to keep provenance, and to purge by it.
+
+The model of ``lineage.py`` as tables, and its procedures written once: how an
+upgrade extends its chain and records what its prompt showed, how a purge plans
+its ranges and clears them in bounded chunks, what a preview counts. Each
+procedure is a generator that yields the statements it needs, one :class:`Step`
+at a time, and receives each one's result; a store runs it with its own
+connection (SQLite synchronously on its thread, PostgreSQL on asyncpg) and the
+same named parameters (``:name``; :func:`positional` gives PostgreSQL's).
+
+Tables (both stores, same columns; flags are integers so that one statement
+serves both):
+
+- ``stm_chains``: one per chain (``live_key``, the key whose notes it is; its
+  ``server_id``, None in DMs; ``head``, its newest version; ``ended`` once its
+  live row no longer holds it (a purge cleared it, the row was deleted, or a new
+  chain took its place): it is never extended again, and it is a candidate for
+  garbage collection);
+- ``stm_chain_members``: who was shown directly to a chain, from which version
+  (``first``);
+- ``stm_chain_edges``: which versions of a chain were written from which
+  versions of another (``own``: the notes' own content, followed by every policy);
+- ``stm_purge_ranges``: each purge's ranges by feed position, and whether its
+  sweep is ``done``; kept as long as the feed keeps the purge, for the guards of
+  turns that began before it.
+
+A row of ``short_term_memories`` with distilled content pins one version
+(``chain_id``, ``chain_version``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from ..lineage import Erasure, Lineage, Pin, PurgePlanner, Range, merge_edges
+from .base import PurgePreview, SaveDistilled
+
+__all__ = [
+    "SWEEP_CHUNK",
+    "Procedure",
+    "Step",
+    "collect",
+    "extend",
+    "left",
+    "live_of",
+    "members",
+    "pending_sweeps",
+    "positional",
+    "preview",
+    "purge",
+    "ranges_of",
+    "reached",
+    "record",
+    "sweep",
+    "upgrades",
+]
+
+_T = TypeVar("_T")
+# Rows cleared per transaction by a purge: each clear also destroys its row's key, so
+# this bounds how long a purge holds the write lock (other work runs between chunks).
+SWEEP_CHUNK = 200
+# Chains garbage-collected per janitor step.
+COLLECT_CHUNK = 500
+
+Mode = Literal["one", "all", "exec", "many", "count"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One statement of a procedure: ``one`` row (or None), ``all`` rows, ``exec`` (no
+    result), ``many`` (``params`` a sequence of mappings), ``count`` (rows changed)."""
+
+    sql: str
+    params: Mapping[str, Any] | Sequence[Mapping[str, Any]]
+    mode: Mode
+
+
+Procedure = Generator[Step, Any, _T]
+
+_NAMED = re.compile(r"(?<![:\w]):([a-z_]+)")
+
+
+def positional(sql: str) -> tuple[str, list[str]]:
+    """``sql`` with ``:name`` parameters as PostgreSQL's ``$1``, ``$2``, ..., and the names
+    in that order (a name used twice is one parameter)."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    # ``+scope`` keeps SQLite's planner on the user index (see _OWN_ROWS); PostgreSQL
+    # chooses well without it, and has no unary plus for text.
+    return _NAMED.sub(number, sql.replace("+scope", "scope")), names
+
+
+# -- statements ------------------------------------------------------------------------
+_LIVE_PIN = (
+    "SELECT m.chain_id, m.chain_version, c.head, c.ended, (SELECT min(r.position) FROM "
+    "stm_purge_ranges r WHERE r.done = 0 AND r.chain_id = m.chain_id "
+    "AND r.from_version <= m.chain_version) "
+    "FROM short_term_memories m LEFT JOIN stm_chains c ON c.id = m.chain_id WHERE m.key = :key"
+)
+_NEW_CHAIN = (
+    "INSERT INTO stm_chains (live_key, server_id, head, ended) "
+    "VALUES (:key, :server, 1, 0) RETURNING id"
+)
+_MEMBER = (
+    "INSERT INTO stm_chain_members (member, chain_id, first) VALUES (:member, :chain, :first) "
+    "ON CONFLICT DO NOTHING"
+)
+_PIN_OF = "SELECT chain_id, chain_version FROM short_term_memories WHERE key = :key"
+_EDGES_OF_PAIR = (
+    "SELECT parent_version, child_version FROM stm_chain_edges "
+    "WHERE parent = :parent AND child = :child AND own = :own"
+)
+_DROP_EDGE = (
+    "DELETE FROM stm_chain_edges WHERE parent = :parent AND child = :child AND own = :own "
+    "AND parent_version = :parent_version"
+)
+_ADD_EDGE = (
+    "INSERT INTO stm_chain_edges (parent, child, own, parent_version, child_version) "
+    "VALUES (:parent, :child, :own, :parent_version, :child_version)"
+)
+# "+scope" keeps SQLite's planner off stm_by_group, whose leading scope column would match
+# half the table; the user's own index finds the few rows.
+_OWN_ROWS = "DELETE FROM short_term_memories WHERE +scope = 'user' AND user_id = :user"
+_SEEDS = (
+    "SELECT m.chain_id, m.first FROM stm_chain_members m JOIN stm_chains c ON c.id = m.chain_id "
+    "WHERE m.member = :user"
+)
+_CHILDREN = (
+    "SELECT child, own, parent_version, child_version FROM stm_chain_edges "
+    "WHERE parent = :parent AND parent_version >= :from_version"
+)
+_RANGE = (
+    "INSERT INTO stm_purge_ranges (position, chain_id, from_version, done) "
+    "VALUES (:position, :chain, :from_version, 0)"
+)
+_END = "UPDATE stm_chains SET ended = 1 WHERE id = :chain"
+_FORGET_MEMBER = "DELETE FROM stm_chain_members WHERE member = :user AND chain_id = :chain"
+# The rows of one purge still to clear (through the chain index), a chunk at a time.
+_TO_CLEAR = (
+    "SELECT m.id FROM short_term_memories m JOIN stm_purge_ranges r "
+    "ON r.chain_id = m.chain_id AND m.chain_version >= r.from_version "
+    "WHERE r.position = :position AND r.done = 0 LIMIT :limit"
+)
+_CLEAR = (
+    "UPDATE short_term_memories SET summary = NULL, categories = '{}', chain_id = NULL, "
+    "chain_version = NULL WHERE id = :id"
+)
+_DONE = "UPDATE stm_purge_ranges SET done = 1 WHERE position = :position"
+_RANGES_OF = "SELECT chain_id, from_version FROM stm_purge_ranges WHERE position = :position"
+_PENDING = "SELECT DISTINCT position FROM stm_purge_ranges WHERE done = 0 ORDER BY position"
+_COUNT_IN_RANGE = (
+    "SELECT server_id, count(*) FROM short_term_memories "
+    "WHERE chain_id = :chain AND chain_version >= :from_version AND NOT "
+    "(scope = 'user' AND user_id = :user) GROUP BY server_id"
+)
+_COUNT_OWN = "SELECT count(*) FROM short_term_memories WHERE +scope = 'user' AND user_id = :user"
+# Through stm_by_group (scope, server_id, ...): both scopes of one server.
+_DISTILLED_IN_SERVER = (
+    "SELECT count(*) FROM short_term_memories WHERE scope IN ('server', 'user') "
+    "AND server_id = :server AND chain_id IS NOT NULL"
+)
+# Ended chains no row pins any more and no chain was written from: nothing can need them.
+_UNUSED = (
+    "SELECT c.id FROM stm_chains c WHERE c.ended = 1 AND NOT EXISTS "
+    "(SELECT 1 FROM short_term_memories m WHERE m.chain_id = c.id) AND NOT EXISTS "
+    "(SELECT 1 FROM stm_chain_edges e WHERE e.parent = c.id) LIMIT :limit"
+)
+# A row that held a chain's notes as its live row is gone, or holds another chain now.
+_LEFT = "UPDATE stm_chains SET ended = 1 WHERE id = :chain AND live_key = :key"
+_DROP_CHAIN = "DELETE FROM stm_chains WHERE id = :chain"
+_DROP_CHAIN_MEMBERS = "DELETE FROM stm_chain_members WHERE chain_id = :chain"
+_DROP_CHAIN_EDGES = "DELETE FROM stm_chain_edges WHERE child = :chain"
+
+
+def _in_server(sql: str, server: int | None, column: str) -> str:
+    return sql if server is None else f"{sql} AND {column} = :server"
+
+
+# -- which saves are one upgrade ----------------------------------------------------------
+def upgrades(saves: Sequence[SaveDistilled]) -> list[list[int]]:
+    """The indexes of ``saves`` grouped by upgrade: consecutive saves sharing one lineage
+    object are one version; a save without a lineage is one of its own."""
+    groups: list[list[int]] = []
+    for index, save in enumerate(saves):
+        if groups and save.lineage is not None and saves[groups[-1][0]].lineage is save.lineage:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    return groups
+
+
+def live_of(group: Sequence[int], saves: Sequence[SaveDistilled]) -> int:
+    """The save of ``group`` whose row's notes the chain is: the server row in a server,
+    else the first."""
+    for index in group:
+        if saves[index].row.scope == "server":
+            return index
+    return group[0]
+
+
+# -- procedures ----------------------------------------------------------------------------
+def extend(live_key: str, server_id: int | None) -> Procedure[Pin | int]:
+    """The version an upgrade of ``live_key`` writes: the next of the chain the live row
+    pins, or the first of a new chain; the position of the purge clearing the live row
+    when one is (nothing may extend what a purge clears)."""
+    row = yield Step(_LIVE_PIN, {"key": live_key}, "one")
+    if row is not None and row[0] is not None:
+        chain, version, head, ended, purging = row
+        if purging is not None:
+            return int(purging)
+        if not ended and head is not None and int(version) == int(head):
+            pin = Pin(int(chain), int(head) + 1)
+            yield Step(
+                "UPDATE stm_chains SET head = :head WHERE id = :chain",
+                {"head": pin.version, "chain": pin.chain},
+                "exec",
+            )
+            return pin
+        # The live row holds notes of a chain it no longer extends: that one has ended.
+        yield Step(_LEFT, {"chain": int(chain), "key": live_key}, "exec")
+    made = yield Step(_NEW_CHAIN, {"key": live_key, "server": server_id}, "one")
+    return Pin(int(made[0]), 1)
+
+
+def left(rows: Iterable[tuple[str, int | None]]) -> Procedure[None]:
+    """These ``(key, chain)`` rows were deleted: the chains they were the live rows of have
+    ended."""
+    gone = [{"key": key, "chain": chain} for key, chain in rows if chain is not None]
+    if gone:
+        yield Step(_LEFT, gone, "many")
+
+
+def record(pin: Pin, lineage: Lineage) -> Procedure[None]:
+    """Record what the prompt that wrote ``pin`` showed: its direct members (kept from
+    their first version) and its edges to other chains' notes."""
+    if lineage.direct:
+        members = [
+            {"member": user, "chain": pin.chain, "first": pin.version}
+            for user in sorted(lineage.direct)
+        ]
+        yield Step(_MEMBER, members, "many")
+    parents: dict[tuple[int, bool], int] = {}
+    for own, shown in ((True, lineage.own), (False, lineage.other)):
+        for item in shown:
+            if isinstance(item, str):
+                row = yield Step(_PIN_OF, {"key": item}, "one")
+                if row is None or row[0] is None:
+                    continue  # the notes were cleared since: nothing of them is kept
+                parent = Pin(int(row[0]), int(row[1]))
+            else:
+                parent = item
+            if parent.chain == pin.chain:
+                continue  # the chain's own earlier versions: held by every later one
+            slot = (parent.chain, own)
+            parents[slot] = max(parents.get(slot, 0), parent.version)
+    for (parent_chain, own), parent_version in parents.items():
+        pair = {"parent": parent_chain, "child": pin.chain, "own": int(own)}
+        held = [(int(p), int(c)) for p, c in (yield Step(_EDGES_OF_PAIR, pair, "all"))]
+        kept = merge_edges(held, (parent_version, pin.version))
+        for gone in sorted(set(held) - set(kept)):
+            yield Step(_DROP_EDGE, {**pair, "parent_version": gone[0]}, "exec")
+        for new in sorted(set(kept) - set(held)):
+            edge = {**pair, "parent_version": new[0], "child_version": new[1]}
+            # A merge may keep a parent version with a new child version: replace it.
+            yield Step(_DROP_EDGE, edge, "exec")
+            yield Step(_ADD_EDGE, edge, "exec")
+
+
+def _plan(user: int, server: int | None, erasure: Erasure) -> Procedure[list[Range]]:
+    planner = PurgePlanner(erasure)
+    seeds = yield Step(
+        _in_server(_SEEDS, server, "c.server_id"), {"user": user, "server": server}, "all"
+    )
+    for chain, first in seeds:
+        planner.seed(int(chain), int(first))
+    while (reached := planner.next_parent()) is not None:
+        parent, from_version = reached
+        edges = yield Step(_CHILDREN, {"parent": parent, "from_version": from_version}, "all")
+        planner.children(from_version, [(int(c), bool(o), int(p), int(v)) for c, o, p, v in edges])
+    return planner.result()
+
+
+def purge(
+    user: int, server: int | None, erasure: Erasure, position: int, chunk: int = SWEEP_CHUNK
+) -> Procedure[tuple[int, tuple[Range, ...], int, bool]]:
+    """A purge's first transaction, at feed ``position``: delete the user's own rows, plan
+    and record the ranges, end their chains, forget the user as a member, clear a first
+    chunk. Returns (own rows deleted, ranges, rows cleared, whether more are left)."""
+    params = {"user": user, "server": server}
+    removed = yield Step(_in_server(_OWN_ROWS, server, "server_id"), params, "count")
+    ranges = tuple((yield from _plan(user, server, erasure)))
+    if ranges:
+        planned = [
+            {"position": position, "chain": r.chain, "from_version": r.from_version} for r in ranges
+        ]
+        yield Step(_RANGE, planned, "many")
+        yield Step(_END, [{"chain": r.chain} for r in ranges], "many")
+        # Their words are cleared from every version that held them: the membership
+        # rows would only keep the user's id.
+        yield Step(_FORGET_MEMBER, [{"user": user, "chain": r.chain} for r in ranges], "many")
+    cleared, more = yield from sweep(position, chunk) if ranges else _nothing()
+    return int(removed), ranges, cleared, more
+
+
+def _nothing() -> Procedure[tuple[int, bool]]:
+    return 0, False
+    yield  # pragma: no cover - makes this a generator
+
+
+def sweep(position: int, chunk: int = SWEEP_CHUNK) -> Procedure[tuple[int, bool]]:
+    """Clear up to ``chunk`` rows of the purge at ``position``; (rows cleared, more left)."""
+    ids = yield Step(_TO_CLEAR, {"position": position, "limit": chunk}, "all")
+    if ids:
+        yield Step(_CLEAR, [{"id": row[0]} for row in ids], "many")
+    if len(ids) < chunk:
+        yield Step(_DONE, {"position": position}, "exec")
+        return len(ids), False
+    return len(ids), True
+
+
+def ranges_of(position: int) -> Procedure[tuple[Range, ...]]:
+    """The ranges of the purge at ``position``."""
+    rows = yield Step(_RANGES_OF, {"position": position}, "all")
+    return tuple(Range(int(chain), int(start)) for chain, start in rows)
+
+
+def pending_sweeps() -> Procedure[list[int]]:
+    """Positions of purges with rows still to clear."""
+    rows = yield Step(_PENDING, {}, "all")
+    return [int(row[0]) for row in rows]
+
+
+def preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgePreview]:
+    """What ``purge`` would delete and clear now."""
+    params = {"user": user, "server": server}
+    own = yield Step(_in_server(_COUNT_OWN, server, "server_id"), params, "one")
+    ranges = yield from _plan(user, server, erasure)
+    by_server: dict[int | None, int] = {}
+    for r in ranges:
+        rows = yield Step(
+            _COUNT_IN_RANGE, {"chain": r.chain, "from_version": r.from_version, "user": user}, "all"
+        )
+        for server_id, count in rows:
+            key = None if server_id is None else int(server_id)
+            by_server[key] = by_server.get(key, 0) + int(count)
+    distilled: dict[int | None, int] = {}
+    for server_id in by_server:
+        if server_id is not None:
+            row = yield Step(_DISTILLED_IN_SERVER, {"server": server_id}, "one")
+            distilled[server_id] = int(row[0])
+    return PurgePreview(
+        own=int(own[0]) if own else 0,
+        shared=sum(by_server.values()),
+        shared_by_server=by_server,
+        distilled_by_server=distilled,
+    )
+
+
+_IN_RANGE = (
+    "SELECT m.id FROM short_term_memories m WHERE m.chain_id = :chain "
+    "AND m.chain_version >= :from_version"
+)
+_MEMBERS_OF = (
+    "SELECT member FROM stm_chain_members WHERE chain_id = :chain AND first <= :version "
+    "ORDER BY member"
+)
+
+
+def reached(user: int, server: int | None, erasure: Erasure) -> Procedure[list[int]]:
+    """The ids of the rows whose notes a purge of ``user`` would clear now (the user's own
+    rows among them)."""
+    ranges = yield from _plan(user, server, erasure)
+    ids: list[int] = []
+    for r in ranges:
+        rows = yield Step(_IN_RANGE, {"chain": r.chain, "from_version": r.from_version}, "all")
+        ids.extend(int(row[0]) for row in rows)
+    return ids
+
+
+def members(pin: Pin) -> Procedure[list[int]]:
+    """Everyone whose words a prompt of the chain showed directly, up to ``pin``'s version."""
+    rows = yield Step(_MEMBERS_OF, {"chain": pin.chain, "version": pin.version}, "all")
+    return [int(row[0]) for row in rows]
+
+
+def collect(limit: int = COLLECT_CHUNK) -> Procedure[int]:
+    """Drop chains that nothing pins and nothing was written from; returns how many."""
+    rows = yield Step(_UNUSED, {"limit": limit}, "all")
+    chains = [{"chain": int(row[0])} for row in rows]
+    if chains:
+        yield Step(_DROP_CHAIN_MEMBERS, chains, "many")
+        yield Step(_DROP_CHAIN_EDGES, chains, "many")
+        yield Step(_DROP_CHAIN, chains, "many")
+    return len(chains)
+
+
+def lineage_users(lineage: Lineage | None) -> Iterable[int]:
+    """The members a lineage credits directly (for logs and tests)."""
+    return () if lineage is None else sorted(lineage.direct)
