@@ -16,13 +16,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .cache import MemoryCache
-from .deletions import Purge
+from .deletions import Purge, in_scope
 from .lineage import Erasure, Range
 from .readthrough import ReadThrough
 from .store.base import DeleteChannel, PurgeUser
 from .writer import Writer
 
-__all__ = ["clear_ranges", "forget_channel", "forget_everything", "forget_key", "forget_user"]
+__all__ = [
+    "clear_ranges",
+    "forget_channel",
+    "forget_everything",
+    "forget_key",
+    "forget_unplanned",
+    "forget_user",
+]
 
 
 def forget_channel(cache: MemoryCache, reads: ReadThrough, writer: Writer, channel_id: int) -> int:
@@ -81,6 +88,21 @@ def clear_ranges(cache: MemoryCache, purge: Purge, ranges: Iterable[Range]) -> i
                 cleared += 1
     purge.resolve(ranges)
     return cleared
+
+
+def forget_unplanned(cache: MemoryCache, purge: Purge) -> int:
+    """The store has not planned ``purge`` in time (it is failing, or far behind): drop the
+    distilled content of every entry it may reach, to be read again from its row once the
+    store answers (the read is queued behind the purge, so it sees what the purge left).
+    Returns how many. Costs a walk of the cache, on this rare path only."""
+    dropped = 0
+    for entry in cache:
+        if (entry.summary or entry.categories) and in_scope(purge.deletion, entry.server_id):
+            cache.drop_distilled(entry)
+            entry.hydrated = False
+            purge.keys.add(entry.key)
+            dropped += 1
+    return dropped
 
 
 def forget_key(cache: MemoryCache, reads: ReadThrough, writer: Writer, key: str) -> bool:

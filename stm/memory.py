@@ -28,7 +28,7 @@ from .cache import Entry, MemoryCache
 from .config import STMConfig
 from .convert import snapshot
 from .follower import Follower
-from .forget import clear_ranges, forget_channel, forget_user
+from .forget import clear_ranges, forget_channel, forget_unplanned, forget_user
 from .ids import check_bool, check_id, check_optional_id
 from .intent import IntentGate
 from .journal import Journal
@@ -48,6 +48,7 @@ from .readthrough import (
     AGAIN,
     ANY_SERVER,
     NO_ROW,
+    PURGE_WAIT_SECONDS,
     Again,
     ReadThrough,
     Unavailable,
@@ -457,8 +458,9 @@ class ShortTermMemory:
             return AGAIN
 
         # A purge not yet planned by the store may reach this memory: wait for its plan
-        # (usually one commit); what it may still reach after that is left out.
-        waits = bool(self._reads.deletions.pending) and not await self._reads.planned(ctx.server_id)
+        # (usually one commit); what it may still reach at rendering is left out.
+        if self._reads.deletions.pending and self.writer.healthy:
+            await self._reads.planned(ctx.server_id)
         known = self._reads.settled(live_key, group)
         entry: Entry | None
         if known is None:
@@ -472,7 +474,7 @@ class ShortTermMemory:
         if entry is not None and self.cache.is_expired(entry, now):
             entry = None
         others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
-        if waits:
+        if self._reads.deletions.pending:  # checked after the last await, as it renders
             entry, others = self._reads.visible(entry), [self._reads.visible(e) for e in others]
         shown = Shown.own(ctx.user_id, ctx.channel_id)
         shown_by(entry, others, settings, shown)
@@ -539,11 +541,21 @@ class ShortTermMemory:
             on_result=planned,
         )
         log.info("purging user %s %s (%d keys held here)", user_id, where, touched)
-        # Usually one commit: then every entry it reaches is cleared here when this returns.
-        # Meanwhile (or if the store does not answer in time) what it may reach is neither
-        # shown nor returned (``ReadThrough.hidden``); the durable part is retried until it
-        # lands.
-        await self._reads.planned_purge(purge)
+        # Usually one commit: then every entry it reaches is cleared here when this returns;
+        # until then what it may reach is neither shown nor returned (``ReadThrough.hidden``).
+        # When the store does not answer in time, all of that is dropped from the cache (and
+        # read again later); the durable part is retried until it lands.
+        # A store being retried will not answer soon: do not hold the caller up for it.
+        wait = PURGE_WAIT_SECONDS if self.writer.healthy else 0.0
+        if not await self._reads.planned_purge(purge, wait):
+            dropped = forget_unplanned(self.cache, purge)
+            log.warning(
+                "purge of user %s %s not planned by the store in time: %d entries it may "
+                "reach dropped from the cache, to be read again",
+                user_id,
+                where,
+                dropped,
+            )
         return len(purge.keys)
 
     # -- expiry ---------------------------------------------------------------
@@ -574,12 +586,13 @@ class ShortTermMemory:
         scope = parse_key(key)
         # A user key does not name its server: any pending purge may reach it.
         server = scope.owner_id if scope.scope == "server" else ANY_SERVER
-        hide = bool(self._reads.deletions.pending) and not await self._reads.planned(server)
+        if self._reads.deletions.pending and self.writer.healthy:
+            await self._reads.planned(server)
         try:
             entry = await self._reads.live(key)
         except Unavailable:
             entry = self.cache.get(key)  # what is held in memory, without its durable part
-        if hide:
+        if self._reads.deletions.pending:  # checked after the last await, as it answers
             entry = self._reads.visible(entry)
         if entry is None or (
             not entry.messages

@@ -243,9 +243,11 @@ class ReadThrough:
 
     async def planned(self, server_id: int | None, wait: float = PURGE_WAIT_SECONDS) -> bool:
         """Wait until no purge that may reach memory of ``server_id`` is pending, at most
-        ``wait`` seconds; False when one still is."""
+        ``wait`` seconds and no longer than until the store fails (then nothing queued will
+        be planned soon); False when one still is."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
+        trouble = self._writer().trouble()
         while True:
             pending = [
                 p
@@ -255,26 +257,29 @@ class ReadThrough:
             if not pending:
                 return True
             left = deadline - loop.time()
-            if left <= 0:
-                return False
-            done = asyncio.Event()
-            pending[0].resolved.append(done.set)
-            try:
-                await asyncio.wait_for(done.wait(), left)
-            except TimeoutError:
+            if left <= 0 or trouble.is_set() or not await self._planned(pending[0], left, trouble):
                 return False
 
     async def planned_purge(self, purge: Purge, wait: float = PURGE_WAIT_SECONDS) -> bool:
-        """Wait until the store planned ``purge`` (at most ``wait`` seconds); False if not."""
+        """Wait until the store planned ``purge``, at most ``wait`` seconds and no longer
+        than until the store fails; False if it was not planned."""
         if not purge.pending:
             return True
+        if wait <= 0:
+            return False
+        return await self._planned(purge, wait, self._writer().trouble())
+
+    @staticmethod
+    async def _planned(purge: Purge, wait: float, trouble: asyncio.Event) -> bool:
         done = asyncio.Event()
         purge.resolved.append(done.set)
+        waits = [asyncio.ensure_future(done.wait()), asyncio.ensure_future(trouble.wait())]
         try:
-            await asyncio.wait_for(done.wait(), wait)
-        except TimeoutError:
-            return False
-        return True
+            await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        return not purge.pending
 
     def visible(self, entry: _E) -> _E:
         """``entry``, or a copy without its distilled content while it is ``hidden``."""

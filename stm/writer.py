@@ -131,6 +131,7 @@ class Writer:
         self._seq = 0
         self._wake = asyncio.Event()
         self._progress = asyncio.Event()
+        self._trouble = asyncio.Event()
         self._failure: BaseException | None = None
         self._backoff = 0.0
         self._retry_at = 0.0
@@ -214,6 +215,16 @@ class Writer:
         """Do not write these keys behind (they were deleted)."""
         for key in keys:
             self._dirty.pop(key, None)
+
+    @property
+    def healthy(self) -> bool:
+        """False while a failed write is being retried: what is queued waits for it."""
+        return self._failure is None
+
+    def trouble(self) -> asyncio.Event:
+        """An event set at the next failed transaction (someone waiting for a commit can
+        stop waiting: what is queued now waits for a retry)."""
+        return self._trouble
 
     @property
     def pending(self) -> int:
@@ -494,6 +505,8 @@ class Writer:
     def _fail(self, items: list[_Item], exc: Exception) -> None:
         first = self._failure is None
         self._failure = exc
+        trouble, self._trouble = self._trouble, asyncio.Event()
+        trouble.set()
         kept = [item for item in items if item.retried]
         if self.journal is not None:
             # A pending delete must outlive this process: it is acknowledged as pending.

@@ -6,7 +6,9 @@ Runs captures, upgrades, channel clears and user purges one after another,
 forever, and appends one JSON line per event to LOG:
 
 - ``attempt`` before an upgrade, ``ack`` once run_tool answered success (with
-  the keys written and their contributors), ``refused`` otherwise;
+  the keys written and their contributors: whose words the prompts of the version
+  they pin showed directly, which is what a purge clears them for under the
+  ``direct`` policy this writer uses), ``refused`` otherwise;
 - ``clear``/``purge`` before a delete, ``cleared``/``purged`` once flush()
   returned after it (the delete is durable);
 - ``capture`` for each capture.
@@ -62,7 +64,11 @@ def keys_of(ctx: TurnContext) -> list[str]:
 
 async def work(database: str, log: Log, seed: int) -> None:
     rng = random.Random(seed)
-    config = STMConfig(database=database, write_behind_seconds=0.01, delete_retry_seconds=0.05)
+    # The direct policy, so that what a purge clears is the version's own members, which the
+    # writer logs with each acknowledgement (the policies themselves are tested elsewhere).
+    config = STMConfig(
+        database=database, write_behind_seconds=0.01, delete_retry_seconds=0.05, erasure="direct"
+    )
     memory = await ShortTermMemory.open(config)
     log.write({"e": "start", "seed": seed}, sync=True)
     n = 0
@@ -93,7 +99,8 @@ async def work(database: str, log: Log, seed: int) -> None:
                 for key in keys:
                     entry = memory.cache.peek(key)
                     assert entry is not None and entry.summary == text
-                    contributors = sorted(entry.contributors)
+                    assert entry.pin is not None
+                    contributors = sorted(await memory.store.members(entry.pin))  # type: ignore[attr-defined]
                     rows[key] = {"contributors": contributors, "server": ctx.server_id}
                 log.write({"e": "ack", "text": text, "rows": rows}, sync=True)
             else:

@@ -268,7 +268,8 @@ async def test_stats_counts_expired_and_near_expiry(tmp_path: Path) -> None:
 
 
 def test_show_a_key(db: Path) -> None:
-    """show KEY prints one entry, its summary and contributors; --json gives the same."""
+    """show KEY prints one entry, its summary and whose words its notes' prompts showed;
+    --json gives the same."""
     key = "shortterm:server:100:10"
     shown = stm(db, "show", key)
     assert shown.status == 0, shown.err
@@ -353,7 +354,8 @@ def test_export_a_user(db: Path) -> None:
 
 
 def test_check_a_sound_and_a_damaged_database(db: Path) -> None:
-    """check passes a sound file; a broken foreign key makes it fail with status 1."""
+    """check passes a sound file; a row pinning notes of a chain that is not there makes it
+    fail with status 1."""
     good = stm(db, "--json", "check")
     assert good.status == 0, good.err
     assert good.json() == {
@@ -365,11 +367,11 @@ def test_check_a_sound_and_a_damaged_database(db: Path) -> None:
         "code_schema_version": SCHEMA,
     }
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        conn.execute("INSERT INTO short_term_memory_contributors VALUES (1, 999999)")
+        conn.execute("UPDATE short_term_memories SET chain_id = 999999 WHERE id = 1")
         conn.commit()
     bad = stm(db, "check")
     assert bad.status == 1
-    assert "FAILED" in bad.out and "short_term_memory_contributors" in bad.out
+    assert "FAILED" in bad.out and "stm_chains" in bad.out
     data = stm(db, "--json", "check").json()
     assert isinstance(data, dict) and data["ok"] is False and len(data["foreign_keys"]) == 1
 

@@ -148,7 +148,8 @@ def database_state(db_path: Path) -> tuple[Model, list[Identity]]:
         ).fetchall()
         contributors: dict[int, set[int]] = {}
         for user, memory_id in db.execute(
-            "SELECT user_id, memory_id FROM short_term_memory_contributors"
+            "SELECT c.member, m.id FROM short_term_memories m JOIN stm_chain_members c "
+            "ON c.chain_id = m.chain_id AND c.first <= m.chain_version"
         ):
             contributors.setdefault(memory_id, set()).add(user)
     model = {

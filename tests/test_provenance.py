@@ -1,9 +1,11 @@
 """Provenance: a purge reaches every summary whose prompt showed the purged user's words.
 
-An upgrade's contributors are everyone whose words the turn's prompt could show
-the model: its own window's turn users and authors, its user, the turn users and
-authors of crude messages rendered from other channels, and the contributors of
-distilled memory rendered from other channels.
+An upgrade records everyone whose words the turn's prompt showed directly (its own
+window's turn users and authors, its user, the turn users and authors of crude
+messages rendered from other channels) and the notes it showed. Under ``direct``,
+a purge clears the notes whose prompts showed the user's words directly and their
+later versions; under ``complete``, also the notes written from prompts that showed
+such notes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import pytest
 from conftest import ctx, turn
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -74,10 +77,17 @@ async def test_words_recalled_from_another_channel_are_purged_from_its_summary(
         assert witness.left_in_files(copied) == 0
 
 
-async def test_distilled_memory_recalled_passes_its_contributors_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("erasure", ["complete", "direct"])
+async def test_distilled_memory_recalled_passes_its_contributors_on_under_complete(
+    tmp_path: Path, erasure: str
+) -> None:
     """A summary shown from another channel carries its contributors into the summary made
-    from it (supersede mode: only the distilled memory of #random is rendered)."""
-    config = STMConfig(database=str(tmp_path / "stm.sqlite3"), render_mode="supersede")
+    from it under ``complete`` (supersede mode: only the distilled memory of #random is
+    rendered); under ``direct`` the copy stays, as documented, while #random's own notes
+    go."""
+    config = STMConfig(
+        database=str(tmp_path / "stm.sqlite3"), render_mode="supersede", erasure=erasure
+    )
     async with ShortTermMemory.open(config) as memory:
         alice = ctx(user=ALICE, channel=RANDOM)
         await memory.capture(turn(alice, "alice talks"))
@@ -91,7 +101,12 @@ async def test_distilled_memory_recalled_passes_its_contributors_on(tmp_path: Pa
         assert (await memory.run_tool(bob, {"summary": "Copied: ALICE-NOTES"})).success
         await memory.clear_short_term_memory_for_user(ALICE)
         entry = await memory.get_entry(f"shortterm:server:100:{GENERAL}")
-        assert entry is None or entry.summary is None
+        if erasure == "complete":
+            assert entry is None or entry.summary is None
+        else:
+            assert entry is not None and entry.summary == "Copied: ALICE-NOTES"
+        source = await memory.get_entry(f"shortterm:server:100:{RANDOM}")
+        assert source is None or source.summary is None
 
 
 async def test_run_tool_without_build_context_credits_what_the_prompt_would_show(
@@ -140,15 +155,38 @@ turns = st.lists(
 )
 
 
+# A recent message as a prompt renders it: the speaker, then its text in quotes.
+CRUDE_LINE = re.compile(r'^> [^:\n]*: "([^"\n]*)"$', re.M)
+# This channel's own notes, as the prompt frames them.
+OWN_NOTES = re.compile(r"^\[Short-term memory of .*?^\[End of short-term memory\]$", re.M | re.S)
+
+
+def copied_from(seen: str, erasure: str) -> str:
+    """What the stand-in model copies from a prompt: everything (``complete`` must clear
+    copies of anything), or under ``direct`` the recent messages it rendered and this
+    channel's own notes (a copy of another channel's notes is what ``direct`` keeps, see
+    the test above)."""
+    if erasure == "complete":
+        return " ".join(m.group() for m in TOKEN.finditer(seen))
+    parts = [m.group(1) for m in CRUDE_LINE.finditer(seen)]
+    parts += [m.group() for m in OWN_NOTES.finditer(seen)]
+    return " ".join(m.group() for m in TOKEN.finditer(" ".join(parts)))
+
+
 async def _play(
     db: Path,
     plan: list[tuple[int, int, list[int], str]],
     target: int,
     server: int | None,
     mode: str,
+    erasure: str = "complete",
 ) -> None:
     config = STMConfig(
-        database=str(db), max_messages_per_channel=4, crude_message_count=2, render_mode=mode
+        database=str(db),
+        max_messages_per_channel=4,
+        crude_message_count=2,
+        render_mode=mode,
+        erasure=erasure,
     )
     async with ShortTermMemory.open(config) as memory:
         n = 0
@@ -172,10 +210,10 @@ async def _play(
             messages.append(DialogueMessage(role="assistant", content=f"w0t{user}n{n}"))
             await memory.capture(GenerationFinished(context=here, messages=messages))
             if upgrade != "none":
-                # The model copies everything it saw: the prompt and the channel's history.
+                # The model copies what it saw: the prompt and the channel's history.
                 window = await memory.get_entry(f"shortterm:server:100:{channel}")
                 history = " ".join(m.content for m in window.messages) if window else ""
-                copied = " ".join(m.group() for m in TOKEN.finditer(seen))
+                copied = copied_from(seen, erasure)
                 result = await memory.run_tool(here, {"summary": f"{copied} {history}"})
                 assert result.success, result.message
         await memory.clear_short_term_memory_for_user(target, server)
@@ -204,16 +242,34 @@ async def _play(
     target=st.sampled_from(USERS),
     server=st.sampled_from([None, 100]),
     mode=st.sampled_from(["crude_summary", "supersede"]),
+    erasure=st.sampled_from(["complete", "direct"]),
 )
 # Members of the class that a search may not reach in its budget, named outright: words
 # recalled from another channel, with and without a prompt built; distilled memory recalled
 # in supersede mode; another author's message inside someone else's turn.
-@example([(1, 11, [1], "none"), (2, 10, [2], "built")], 1, None, "crude_summary")
-@example([(1, 11, [1], "none"), (2, 10, [2], "blind")], 1, 100, "crude_summary")
-@example([(1, 11, [1], "built"), (2, 11, [2], "none"), (2, 10, [2], "built")], 1, None, "supersede")
-@example([(1, 10, [1, 3], "built")], 3, None, "crude_summary")
+@example([(1, 11, [1], "none"), (2, 10, [2], "built")], 1, None, "crude_summary", "direct")
+@example([(1, 11, [1], "none"), (2, 10, [2], "blind")], 1, 100, "crude_summary", "direct")
+@example(
+    [(1, 11, [1], "built"), (2, 11, [2], "none"), (2, 10, [2], "built")],
+    1,
+    None,
+    "supersede",
+    "complete",
+)
+@example([(1, 10, [1, 3], "built")], 3, None, "crude_summary", "direct")
+@example(
+    [(1, 11, [2], "built"), (1, 10, [1], "built"), (2, 10, [1], "built")],
+    2,
+    None,
+    "supersede",
+    "complete",
+)
 def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
-    plan: list[tuple[int, int, list[int], str]], target: int, server: int | None, mode: str
+    plan: list[tuple[int, int, list[int], str]],
+    target: int,
+    server: int | None,
+    mode: str,
+    erasure: str,
 ) -> None:
     """Any assignment of authors to turns and channels, upgrades after a prompt built on
     their context or on another, any purge target (everywhere or in the server), either
@@ -223,4 +279,4 @@ def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
     # In RAM where there is a RAM disk: every upgrade waits for a durable commit.
     shm = Path("/dev/shm")
     with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as folder:
-        asyncio.run(_play(Path(folder) / "stm.sqlite3", plan, target, server, mode))
+        asyncio.run(_play(Path(folder) / "stm.sqlite3", plan, target, server, mode, erasure))

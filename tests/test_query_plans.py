@@ -72,7 +72,7 @@ def db(tmp_path: Path) -> Iterator[sqlite3.Connection]:
             SaveDistilled(row(user_key(7, c), 1, 7, c), lineage=shown),
             SaveDistilled(row(server_key(1, c), 1, None, c), lineage=shown),
         ]
-    run_batch(connection, saves + [Touch(tuple(s.row for s in saves))])
+    run_batch(connection, [*saves, Touch(tuple(s.row for s in saves))])
     # A feed long enough that a scan of it would show.
     run_batch(connection, [DeleteChannel(1000 + n) for n in range(50)])
     # A purge of someone else, still clearing: its ranges are on record.

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from shredding import file_bytes
 
 from stm import DurabilityError, STMConfig
+from stm.lineage import Lineage
 from stm.store.base import DeleteChannel, DeleteExpired, PurgeUser, SaveDistilled, Scrub, StoredRow
 from stm.store.shred import DEAD_KEY
 from stm.store.sqlite import SQLiteStore
@@ -97,7 +98,7 @@ def _row(n: int, user: int, text: str) -> StoredRow:
         key=f"shortterm:user:{user}:{n}", scope="user", server_id=1, user_id=user, channel_id=n,
         persona_id=None, parent_channel_id=None, channel_name=None, server_name=None,
         channel_private=False, summary=text, categories={"mood": text} if n % 3 == 0 else {},
-        contributors=frozenset({user}), turns_since_refresh=0, last_refreshed_turn=1,
+        turns_since_refresh=0, last_refreshed_turn=1,
         updated_at=float(n),
     )  # fmt: skip
 
@@ -123,7 +124,8 @@ async def _keys_leave_no_copy(ops: list[tuple[str, int, int | None, int | None]]
             for i, (kind, a, b, c) in enumerate(ops):
                 if kind == "save":
                     assert b is not None and c is not None
-                    await store.run([SaveDistilled(_row(a, b, f"T{i}-" + "y" * c))])
+                    shown = Lineage(frozenset({b}))
+                    await store.run([SaveDistilled(_row(a, b, f"T{i}-" + "y" * c), lineage=shown)])
                 elif kind == "purge":
                     await store.run([PurgeUser(a, None)])
                 elif kind == "clear":

@@ -21,8 +21,8 @@ from stm.store.base import (
     PreviewPurge,
     PurgeResult,
     PurgeUser,
-    SaveDistilled,
     Saved,
+    SaveDistilled,
     SaveOptOut,
     SaveServerSettings,
     StoredRow,
@@ -559,7 +559,7 @@ async def test_a_preview_counts_what_a_purge_would_clear(store: Any) -> None:
 async def test_chains_nothing_needs_are_collected(store: Any) -> None:
     """Once no row pins a chain and no chain was written from it, the janitor drops it;
     a chain another was written from stays while that one lives."""
-    general, random, _ = await _three_channels(store)
+    await _three_channels(store)
     await store.run([DeleteChannel(11)])
     await store.run([DeleteExpired(FAR, FAR)])
     assert await store.members(Pin(2, 1)) == []  # #11's chain and its members are gone
@@ -603,7 +603,7 @@ async def test_write_behind_does_not_revive_an_expired_row(store: Any) -> None:
 
 
 async def test_ranges_name_what_was_cleared_for_other_processes(store: Any) -> None:
-    general, _, _ = await _three_channels(store)
+    await _three_channels(store)
     (result,) = await store.run([PurgeUser(7, None, "direct")])
     assert result.ranges == (Range(1, 1),)
     assert await store.purge_ranges(result.position) == (Range(1, 1),)

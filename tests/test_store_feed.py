@@ -209,6 +209,7 @@ async def test_postgres_purge_sees_an_upgrade_committed_just_before_it(pg: Any) 
     loses the purged contributor's content. (Without the lock taken first, the purge would
     read before the upgrade committed, yet come after it in the feed.)"""
     from stm.keys import server_key
+    from stm.lineage import Lineage
     from stm.store import postgres
     from stm.store.base import PurgeUser, SaveDistilled, StoredRow
 
@@ -216,7 +217,7 @@ async def test_postgres_purge_sees_an_upgrade_committed_just_before_it(pg: Any) 
     row = StoredRow(
         key=server_key(100, 10), scope="server", server_id=100, user_id=None, channel_id=10,
         persona_id=None, parent_channel_id=None, channel_name=None, server_name=None,
-        channel_private=False, summary="WORDS OF 7", categories={}, contributors=frozenset({7}),
+        channel_private=False, summary="WORDS OF 7", categories={},
         turns_since_refresh=1, last_refreshed_turn=1, updated_at=1e9,
     )  # fmt: skip
     conn = await first._pool.acquire()
@@ -224,9 +225,9 @@ async def test_postgres_purge_sees_an_upgrade_committed_just_before_it(pg: Any) 
         transaction = conn.transaction()
         await transaction.start()
         await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
-        changes: list[Any] = []
-        await postgres._save_many(conn, [SaveDistilled(row)], changes)
-        await postgres._write_feed(conn, changes, first.origin)
+        feed = postgres._Feed(conn, first.origin)
+        await postgres._save_many(conn, [SaveDistilled(row, lineage=Lineage(frozenset({7})))], feed)
+        await feed.flush()
         purge = asyncio.ensure_future(second.run([PurgeUser(7, None)]))
         blocked = await _blocked_on_a_lock(second, purge)
         await transaction.commit()

@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 import stm.writer
 from stm import DurabilityError, RejectedWriteError, STMConfig
 from stm.cache import Entry
+from stm.lineage import Lineage
 from stm.store.base import (
     DeleteChannel,
     PurgeUser,
+    Saved,
     SaveDistilled,
     SaveOptOut,
     SaveServerSettings,
@@ -38,7 +40,7 @@ def row(key: str = "shortterm:server:100:10", **fields: Any) -> StoredRow:
     values: dict[str, Any] = dict(
         key=key, scope="server", server_id=100, user_id=None, channel_id=10, persona_id=None,
         parent_channel_id=None, channel_name="general", server_name="srv", channel_private=False,
-        summary="kept", categories={}, contributors=frozenset({1}), turns_since_refresh=0,
+        summary="kept", categories={}, turns_since_refresh=0,
         last_refreshed_turn=1, updated_at=1.0,
     )  # fmt: skip
     values.update(fields)
@@ -52,7 +54,7 @@ def poisons(bad_int: int, bad_text: str) -> list[tuple[str, Any]]:
         ("id", SaveDistilled(row(channel_id=bad_int))),
         ("server", SaveDistilled(row(server_id=bad_int))),
         ("persona", SaveDistilled(row(persona_id=bad_int))),
-        ("contributor", SaveDistilled(row(contributors=frozenset({bad_int})))),
+        ("contributor", SaveDistilled(row(), lineage=Lineage(frozenset({bad_int})))),
         ("channel name", SaveDistilled(row(channel_name=bad_text))),
         ("server name", SaveDistilled(row(server_name=bad_text))),
         ("summary", SaveDistilled(row(summary=bad_text))),
@@ -74,8 +76,8 @@ async def _poison_before_purge(poison: Any) -> None:
     store = await SQLiteStore.open(":memory:")
     writer = Writer(store, write_behind=3600, retry_delay=3600)
     try:
-        await writer.submit(SaveDistilled(row(key="shortterm:user:7:10", scope="user",
-                                              user_id=7, contributors=frozenset({7}))))  # fmt: skip
+        own = row(key="shortterm:user:7:10", scope="user", user_id=7)
+        await writer.submit(SaveDistilled(own, lineage=Lineage(frozenset({7}))))
         if isinstance(poison, PurgeUser | DeleteChannel):
             writer.submit_delete(poison, what="poison delete")
             answer = None
@@ -87,7 +89,7 @@ async def _poison_before_purge(poison: Any) -> None:
         if answer is not None:
             with pytest.raises(RejectedWriteError):
                 await answer
-        assert isinstance(await saved, int)  # the write behind the poison went ahead
+        assert isinstance(await saved, Saved)  # the write behind the poison went ahead
         rows = await store.execute("SELECT key FROM short_term_memories WHERE user_id = 7")
         assert rows == []
         assert writer.rejected == 1 and writer.pending == 0
@@ -133,7 +135,7 @@ async def test_operations_submitted_together_are_answered_together() -> None:
         last = writer.submit(SaveDistilled(row(key="shortterm:server:100:4", channel_id=4)))
         ids = [await one, *await both, await last]
         assert await alone == [None]
-        assert len(set(ids)) == 4 and all(isinstance(i, int) for i in ids)
+        assert len(set(ids)) == 4 and all(isinstance(i, Saved) for i in ids)
         assert writer.commits == 1
 
         poisoned = writer.submit_all(
@@ -146,7 +148,7 @@ async def test_operations_submitted_together_are_answered_together() -> None:
         after = writer.submit(SaveDistilled(row(key="shortterm:server:100:6", channel_id=6)))
         with pytest.raises(RejectedWriteError, match="poisoned"):
             await poisoned
-        assert isinstance(await after, int)
+        assert isinstance(await after, Saved)
         keys = {k for (k,) in await store.execute("SELECT key FROM short_term_memories")}
         assert keys == {f"shortterm:server:100:{c}" for c in (1, 2, 3, 4, 6)}
     finally:

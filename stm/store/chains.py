@@ -47,6 +47,7 @@ __all__ = [
     "left",
     "live_of",
     "members",
+    "orphans",
     "pending_sweeps",
     "positional",
     "preview",
@@ -390,6 +391,21 @@ def members(pin: Pin) -> Procedure[list[int]]:
     """Everyone whose words a prompt of the chain showed directly, up to ``pin``'s version."""
     rows = yield Step(_MEMBERS_OF, {"chain": pin.chain, "version": pin.version}, "all")
     return [int(row[0]) for row in rows]
+
+
+_ORPHANS = (
+    "SELECT m.id, m.chain_id FROM short_term_memories m LEFT JOIN stm_chains c "
+    "ON c.id = m.chain_id WHERE m.chain_id IS NOT NULL AND c.id IS NULL"
+)
+
+
+def orphans() -> Procedure[list[str]]:
+    """Rows that pin a chain the database does not hold (a check for operators)."""
+    rows = yield Step(_ORPHANS, {}, "all")
+    return [
+        f"short_term_memories row {memory} refers to a missing stm_chains row {chain}"
+        for memory, chain in rows
+    ]
 
 
 def collect(limit: int = COLLECT_CHUNK) -> Procedure[int]:

@@ -999,13 +999,6 @@ async def _check(conn: Any) -> CheckReport:
     # reading every row of every table is the check available without extensions.
     for table in _TABLES:
         await conn.fetchval(f"SELECT count(*) FROM (SELECT * FROM {table}) t")
-    orphans = await conn.fetch(
-        "SELECT m.id, m.chain_id FROM short_term_memories m "
-        "LEFT JOIN stm_chains c ON c.id = m.chain_id WHERE m.chain_id IS NOT NULL AND c.id IS NULL"
-    )
-    foreign = [
-        f"short_term_memories row {memory} refers to a missing stm_chains row {chain}"
-        for memory, chain in orphans
-    ]
+    foreign = await _run(conn, chains.orphans())
     version = int(await conn.fetchval("SELECT version FROM stm_schema"))
     return CheckReport(version, len(MIGRATIONS), ["ok"], foreign)

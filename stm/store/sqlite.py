@@ -814,8 +814,7 @@ def _touch(
         named = {f"k{i}": row.key for i, row in enumerate(rows)}
         where = "key IN (" + ",".join(f":k{i}" for i in range(len(rows))) + ")"
         gone = db.execute(
-            f"DELETE FROM short_term_memories WHERE {where} AND {_EXPIRED} "
-            "RETURNING key, chain_id",
+            f"DELETE FROM short_term_memories WHERE {where} AND {_EXPIRED} RETURNING key, chain_id",
             {"crude": op.crude_before, "summary": op.summary_before, **named},
         ).fetchall()
         _run(db, chains.left(gone))
@@ -1255,5 +1254,6 @@ def _check(db: sqlite3.Connection) -> CheckReport:
         f"{table} row {rowid} refers to a missing {parent} row"
         for table, rowid, parent, _ in db.execute("PRAGMA foreign_key_check")
     ]
+    foreign += _run(db, chains.orphans())
     version = int(_scalar(db, "PRAGMA user_version"))
     return CheckReport(version, len(MIGRATIONS), integrity, foreign)

@@ -26,6 +26,7 @@ from ..provenance import Shown
 from ..readthrough import (
     AGAIN,
     NO_ROW,
+    PURGE_WAIT_SECONDS,
     Again,
     ReadThrough,
     Unavailable,
@@ -77,9 +78,9 @@ def _refused(message: str) -> ToolResult:
     return ToolResult(success=False, message=message)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Snapshot:
-    """What an upgrade changes in one entry, as it was before."""
+    """What an upgrade changes in one entry, as it was before, and what it wrote."""
 
     entry: Entry
     summary: str | None
@@ -88,6 +89,8 @@ class _Snapshot:
     turns_since_refresh: int
     last_refreshed_turn: int
     version: int = 0  # the entry's version once the upgrade changed it
+    # The content this upgrade wrote (the very objects): how its commit recognizes it.
+    wrote: tuple[str | None, Mapping[str, str]] | None = None
 
     @classmethod
     def of(cls, entry: Entry) -> _Snapshot:
@@ -100,6 +103,10 @@ class _Snapshot:
             entry.last_refreshed_turn,
         )
 
+    def holds(self, summary: str | None, categories: Mapping[str, str]) -> bool:
+        """True when the content as it was before is exactly these objects."""
+        return self.summary is summary and self.categories is categories
+
     def restore(self, cache: MemoryCache) -> None:
         """Undo the upgrade, unless the entry changed again or was deleted since."""
         entry = self.entry
@@ -111,12 +118,38 @@ class _Snapshot:
         entry.last_refreshed_turn = self.last_refreshed_turn
         entry.version += 1
 
-    def committed(self, cache: MemoryCache, pin: Pin) -> None:
-        """The upgrade is committed as ``pin``: the entry's content is that version, unless
-        it changed again or was deleted meanwhile."""
-        entry = self.entry
-        if entry.version == self.version and not entry.deleted:
+
+class _InFlight:
+    """The upgrades of each key not committed yet, oldest first.
+
+    While an upgrade is committed, its entry's content is that upgrade's and its pin is
+    unknown. When it commits, the version the store named is the pin of that content:
+    of the entry, if it still holds it, and of any later upgrade's snapshot that holds
+    it (so that undoing the later one gives back the content with its pin)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, list[_Snapshot]] = {}
+
+    def add(self, snapshot: _Snapshot) -> None:
+        self._by_key.setdefault(snapshot.entry.key, []).append(snapshot)
+
+    def done(self, snapshot: _Snapshot, cache: MemoryCache, pin: Pin | None) -> None:
+        """``snapshot``'s upgrade committed as ``pin`` (None: it did not)."""
+        key = snapshot.entry.key
+        held = self._by_key.get(key, [])
+        if snapshot in held:
+            held.remove(snapshot)
+        if not held:
+            self._by_key.pop(key, None)
+        if pin is None or snapshot.wrote is None:
+            return
+        summary, categories = snapshot.wrote
+        entry = snapshot.entry
+        if not entry.deleted and entry.summary is summary and entry.categories is categories:
             cache.set_pin(entry, pin)
+        for later in held:
+            if later.holds(summary, categories):
+                later.pin = pin
 
 
 class Upgrades:
@@ -147,6 +180,7 @@ class Upgrades:
         self.follower: _Follows | None = None
         self.origin = ""
         self._tally = tally or Tally()
+        self._in_flight = _InFlight()
 
     def blocked(self, ctx: TurnContext, settings: ServerSettings) -> str | None:
         """Why the tool is not offered to this turn, or None when it is."""
@@ -225,7 +259,10 @@ class Upgrades:
         self.reads.mark_turn_start(ctx)
         if self.follower is not None:
             self.follower.mark_turn_start(ctx)
-        if not await self.reads.planned(ctx.server_id):
+        # A purge that may reach this memory must be planned first (what the upgrade keeps
+        # must not be what it clears); a store being retried will not plan it soon.
+        wait = PURGE_WAIT_SECONDS if self._writer().healthy else 0.0
+        if not await self.reads.planned(ctx.server_id, wait):
             return self._refused(
                 "busy",
                 f"{TOOL_NAME} could not be applied: the memory is being erased right now. "
@@ -366,7 +403,10 @@ class Upgrades:
             describe(entry, ctx)
             self.cache.touch(entry, now)
         for snapshot in snapshots:
-            snapshot.version = snapshot.entry.version
+            entry = snapshot.entry
+            snapshot.version = entry.version
+            snapshot.wrote = (entry.summary, entry.categories)
+            self._in_flight.add(snapshot)
         writer = self._writer()
         started = time.perf_counter()
         # Write in the order the turn made its changes: identity rows from capture first,
@@ -390,8 +430,8 @@ class Upgrades:
 
         def committed(results: list[object]) -> None:
             for snapshot, result in zip(snapshots, results, strict=True):
-                if isinstance(result, Saved):
-                    snapshot.committed(self.cache, result.pin)
+                pin = result.pin if isinstance(result, Saved) else None
+                self._in_flight.done(snapshot, self.cache, pin)
 
         written = writer.submit_all(saves, what=f"upgrade of {entries[0].key}", on_result=committed)
         try:
@@ -399,6 +439,7 @@ class Upgrades:
         except Exception as exc:
             log.error("short-term memory upgrade not saved (%s): %s", entries[0].key, exc)
             for snapshot in snapshots:
+                self._in_flight.done(snapshot, self.cache, None)
                 snapshot.restore(self.cache)
             return self._refused(
                 "not_saved",
