@@ -30,6 +30,9 @@ class Purge:
     deletion: PurgeUser
     keys: set[str] = field(default_factory=set)
     ranges: dict[int, int] | None = None
+    # What the store did: own rows deleted, other rows whose notes it cleared (so far).
+    removed: int = 0
+    cleared: int = 0
     # Called once the ranges are known (the facade wakes the upgrades waiting on it).
     resolved: list[Callable[[], None]] = field(default_factory=list)
 

@@ -27,6 +27,7 @@ from .background import Background, Opening
 from .cache import Entry, MemoryCache
 from .config import STMConfig
 from .convert import snapshot
+from .deletions import Purge
 from .follower import Follower
 from .forget import clear_ranges, forget_channel, forget_unplanned, forget_user
 from .ids import check_bool, check_id, check_optional_id
@@ -39,6 +40,7 @@ from .models import (
     GenerationFinished,
     MemoryEntry,
     PromptContext,
+    PurgeImpact,
     ServerSettings,
     ToolResult,
     TurnContext,
@@ -63,6 +65,8 @@ from .store import open_store
 from .store.base import (
     DeleteChannel,
     DeleteExpired,
+    PreviewPurge,
+    PurgePreview,
     PurgeResult,
     PurgeUser,
     SaveOptOut,
@@ -510,23 +514,65 @@ class ShortTermMemory:
     async def clear_short_term_memory_for_user(
         self, user_id: int, server_id: int | None = None
     ) -> int:
-        """Purge a user (within one server when ``server_id`` is given); returns keys touched.
+        """Purge a user (within one server when ``server_id`` is given); returns the entries
+        it changed in this process's cache.
 
         Deletes the user's own entries, removes the crude messages of turns they
-        triggered everywhere, and drops distilled content they contributed to.
+        triggered or wrote everywhere, and clears the notes that may hold their words
+        under ``STMConfig.erasure``. Returns once nothing of it is shown or returned; the
+        durable delete runs in the background (see ``flush``, or ``purge``).
         """
         check_id(user_id, "user_id")
         check_optional_id(server_id, "server_id")
+        return len((await self._purge(user_id, server_id)).keys)
+
+    async def preview_purge(self, user_id: int, server_id: int | None = None) -> PurgeImpact:
+        """What ``clear_short_term_memory_for_user`` would erase now: the user's own entries
+        and, per server, the shared notes it would clear and all the server holds (for a
+        confirmation that shows what goes). Reads the store; erases nothing."""
+        check_id(user_id, "user_id")
+        check_optional_id(server_id, "server_id")
+        erasure = self.config.erasure
+        preview: PurgePreview = await self.writer.submit(
+            PreviewPurge(user_id, server_id, erasure), what=f"preview of a purge of {user_id}"
+        )
+        return PurgeImpact(
+            user_id,
+            server_id,
+            erasure,
+            preview.own,
+            preview.shared,
+            dict(preview.shared_by_server),
+            dict(preview.distilled_by_server),
+        )
+
+    async def purge(self, user_id: int, server_id: int | None = None) -> PurgeImpact:
+        """``clear_short_term_memory_for_user``, then ``flush``: returns once the purge is
+        durable (and erased from the files), with what it erased. Raises DurabilityError
+        while it cannot be made durable (it stays queued and is retried)."""
+        check_id(user_id, "user_id")
+        check_optional_id(server_id, "server_id")
+        purge = await self._purge(user_id, server_id)
+        await self.flush()
+        return PurgeImpact(user_id, server_id, self.config.erasure, purge.removed, purge.cleared)
+
+    async def _purge(self, user_id: int, server_id: int | None) -> Purge:
+        """Apply a purge to this process's cache, queue its durable part, and wait (briefly)
+        for the store's plan of what else it reaches."""
         erasure = self.config.erasure
         purge = forget_user(self.cache, self._reads, self.writer, user_id, server_id, erasure)
         touched = len(purge.keys)
         self._tally.user_purges += 1
         where = "everywhere" if server_id is None else f"in server {server_id}"
 
-        def planned(result: PurgeResult) -> None:
+        def planned(result: PurgeResult | tuple[int, bool]) -> None:
+            if not isinstance(result, PurgeResult):
+                purge.cleared += result[0]  # a later chunk of its rows
+                return
+            purge.removed, purge.cleared = result.removed, result.cleared
             cleared = clear_ranges(self.cache, purge, result.ranges)
             log.info(
-                "purge of user %s %s: %d own rows deleted, %d versions of notes reached, "
+                "purge of user %s %s: %d own rows deleted, notes of %d chains reached, "
                 "%d entries cleared here",
                 user_id,
                 where,
@@ -556,7 +602,7 @@ class ShortTermMemory:
                 where,
                 dropped,
             )
-        return len(purge.keys)
+        return purge
 
     # -- expiry ---------------------------------------------------------------
     async def run_janitor(self) -> int:

@@ -28,6 +28,7 @@ __all__ = [
     "MemoryEntry",
     "PromptBlock",
     "PromptContext",
+    "PurgeImpact",
     "ServerSettings",
     "ToolResult",
     "TurnContext",
@@ -73,6 +74,30 @@ class PromptContext:
 
     def __bool__(self) -> bool:
         return bool(self.blocks) or self.nudge is not None
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeImpact:
+    """What a user purge erases: the user's own entries, and the other entries whose notes
+    it clears (they may hold the user's words), under the erasure policy ``erasure``.
+
+    From ``preview_purge`` before, from ``purge`` after. ``shared_by_server`` and
+    ``distilled_by_server`` (a preview's only) count, per server (None: DMs), the shared
+    notes it clears and all the distilled entries the server holds, so that whoever
+    purges sees what share of a server's memory goes."""
+
+    user_id: int
+    server_id: int | None
+    erasure: str
+    own: int
+    shared: int
+    shared_by_server: dict[int | None, int] = field(default_factory=dict)
+    distilled_by_server: dict[int | None, int] = field(default_factory=dict)
+
+    def share_of(self, server_id: int) -> float:
+        """The share (0 to 1) of the server's distilled entries whose notes it clears."""
+        total = self.distilled_by_server.get(server_id, 0)
+        return self.shared_by_server.get(server_id, 0) / total if total else 0.0
 
 
 def _one_line(value: object) -> object:

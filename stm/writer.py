@@ -196,7 +196,7 @@ class Writer:
         ``scrub_delay``; ``flush`` runs a due one at once). A purge's first transaction
         answers ``on_result`` with its ``PurgeResult``; the rows it leaves are cleared
         by later transactions, queued behind what is queued then (``flush`` waits for
-        them)."""
+        them), each answering ``on_result`` with ``(rows cleared, more left)``."""
         self._swap_dirty()
         self._push(_Item(self._next(), op, what=what, on_result=on_result))
 
@@ -456,7 +456,10 @@ class Writer:
         queued: a purge of many rows never holds other work up for long."""
         sweep = SweepPurge(position)
         self._continuations += 1
-        self._push(_Item(self._next(), sweep, what=item.what, origin=item.origin or item.seq))
+        origin = item.origin or item.seq
+        # The purge's caller hears of each chunk too (``(rows cleared, more left)``).
+        more = _Item(self._next(), sweep, what=item.what, on_result=item.on_result, origin=origin)
+        self._push(more)
 
     def _next_batch(self) -> list[_Item]:
         """The items of the next transaction, in order."""

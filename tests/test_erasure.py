@@ -1,0 +1,135 @@
+"""Erasure through the facade: what a purge reaches under each policy, what it says before
+and after, and how its durable part runs: in bounded chunks, finished after a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import ctx, turn
+from fakes import FaultyStore
+
+from stm import ShortTermMemory, STMConfig
+from stm.store import chains
+from stm.store.base import SweepPurge
+from stm.store.sqlite import SQLiteStore
+
+BOTH_STORES = True
+GENERAL, RANDOM, GAMES = 10, 11, 12
+ALICE, BOB, CAROL = 1, 2, 3
+
+
+async def _server(memory: ShortTermMemory) -> None:
+    """#games's notes are written from Carol's words only, before anything else; Alice
+    speaks in #general and its notes are written; #random's notes are written from a prompt
+    that showed #general's notes (and #games's)."""
+    carol = ctx(user=CAROL, channel=GAMES)
+    await memory.capture(turn(carol, "carol here"))
+    assert (await memory.run_tool(carol, {"summary": "GAMES-NOTES"})).success
+    alice = ctx(user=ALICE, channel=GENERAL)
+    await memory.capture(turn(alice, "ALICE-SAID"))
+    assert (await memory.run_tool(alice, {"summary": "GENERAL-NOTES"})).success
+    bob = ctx(user=BOB, channel=RANDOM)
+    await memory.capture(turn(bob, "bob here"))
+    await memory.build_context(bob)
+    assert (await memory.run_tool(bob, {"summary": "RANDOM-NOTES"})).success
+
+
+@pytest.mark.parametrize("erasure", ["complete", "direct"])
+async def test_whoever_purges_sees_what_will_go_and_then_what_went(
+    store_database: str, erasure: str
+) -> None:
+    """A preview counts the user's own entries and, per server, the shared notes it would
+    clear out of all the server holds; the purge then clears exactly that."""
+    config = STMConfig(database=store_database, render_mode="supersede", erasure=erasure)
+    async with ShortTermMemory.open(config) as memory:
+        await _server(memory)
+        preview = await memory.preview_purge(ALICE)
+        assert preview.own == 1  # Alice's own entry of #general
+        # Shared notes: #general's (and, under complete, #random's and Bob's copy of them).
+        expected = 3 if erasure == "complete" else 1
+        assert (preview.shared, preview.shared_by_server) == (expected, {100: expected})
+        assert preview.distilled_by_server == {100: 6}
+        assert preview.share_of(100) == expected / 6
+        assert (await memory.get_entry(f"shortterm:server:100:{GENERAL}")) is not None
+        done = await memory.purge(ALICE)
+        assert (done.own, done.shared, done.erasure) == (1, expected, erasure)
+        kept = {
+            channel: (await memory.get_entry(f"shortterm:server:100:{channel}"))
+            for channel in (GENERAL, RANDOM, GAMES)
+        }
+        assert kept[GENERAL] is None or kept[GENERAL].summary is None
+        random_notes = kept[RANDOM].summary if kept[RANDOM] is not None else None
+        assert random_notes == (None if erasure == "complete" else "RANDOM-NOTES")
+        assert kept[GAMES] is not None and kept[GAMES].summary == "GAMES-NOTES"
+        assert (await memory.preview_purge(ALICE)).shared == 0
+
+
+async def test_a_purge_of_many_entries_clears_them_in_chunks_with_other_work_between(
+    store_database: str,
+) -> None:
+    """Past one chunk, the rest is cleared by later transactions queued behind other work;
+    flush() waits for all of them, and nothing of it is shown meanwhile."""
+    config = STMConfig(database=store_database)
+    users = range(100, 100 + chains.SWEEP_CHUNK + 30)
+    async with ShortTermMemory.open(config) as memory:
+        for user in users:
+            here = ctx(user=user, channel=GENERAL)
+            await memory.capture(turn(here, f"hello {user}, ALICE-WORD"))
+        alice = ctx(user=ALICE, channel=GENERAL)
+        await memory.capture(turn(alice, "ALICE-SAID"))
+        for user in users:  # each upgrade shows Alice's message in the window
+            assert (await memory.run_tool(ctx(user=user, channel=GENERAL), {"summary": "N"})).success
+        batches_before = memory.writer.commits
+        await memory.clear_short_term_memory_for_user(ALICE)
+        for user in list(users)[:5]:
+            entry = await memory.get_entry(f"shortterm:user:{user}:{GENERAL}")
+            assert entry is None or entry.summary is None
+        await memory.flush()
+        assert memory.writer.commits - batches_before >= 2  # at least one later chunk
+        rows = await memory.store.execute(  # type: ignore[attr-defined]
+            "SELECT count(*) FROM short_term_memories WHERE chain_id IS NOT NULL"
+        )
+        assert rows == [(0,)]
+
+
+async def test_a_purge_stopped_mid_way_is_finished_at_the_next_open(tmp_path: Path) -> None:
+    """Rows a stopped process left to clear read as cleared, and the next open clears them
+    before anything else."""
+    config = STMConfig(database=str(tmp_path / "stm.sqlite3"))
+    users = range(100, 100 + chains.SWEEP_CHUNK + 30)
+    async with ShortTermMemory.open(config) as memory:
+        alice = ctx(user=ALICE, channel=GENERAL)
+        await memory.capture(turn(alice, "ALICE-SAID"))
+        for user in users:
+            here = ctx(user=user, channel=GENERAL)
+            assert (await memory.run_tool(here, {"summary": f"NOTES-{user}"})).success
+    store = FaultyStore(await SQLiteStore.open(config.database))
+    memory = await ShortTermMemory.open(config, store=store)
+    original = store._run
+
+    async def no_sweeps(ops: list[object]) -> list[object]:
+        if any(isinstance(op, SweepPurge) for op in ops):
+            raise OSError("stopped before the rest")
+        return await original(ops)  # type: ignore[arg-type]
+
+    store._run = no_sweeps  # type: ignore[method-assign]
+    await memory.clear_short_term_memory_for_user(ALICE)
+    for user in users:
+        entry = await memory.get_entry(f"shortterm:user:{user}:{GENERAL}")
+        assert entry is None or entry.summary is None
+    memory.writer._task.cancel()  # the process stops: no close, nothing more written
+    memory.closed = True
+    await store.close()
+    left = await SQLiteStore.open(config.database)
+    try:
+        assert await left.pending_sweeps()
+    finally:
+        await left.close()
+    async with ShortTermMemory.open(config) as memory:
+        await memory.flush()
+        rows = await memory.store.execute(  # type: ignore[attr-defined]
+            "SELECT count(*) FROM short_term_memories WHERE chain_id IS NOT NULL"
+        )
+        assert rows == [(0,)]
+        assert await memory.store.pending_sweeps() == []  # type: ignore[attr-defined]
