@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .common import RESULTS, text
+from .common import RESULTS, bare_schema, credit, text
 
 SERVERS = 1000
 CHANNELS_PER_SERVER = 500  # 500,000 server-scoped rows
@@ -53,28 +53,22 @@ class Layout:
         return self.channel(self.user_server(user), (user // self.servers + n) % 50)
 
 
-def _migration() -> tuple[list[str], list[str], int]:
-    from stm.store.sqlite import MIGRATIONS, statements
+def _migration() -> tuple[str, int]:
+    """What the cached file depends on: the library's schema, and its version."""
+    from stm.store.sqlite import MIGRATIONS
 
-    tables: list[str] = []
-    indexes: list[str] = []
-    for migration in MIGRATIONS:
-        for statement in statements(migration):
-            if statement.strip():
-                (indexes if "CREATE INDEX" in statement else tables).append(statement)
-    return tables, indexes, len(MIGRATIONS)
+    return "".join(MIGRATIONS), len(MIGRATIONS)
 
 
 def path(rows_wanted: int = 1_000_000) -> Path:
     """The cached file's name: it changes whenever the schema does."""
-    tables, indexes, _ = _migration()
-    digest = hashlib.sha1(("".join(tables + indexes) + str(rows_wanted)).encode()).hexdigest()
+    schema, _ = _migration()
+    digest = hashlib.sha1((schema + str(rows_wanted)).encode()).hexdigest()
     return RESULTS / f"bigdb-{rows_wanted}-{digest[:10]}.sqlite3"
 
 
 def build(target: Path, scale: float = 1.0) -> None:
     """Write the database: ``scale`` times a million rows."""
-    tables, indexes, version = _migration()
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
     partial.unlink(missing_ok=True)
@@ -90,10 +84,8 @@ def build(target: Path, scale: float = 1.0) -> None:
         db.execute("PRAGMA journal_mode = OFF")
         db.execute("PRAGMA synchronous = OFF")
         db.execute("PRAGMA cache_size = -262144")  # 256 MiB: index builds sort in memory
+        indexes = bare_schema(db)
         db.execute("BEGIN")
-        for statement in tables:
-            db.execute(statement)
-        db.execute(f"PRAGMA user_version = {version}")
         insert = (
             "INSERT INTO short_term_memories (id, key, scope, server_id, user_id, channel_id, "
             "channel_name, summary, turns_since_refresh, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)"
@@ -131,11 +123,7 @@ def build(target: Path, scale: float = 1.0) -> None:
                     )  # fmt: skip
 
         db.executemany(insert, rows())
-        db.executemany(
-            "INSERT OR IGNORE INTO short_term_memory_contributors (user_id, memory_id) "
-            "VALUES (?, ?)",
-            contributors,
-        )
+        credit(db, contributors)
         for statement in indexes:
             db.execute(statement)
         db.execute("COMMIT")

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -100,3 +101,54 @@ class Stopwatch:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.start
+
+
+def credit(db: Any, credits: list[tuple[int, int]]) -> None:
+    """Record, in a database being built for a benchmark, that each ``(user, row id)``
+    row's notes hold that user's words: as a contributor row (schemas before chains of
+    versions) or as the first version of a chain of its own with the user as its member,
+    which is how the library migrates contributor rows."""
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+    if "short_term_memory_contributors" in tables:
+        db.executemany(
+            "INSERT OR IGNORE INTO short_term_memory_contributors (user_id, memory_id) "
+            "VALUES (?, ?)",
+            credits,
+        )
+        return
+    rows = sorted({row_id for _, row_id in credits})
+    db.executemany(
+        "INSERT INTO stm_chains (id, live_key, server_id, head) "
+        "SELECT id, key, server_id, 1 FROM short_term_memories WHERE id = ?",
+        [(row_id,) for row_id in rows],
+    )
+    db.executemany(
+        "UPDATE short_term_memories SET chain_id = id, chain_version = 1 WHERE id = ?",
+        [(row_id,) for row_id in rows],
+    )
+    db.executemany(
+        "INSERT OR IGNORE INTO stm_chain_members (member, chain_id, first) VALUES (?, ?, 1)",
+        credits,
+    )
+
+
+def bare_schema(db: Any) -> list[str]:
+    """Give the empty database ``db`` the library's schema (its own migrations) without its
+    indexes and triggers, for a fast bulk load; returns the statements that make them again
+    once the rows are in."""
+    from stm.store.sqlite import migrate
+
+    migrate(db)
+    later = [
+        sql
+        for (sql,) in db.execute(
+            "SELECT sql FROM sqlite_master WHERE type IN ('index', 'trigger') "
+            "AND sql IS NOT NULL ORDER BY type = 'trigger'"
+        )
+    ]
+    for kind, name in db.execute(
+        "SELECT type, name FROM sqlite_master WHERE type IN ('index', 'trigger') "
+        "AND sql IS NOT NULL"
+    ).fetchall():
+        db.execute(f"DROP {kind.upper()} {name}")
+    return later

@@ -26,23 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import bare_schema, credit
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
-from stm.store.sqlite import MIGRATIONS
 
 USERS_PER_SERVER = 100
 ROWS_PER_USER = 5  # user-scoped rows per user; as many server-scoped rows again
-
-
-def _statements(script: str) -> list[str]:
-    out, statement = [], ""
-    for line in script.splitlines(keepends=True):
-        statement += line
-        if sqlite3.complete_statement(statement):
-            out.append(statement)
-            statement = ""
-    if statement.strip():
-        out.append(statement + ";")
-    return out
 
 
 def build(path: Path, rows: int) -> int:
@@ -50,13 +38,8 @@ def build(path: Path, rows: int) -> int:
     users = max(1, rows // (2 * ROWS_PER_USER))
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode = WAL")
-    statements = [s for m in MIGRATIONS for s in _statements(m) if s.strip(" \n;")]
-    later = [s for s in statements if "CREATE INDEX" in s or "CREATE TRIGGER" in s]
+    later = bare_schema(db)
     db.execute("BEGIN")
-    for statement in statements:
-        if statement not in later:
-            db.execute(statement)
-    db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
     rng = random.Random(7)
     now = time.time()
     text = " ".join(["lorem ipsum dolor sit amet"] * 8)
@@ -90,10 +73,7 @@ def build(path: Path, rows: int) -> int:
             db.executemany(insert, batch)
             batch.clear()
     db.executemany(insert, batch)
-    db.executemany(
-        "INSERT OR IGNORE INTO short_term_memory_contributors (user_id, memory_id) VALUES (?,?)",
-        contributors,
-    )
+    credit(db, contributors)
     for statement in later:
         db.execute(statement)
     try:  # a library that stores distilled text encrypted: encrypt it, as its migration does

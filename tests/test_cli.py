@@ -679,7 +679,7 @@ def test_a_process_exits_with_the_commands_status(db: Path) -> None:
     assert bad.status == 2 and bad.out == ""
     one_line_error(bad, "No such command 'frobnicate'", "--help")
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        conn.execute("INSERT INTO short_term_memory_contributors VALUES (1, 999999)")
+        conn.execute("UPDATE short_term_memories SET chain_id = 999999 WHERE id = 1")
         conn.commit()
     damaged = stm_process_at(db.parent, str(db), "check")
     assert damaged.status == 1 and "FAILED" in damaged.out

@@ -79,7 +79,8 @@ async def test_a_purge_of_many_entries_clears_them_in_chunks_with_other_work_bet
         alice = ctx(user=ALICE, channel=GENERAL)
         await memory.capture(turn(alice, "ALICE-SAID"))
         for user in users:  # each upgrade shows Alice's message in the window
-            assert (await memory.run_tool(ctx(user=user, channel=GENERAL), {"summary": "N"})).success
+            here = ctx(user=user, channel=GENERAL)
+            assert (await memory.run_tool(here, {"summary": "N"})).success
         batches_before = memory.writer.commits
         await memory.clear_short_term_memory_for_user(ALICE)
         for user in list(users)[:5]:
