@@ -134,3 +134,31 @@ async def test_a_purge_stopped_mid_way_is_finished_at_the_next_open(tmp_path: Pa
         )
         assert rows == [(0,)]
         assert await memory.store.pending_sweeps() == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("erasure", ["complete", "direct"])
+async def test_a_channel_clear_starts_that_channel_over_and_nothing_else(
+    store_database: str, erasure: str
+) -> None:
+    """``/refresh`` of #general deletes every entry of #general (every scope and persona);
+    #random's notes, written from a prompt that showed #general's messages, are #random's
+    and stay, under either policy (a purge of the people who spoke reaches them)."""
+    config = STMConfig(database=store_database, erasure=erasure)
+    async with ShortTermMemory.open(config) as memory:
+        alice = ctx(user=ALICE, channel=GENERAL)
+        await memory.capture(turn(alice, "GENERAL-WORDS"))
+        assert (await memory.run_tool(alice, {"summary": "GENERAL-NOTES"})).success
+        bob = ctx(user=BOB, channel=RANDOM)
+        await memory.capture(turn(bob, "hello"))
+        assert "GENERAL-WORDS" in str(await memory.build_context(bob))
+        assert (await memory.run_tool(bob, {"summary": "COPIED GENERAL-WORDS"})).success
+        await memory.clear_short_term_memory_for_channel(GENERAL)
+        await memory.flush()
+        for key in (f"shortterm:server:100:{GENERAL}", f"shortterm:user:{ALICE}:{GENERAL}"):
+            assert await memory.get_entry(key) is None
+        kept = await memory.get_entry(f"shortterm:server:100:{RANDOM}")
+        assert kept is not None and kept.summary == "COPIED GENERAL-WORDS"
+        # The words' author can still erase the copy.
+        await memory.purge(ALICE)
+        gone = await memory.get_entry(f"shortterm:server:100:{RANDOM}")
+        assert gone is None or gone.summary is None
