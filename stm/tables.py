@@ -95,7 +95,9 @@ def _span(seconds: float) -> str:
 
 
 def _char_width(ch: str) -> int:
-    if unicodedata.combining(ch):
+    # Terminals draw non-spacing and enclosing marks over the character before them; a
+    # spacing mark (category Mc) takes a column of its own, whatever its combining class.
+    if unicodedata.category(ch) in ("Mn", "Me"):
         return 0
     return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stm.tables import ago, human_bytes, printable, shorten, table, until
@@ -39,10 +39,21 @@ def test_table_columns_start_together(rows: list[tuple[str, str]]) -> None:
 
 
 def _width(text: str) -> int:
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    """Columns on a terminal: wide and full-width characters take two, non-spacing and
+    enclosing marks none (they sit on the character before), everything else one."""
+    return sum(
+        0
+        if unicodedata.category(c) in ("Mn", "Me")
+        else 2
+        if unicodedata.east_asian_width(c) in "WF"
+        else 1
+        for c in text
+    )
 
 
 @given(st.lists(cells, max_size=8).map("".join), st.integers(min_value=1, max_value=40))
+@example("000000000⺀⺀0000000⺀⺀⺀一\U0001d16d", 28)  # a spacing mark takes a column
+@example("e\u0301" * 20, 10)  # a non-spacing one does not
 def test_shorten_fits(text: str, width: int) -> None:
     """A shortened cell is never wider than asked, and is the text itself when it fits."""
     cut = shorten(text, width)
