@@ -16,6 +16,7 @@ import pytest
 from test_cli import make_database, one_line_error, stm_at, stm_on_terminal_at, summary_of
 
 from stm.store.postgres import MIGRATIONS
+from stm.store.shred import open_sealed_text
 
 SCHEMA = len(MIGRATIONS)
 
@@ -38,7 +39,16 @@ def query(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 def rows(url: str) -> dict[str, str | None]:
-    return dict(query(url, "SELECT key, summary FROM short_term_memories"))  # type: ignore[arg-type]
+    """Every row's summary, decrypted with its row's key (None once the key is destroyed)."""
+    found = query(
+        url,
+        "SELECT m.key, m.summary, k.key FROM short_term_memories m "
+        "LEFT JOIN stm_keys k ON k.slot = m.key_slot",
+    )
+    return {
+        str(key): open_sealed_text(None if secret is None else bytes(secret), str(key), summary)  # type: ignore[arg-type]
+        for key, summary, secret in found
+    }
 
 
 @pytest.fixture

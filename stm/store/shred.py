@@ -20,6 +20,7 @@ distilled content is cleared, so every delete path erases without knowing it.
 
 from __future__ import annotations
 
+import base64
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -32,9 +33,13 @@ __all__ = [
     "DEAD_KEY",
     "MIGRATION",
     "PLAIN_VIEW",
+    "TEXT_PREFIX",
     "LiveKey",
     "Sealer",
+    "TextSealer",
     "keys_of",
+    "new_key",
+    "open_sealed_text",
     "open_text",
     "readable",
     "seal_legacy",
@@ -156,6 +161,49 @@ class Sealer:
             nonce = self._nonce()
             cats = bytearray(_FORMAT + nonce + cipher.encrypt(nonce, categories_json.encode(), aad))
         return sealed, cats, slot
+
+
+# PostgreSQL keeps distilled text in TEXT columns: sealed text is this prefix and the
+# base64 of what SQLite stores as bytes (format byte, nonce, ciphertext and tag).
+TEXT_PREFIX = "stm1:"
+
+
+class TextSealer:
+    """Seals distilled text as text, under keys the caller looks up or makes (PostgreSQL)."""
+
+    def __init__(self) -> None:
+        self._nonces = b""
+        self._at = 0
+
+    def _nonce(self) -> bytes:
+        at = self._at
+        if at + NONCE_BYTES > len(self._nonces):
+            self._nonces, at = os.urandom(NONCE_BYTES * _NONCES), 0
+        self._at = at + NONCE_BYTES
+        return self._nonces[at : at + NONCE_BYTES]
+
+    def seal(self, cipher: ChaCha20Poly1305, row_key: str, text: str) -> str:
+        """``text`` encrypted under ``cipher`` for the row ``row_key``, as text."""
+        nonce = self._nonce()
+        sealed = _FORMAT + nonce + cipher.encrypt(nonce, text.encode(), row_key.encode())
+        return TEXT_PREFIX + base64.b64encode(sealed).decode("ascii")
+
+
+def new_key() -> bytes:
+    """A fresh row key."""
+    return os.urandom(KEY_BYTES)
+
+
+def open_sealed_text(key: bytes | None, row_key: str, value: str | None) -> str | None:
+    """The plain text of a value ``TextSealer`` stored (None: erased); a value without the
+    prefix was stored in the clear by an earlier version and is returned as it is."""
+    if value is None or not value.startswith(TEXT_PREFIX):
+        return value
+    try:
+        sealed = base64.b64decode(value[len(TEXT_PREFIX) :], validate=True)
+    except ValueError:
+        return None
+    return open_text(key, row_key, sealed)
 
 
 def open_text(key: bytes | None, row_key: str, value: Any) -> str | None:
