@@ -4,6 +4,7 @@ Run as a script, so that the library measured is whichever ``stm`` is first on t
 path (this tree, or another checkout for a before/after comparison)::
 
     PYTHONPATH=. python benchmarks/stall.py --rows 100000 1000000 3000000
+    PYTHONPATH=. python benchmarks/stall.py --rows 1000000 --blast 10000
 
 For each size it builds a database of that many rows (one in five holding a
 ~200-character summary and its contributor) with the library's own schema,
@@ -11,7 +12,10 @@ then, while one task upgrades memory in a loop (each ``run_tool`` waits for its
 commit), purges users one after another, each followed by ``flush()`` (the
 delete committed and its text erased from the files). It prints the longest and
 the median upgrade during the purges, the same without purges, and how long
-each purge + flush took.
+each purge + flush took. With ``--blast N`` one more user's words are in the notes of N
+entries (spread over the servers), and that user is purged first: its purge reaches all
+of them, and the longest upgrade during it is reported apart (the upgrader works in a
+server of its own, so it waits only for the purge's transactions, never for its rows).
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ USERS_PER_SERVER = 100
 ROWS_PER_USER = 5  # user-scoped rows per user; as many server-scoped rows again
 
 
-def build(path: Path, rows: int) -> int:
-    """Write ``rows`` rows at the library's schema; returns the number of users."""
+def build(path: Path, rows: int, blast: int = 0) -> int:
+    """Write ``rows`` rows at the library's schema, the words of user ``users + 1`` in the
+    notes of ``blast`` of them; returns the number of users."""
     users = max(1, rows // (2 * ROWS_PER_USER))
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode = WAL")
@@ -73,6 +78,8 @@ def build(path: Path, rows: int) -> int:
             db.executemany(insert, batch)
             batch.clear()
     db.executemany(insert, batch)
+    distilled = sorted({row_id for _, row_id in contributors})
+    contributors += [(users + 1, row_id) for row_id in distilled[:blast]]
     credit(db, contributors)
     for statement in later:
         db.execute(statement)
@@ -93,7 +100,7 @@ def ctx(n: int) -> TurnContext:
     return TurnContext(user_id=10**9 + n % 50, channel_id=10**9 + n % 50, server_id=10**9)
 
 
-async def measure(path: Path, users: int, purges: int) -> dict[str, float]:
+async def measure(path: Path, users: int, purges: int, blast: int = 0) -> dict[str, float]:
     config = STMConfig(database=str(path))
     memory = await ShortTermMemory.open(config)
     latencies: list[tuple[float, float]] = []  # (start, seconds)
@@ -125,6 +132,17 @@ async def measure(path: Path, users: int, purges: int) -> dict[str, float]:
         base_from = time.perf_counter()
         await asyncio.sleep(2.0)
         base_to = time.perf_counter()
+        wide: dict[str, float] = {}
+        if blast:
+            # The purge of the user whose words are in ``blast`` entries' notes.
+            t0 = time.perf_counter()
+            impact = await memory.purge(users + 1)
+            t1 = time.perf_counter()
+            wide = {
+                "blast_cleared": float(impact.shared + impact.own),
+                "blast_purge_flush_ms": (t1 - t0) * 1e3,
+                "blast_stall_max_ms": max(s for t, s in latencies if t + s >= t0 and t <= t1) * 1e3,
+            }
         rng = random.Random(3)
         purge_times = []
         window_from = time.perf_counter()
@@ -152,6 +170,7 @@ async def measure(path: Path, users: int, purges: int) -> dict[str, float]:
         "purge_flush_p50_ms": statistics.median(purge_times) * 1e3,
         "purge_flush_max_ms": max(purge_times) * 1e3,
         "upgrades_during": len(purged),
+        **wide,
     }
 
 
@@ -159,6 +178,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000, 3_000_000])
     parser.add_argument("--purges", type=int, default=10)
+    parser.add_argument(
+        "--blast", type=int, default=0, help="entries whose notes hold one user's words"
+    )
     parser.add_argument("--dir", default=None, help="where to build the databases")
     args = parser.parse_args()
     import stm
@@ -170,10 +192,10 @@ def main() -> None:
         for suffix in ("", "-wal", "-shm", "-stm-pending"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         t0 = time.perf_counter()
-        users = build(path, rows)
+        users = build(path, rows, args.blast)
         built = time.perf_counter() - t0
         size = path.stat().st_size / 2**20
-        result = asyncio.run(measure(path, users, args.purges))
+        result = asyncio.run(measure(path, users, args.purges, args.blast))
         print(
             f"{rows:>9,} rows ({size:,.0f} MiB, built in {built:.0f} s): "
             + ", ".join(f"{k} {v:,.1f}" for k, v in result.items())

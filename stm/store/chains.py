@@ -63,6 +63,8 @@ _T = TypeVar("_T")
 # Rows cleared per transaction by a purge: each clear also destroys its row's key, so
 # this bounds how long a purge holds the write lock (other work runs between chunks).
 SWEEP_CHUNK = 200
+# Chains a purge finishes per transaction once their rows are cleared.
+FINISH_CHUNK = 1000
 # Chains garbage-collected per janitor step.
 COLLECT_CHUNK = 500
 
@@ -139,12 +141,41 @@ _CHILDREN = (
     "SELECT child, own, parent_version, child_version FROM stm_chain_edges "
     "WHERE parent = :parent AND parent_version >= :from_version"
 )
-_RANGE = (
-    "INSERT INTO stm_purge_ranges (position, chain_id, from_version, done) "
-    "VALUES (:position, :chain, :from_version, 0)"
+# Planning in the store, set by set (a purge may reach thousands of chains: one statement
+# each would hold the write lock for as long). ``expanded``: 0, a chain reached whose edges
+# are still to follow; 2, being followed; 1, followed.
+_PLAN_SEEDS = (
+    "INSERT INTO stm_purge_ranges (position, chain_id, from_version, done, expanded) "
+    "SELECT :position, m.chain_id, m.first, 0, 0 FROM stm_chain_members m "
+    "JOIN stm_chains c ON c.id = m.chain_id WHERE m.member = :user"
+)
+_FRONTIER = "UPDATE stm_purge_ranges SET expanded = 2 WHERE position = :position AND expanded = 0"
+# The children of the frontier (by the edges the policy follows) not reached yet, or now
+# reached from an earlier version.
+_REACH = (
+    "INSERT INTO stm_purge_ranges (position, chain_id, from_version, done, expanded) "
+    "SELECT :position, e.child, min(e.child_version), 0, 0 FROM stm_chain_edges e "
+    "JOIN stm_purge_ranges r ON r.chain_id = e.parent AND e.parent_version >= r.from_version "
+    "WHERE r.position = :position AND r.expanded = 2{own} GROUP BY e.child "
+    "ON CONFLICT (position, chain_id) DO UPDATE SET from_version = excluded.from_version, "
+    "expanded = 0 WHERE excluded.from_version < stm_purge_ranges.from_version"
+)
+_FOLLOWED = "UPDATE stm_purge_ranges SET expanded = 1 WHERE position = :position AND expanded = 2"
+# Once its rows are cleared, a purge finishes its chains a chunk at a time (``expanded``
+# 1 -> 3): it ends them and forgets the purged user as their member.
+_TO_FINISH = (
+    "SELECT chain_id FROM stm_purge_ranges WHERE position = :position AND expanded = 1 "
+    "LIMIT :limit"
 )
 _END = "UPDATE stm_chains SET ended = 1 WHERE id = :chain"
-_FORGET_MEMBER = "DELETE FROM stm_chain_members WHERE member = :user AND chain_id = :chain"
+_FORGET_MEMBER = (
+    "DELETE FROM stm_chain_members WHERE chain_id = :chain AND member = "
+    "(SELECT user_id FROM stm_changes WHERE position = :position)"
+)
+_FINISHED = (
+    "UPDATE stm_purge_ranges SET expanded = 3 WHERE position = :position AND chain_id = :chain"
+)
+_DROP_PLAN = "DELETE FROM stm_purge_ranges WHERE position = :position"
 # The rows of one purge still to clear (through the chain index), a chunk at a time.
 _TO_CLEAR = (
     "SELECT m.id FROM short_term_memories m JOIN stm_purge_ranges r "
@@ -158,10 +189,11 @@ _CLEAR = (
 _DONE = "UPDATE stm_purge_ranges SET done = 1 WHERE position = :position"
 _RANGES_OF = "SELECT chain_id, from_version FROM stm_purge_ranges WHERE position = :position"
 _PENDING = "SELECT DISTINCT position FROM stm_purge_ranges WHERE done = 0 ORDER BY position"
-_COUNT_IN_RANGE = (
-    "SELECT server_id, count(*) FROM short_term_memories "
-    "WHERE chain_id = :chain AND chain_version >= :from_version AND NOT "
-    "(scope = 'user' AND user_id = :user) GROUP BY server_id"
+_COUNT_PLANNED = (
+    "SELECT m.server_id, count(*) FROM short_term_memories m JOIN stm_purge_ranges r "
+    "ON r.chain_id = m.chain_id AND m.chain_version >= r.from_version "
+    "WHERE r.position = :position AND NOT (m.scope = 'user' AND m.user_id = :user) "
+    "GROUP BY m.server_id"
 )
 _COUNT_OWN = "SELECT count(*) FROM short_term_memories WHERE +scope = 'user' AND user_id = :user"
 # Through stm_by_group (scope, server_id, ...): both scopes of one server.
@@ -290,25 +322,37 @@ def _plan(user: int, server: int | None, erasure: Erasure) -> Procedure[list[Ran
     return planner.result()
 
 
+def _plan_here(
+    user: int, server: int | None, erasure: Erasure, position: int
+) -> Procedure[tuple[Range, ...]]:
+    """Record, under ``position``, the ranges a purge of ``user`` reaches: the chains the
+    user is a member of (in ``server``), then the chains written from those by the edges
+    ``erasure`` follows, round after round, each round one statement."""
+    params = {"position": position, "user": user, "server": server}
+    yield Step(_in_server(_PLAN_SEEDS, server, "c.server_id"), params, "exec")
+    reach = _REACH.format(own=" AND e.own = 1" if erasure == "direct" else "")
+    while (yield Step(_FRONTIER, {"position": position}, "count")):
+        yield Step(reach, {"position": position}, "exec")
+        yield Step(_FOLLOWED, {"position": position}, "exec")
+    return (yield from ranges_of(position))
+
+
 def purge(
     user: int, server: int | None, erasure: Erasure, position: int, chunk: int = SWEEP_CHUNK
 ) -> Procedure[tuple[int, tuple[Range, ...], int, bool]]:
     """A purge's first transaction, at feed ``position``: delete the user's own rows, plan
-    and record the ranges, end their chains, forget the user as a member, clear a first
-    chunk. Returns (own rows deleted, ranges, rows cleared, whether more are left)."""
+    and record the ranges; when they are few, also clear their rows (at most a chunk) and
+    finish. Returns (own rows deleted, ranges, rows cleared, whether more are left): what
+    is left, ``sweep`` does in later transactions, so that no transaction of a purge of
+    any size holds the write lock for long."""
     params = {"user": user, "server": server}
     removed = yield Step(_in_server(_OWN_ROWS, server, "server_id"), params, "count")
-    ranges = tuple((yield from _plan(user, server, erasure)))
-    if ranges:
-        planned = [
-            {"position": position, "chain": r.chain, "from_version": r.from_version} for r in ranges
-        ]
-        yield Step(_RANGE, planned, "many")
-        yield Step(_END, [{"chain": r.chain} for r in ranges], "many")
-        # Their words are cleared from every version that held them: the membership
-        # rows would only keep the user's id.
-        yield Step(_FORGET_MEMBER, [{"user": user, "chain": r.chain} for r in ranges], "many")
-    cleared, more = yield from sweep(position, chunk) if ranges else _nothing()
+    ranges = yield from _plan_here(user, server, erasure, position)
+    if not ranges:
+        return int(removed), ranges, 0, False
+    if len(ranges) > chunk:
+        return int(removed), ranges, 0, True
+    cleared, more = yield from sweep(position, chunk)
     return int(removed), ranges, cleared, more
 
 
@@ -318,14 +362,28 @@ def _nothing() -> Procedure[tuple[int, bool]]:
 
 
 def sweep(position: int, chunk: int = SWEEP_CHUNK) -> Procedure[tuple[int, bool]]:
-    """Clear up to ``chunk`` rows of the purge at ``position``; (rows cleared, more left)."""
+    """The next step of the purge at ``position``: clear up to ``chunk`` of its rows, or,
+    once none is left, finish up to ``FINISH_CHUNK`` of its chains (end them, and forget
+    the purged user as their member: the user is read off the purge's change, and if the
+    feed no longer has it, garbage collection drops those rows with their chains).
+    Returns (rows cleared, whether more is left)."""
     ids = yield Step(_TO_CLEAR, {"position": position, "limit": chunk}, "all")
     if ids:
         yield Step(_CLEAR, [{"id": row[0]} for row in ids], "many")
-    if len(ids) < chunk:
-        yield Step(_DONE, {"position": position}, "exec")
-        return len(ids), False
-    return len(ids), True
+        if len(ids) == chunk:
+            return len(ids), True
+    finishing = yield Step(_TO_FINISH, {"position": position, "limit": FINISH_CHUNK}, "all")
+    chains = [{"chain": row[0], "position": position} for row in finishing]
+    if chains:
+        yield Step(_END, chains, "many")
+        # Their words are cleared from every version that held them: the membership rows
+        # would only keep the user's id.
+        yield Step(_FORGET_MEMBER, chains, "many")
+        yield Step(_FINISHED, chains, "many")
+    if len(chains) == FINISH_CHUNK:
+        return len(ids), True
+    yield Step(_DONE, {"position": position}, "exec")
+    return len(ids), False
 
 
 def ranges_of(position: int) -> Procedure[tuple[Range, ...]]:
@@ -340,19 +398,20 @@ def pending_sweeps() -> Procedure[list[int]]:
     return [int(row[0]) for row in rows]
 
 
+# Where a preview plans: below every feed position, dropped again in the same transaction.
+_SCRATCH = -1
+
+
 def preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgePreview]:
-    """What ``purge`` would delete and clear now."""
+    """What ``purge`` would delete and clear now (planned as a purge would, in the same
+    transaction, then forgotten)."""
     params = {"user": user, "server": server}
     own = yield Step(_in_server(_COUNT_OWN, server, "server_id"), params, "one")
-    ranges = yield from _plan(user, server, erasure)
-    by_server: dict[int | None, int] = {}
-    for r in ranges:
-        rows = yield Step(
-            _COUNT_IN_RANGE, {"chain": r.chain, "from_version": r.from_version, "user": user}, "all"
-        )
-        for server_id, count in rows:
-            key = None if server_id is None else int(server_id)
-            by_server[key] = by_server.get(key, 0) + int(count)
+    yield Step(_DROP_PLAN, {"position": _SCRATCH}, "exec")
+    yield from _plan_here(user, server, erasure, _SCRATCH)
+    counts = yield Step(_COUNT_PLANNED, {"position": _SCRATCH, "user": user}, "all")
+    by_server = {None if s is None else int(s): int(n) for s, n in counts}
+    yield Step(_DROP_PLAN, {"position": _SCRATCH}, "exec")
     distilled: dict[int | None, int] = {}
     for server_id in by_server:
         if server_id is not None:

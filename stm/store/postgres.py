@@ -221,6 +221,10 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TRIGGER stm_shred_on_clear BEFORE UPDATE OF summary, categories, key_slot
         ON short_term_memories FOR EACH ROW EXECUTE FUNCTION stm_shred_on_clear();
     """,
+    # Purges plan their ranges in the store, round after round of edges followed.
+    """
+    ALTER TABLE stm_purge_ranges ADD COLUMN expanded INTEGER NOT NULL DEFAULT 1;
+    """,
 )
 # The migration after which rows stored in the clear are sealed.
 _SEALING = 2

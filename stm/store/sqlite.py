@@ -195,6 +195,10 @@ MIGRATIONS: tuple[str, ...] = (
         JOIN short_term_memories m ON m.id = c.memory_id WHERE m.chain_id IS NOT NULL;
     DROP TABLE short_term_memory_contributors;
     """,
+    # Purges plan their ranges in the store, round after round of edges followed.
+    """
+    ALTER TABLE stm_purge_ranges ADD COLUMN expanded INTEGER NOT NULL DEFAULT 1;
+    """,
 )
 
 _COLUMNS = ROW_COLUMNS
