@@ -164,8 +164,7 @@ _FOLLOWED = "UPDATE stm_purge_ranges SET expanded = 1 WHERE position = :position
 # Once its rows are cleared, a purge finishes its chains a chunk at a time (``expanded``
 # 1 -> 3): it ends them and forgets the purged user as their member.
 _TO_FINISH = (
-    "SELECT chain_id FROM stm_purge_ranges WHERE position = :position AND expanded = 1 "
-    "LIMIT :limit"
+    "SELECT chain_id FROM stm_purge_ranges WHERE position = :position AND expanded = 1 LIMIT :limit"
 )
 _END = "UPDATE stm_chains SET ended = 1 WHERE id = :chain"
 _FORGET_MEMBER = (
