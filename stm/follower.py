@@ -95,6 +95,7 @@ class Follower:
         """Read and apply every change committed so far; returns how many were applied."""
         started = self._monotonic()
         applied = 0
+        await self._planned()
         while True:
             page = await self.store.read_changes(self.position)
             if page.fell_behind:
@@ -155,14 +156,19 @@ class Follower:
             purge = forget_user(
                 self.cache, self.reads, self._writer(), change.user_id, change.server_id
             )
-        try:
-            ranges = await self.store.purge_ranges(change.position)
-        except BaseException:
-            # Not applied: the feed is read again from this change, and the purge stays
-            # pending (what it may reach stays hidden) until its ranges are read.
-            self._unplanned[change.position] = purge
-            raise
-        clear_ranges(self.cache, purge, ranges)
+        self._unplanned[change.position] = purge
+        await self._planned()
+
+    async def _planned(self) -> None:
+        """Apply the ranges of other processes' purges as soon as their plans are complete
+        (a purge of a wide reach is planned over several transactions); until then each
+        stays pending, and what it may reach is not shown. A read that fails leaves them so,
+        and the feed is read again from the change that failed."""
+        for position, purge in list(self._unplanned.items()):
+            ranges = await self.store.purge_ranges(position)
+            if ranges is not None:
+                del self._unplanned[position]
+                clear_ranges(self.cache, purge, ranges)
 
     def _apply(self, change: Change) -> None:
         self.reads.rows_left_cache()

@@ -34,6 +34,7 @@ from .ids import check_bool, check_id, check_optional_id
 from .intent import IntentGate
 from .journal import Journal
 from .keys import parse_key
+from .lineage import Range
 from .metrics import MetricsSnapshot, Tally
 from .models import (
     Category,
@@ -565,19 +566,23 @@ class ShortTermMemory:
         self._tally.user_purges += 1
         where = "everywhere" if server_id is None else f"in server {server_id}"
 
-        def planned(result: PurgeResult | tuple[int, bool]) -> None:
-            if not isinstance(result, PurgeResult):
-                purge.cleared += result[0]  # a later chunk of its rows
-                return
-            purge.removed, purge.cleared = result.removed, result.cleared
-            cleared = clear_ranges(self.cache, purge, result.ranges)
+        def planned(result: PurgeResult | tuple[int, bool, tuple[Range, ...] | None]) -> None:
+            if isinstance(result, PurgeResult):
+                purge.removed, purge.cleared = result.removed, result.cleared
+                ranges = result.ranges
+            else:
+                purge.cleared += result[0]  # a later step
+                ranges = result[2]
+            if ranges is None:
+                return  # still being planned: a later step gives the ranges
+            cleared = clear_ranges(self.cache, purge, ranges)
             log.info(
                 "purge of user %s %s: %d own rows deleted, notes of %d chains reached, "
                 "%d entries cleared here",
                 user_id,
                 where,
-                result.removed,
-                len(result.ranges),
+                purge.removed,
+                len(ranges),
                 cleared,
             )
 

@@ -196,7 +196,8 @@ class Writer:
         ``scrub_delay``; ``flush`` runs a due one at once). A purge's first transaction
         answers ``on_result`` with its ``PurgeResult``; the rows it leaves are cleared
         by later transactions, queued behind what is queued then (``flush`` waits for
-        them), each answering ``on_result`` with ``(rows cleared, more left)``."""
+        them), each answering ``on_result`` with ``(rows cleared, more left, the purge's
+        ranges when that step completed its plan)``."""
         self._swap_dirty()
         self._push(_Item(self._next(), op, what=what, on_result=on_result))
 
@@ -570,7 +571,7 @@ def _progress(op: PurgeUser | SweepPurge, result: Any) -> tuple[int, int, bool]:
     """(the purge's position, rows it cleared in this transaction, whether more are left)."""
     if isinstance(result, PurgeResult):
         return result.position, result.cleared, result.more
-    cleared, more = result
+    cleared, more, _ = result
     assert isinstance(op, SweepPurge)
     return op.position, int(cleared), bool(more)
 

@@ -537,7 +537,7 @@ async def test_a_purge_of_many_rows_is_cleared_in_chunks_and_hidden_meanwhile(
     (refused,) = await store.run(saves(row(shared), shown=(1,)))
     assert refused == Overtaken(result.position)
     (swept,) = await store.run([SweepPurge(result.position)])
-    assert swept == (len(rows) + 1 - chains.SWEEP_CHUNK, False)
+    assert swept == (len(rows) + 1 - chains.SWEEP_CHUNK, False, None)
     assert await store.pending_sweeps() == []
     (saved,) = await store.run(saves(row(shared), shown=(1,)))
     assert isinstance(saved, Saved) and saved.pin.chain != 1
@@ -608,3 +608,47 @@ async def test_ranges_name_what_was_cleared_for_other_processes(store: Any) -> N
     assert result.ranges == (Range(1, 1),)
     assert await store.purge_ranges(result.position) == (Range(1, 1),)
     assert await store.purge_ranges(result.position + 100) == ()
+
+
+async def test_a_purge_of_wide_reach_is_planned_over_several_transactions(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user in more chains than a step seeds: the purge is recorded at once and planned by
+    later steps; until its plan is complete its ranges are unknown to other processes and
+    every guarded upgrade in its scope is refused; then it clears them all."""
+    from stm.store import chains
+
+    monkeypatch.setattr(chains, "SEED_CHUNK", 2)
+    keys = [server_key(100, channel) for channel in range(10, 20)]
+    for key in keys:
+        await store.run(saves(row(key), shown=(7,)))
+    after = await store.current_position()
+    (result,) = await store.run([PurgeUser(7, 100, "direct")])
+    assert result.ranges is None and result.more
+    assert await store.purge_ranges(result.position) is None
+    (refused,) = await store.run([SaveDistilled(GUARDED, guard(after))])
+    assert refused == Overtaken(result.position)
+    steps = 0
+    ranges = None
+    while True:
+        (step,) = await store.run([SweepPurge(result.position)])
+        steps += 1
+        ranges = step[2] if step[2] is not None else ranges
+        if not step[1]:
+            break
+    assert steps >= 2 and ranges is not None and len(ranges) == len(keys)
+    assert await store.purge_ranges(result.position) == ranges
+    assert all(r.summary is None for r in (await load(store, *keys)).values())
+    (saved,) = await store.run([SaveDistilled(GUARDED, guard(await store.current_position()))])
+    assert isinstance(saved, Saved)
+
+
+async def test_the_plans_of_finished_purges_go_with_the_feed(store: Any) -> None:
+    """Once the feed no longer holds a finished purge, neither do its plan and ranges."""
+    await _three_channels(store)
+    (result,) = await store.run([PurgeUser(7, None, "complete")])
+    assert await store.purge_ranges(result.position)
+    await store.prune_changes(older_than=time.time() + 60)
+    assert await store.purge_ranges(result.position) == ()
+    assert await store.execute("SELECT count(*) FROM stm_purge_ranges") == [(0,)]
+    assert await store.execute("SELECT count(*) FROM stm_purges") == [(0,)]

@@ -241,10 +241,11 @@ class Overtaken:
 def overtaking(
     guard: Guard,
     deletes: Iterable[Change],
-    ranges: Mapping[int, Mapping[int, int]] | None = None,
+    ranges: Mapping[int, Mapping[int, int] | None] | None = None,
 ) -> Overtaken | None:
     """The first of ``deletes`` (in position order) that refuses ``guard``'s upgrade;
-    ``ranges`` holds each purge's ranges by its position (chain -> first version cleared).
+    ``ranges`` holds each purge's ranges by its position (chain -> first version cleared),
+    None for a purge still being planned (it refuses every upgrade in its scope).
 
     The one definition of "overtaken by another process" both stores use.
     """
@@ -260,7 +261,12 @@ def overtaking(
                 change.server_id is None or change.server_id == guard.server_id
             ):
                 return Overtaken(change.position)
-            cleared = (ranges or {}).get(change.position)
+            if change.server_id is not None and change.server_id != guard.server_id:
+                continue
+            known = ranges or {}
+            if change.position in known and known[change.position] is None:
+                return Overtaken(change.position)  # not planned yet: it may reach anything
+            cleared = known.get(change.position)
             if cleared and any(
                 pin.chain in cleared and pin.version >= cleared[pin.chain] for pin in guard.pins
             ):
@@ -340,11 +346,12 @@ class PurgeUser:
 @dataclass(frozen=True, slots=True)
 class PurgeResult:
     """What a purge's first transaction did: its feed position, the own rows it deleted,
-    its ranges, the rows cleared so far, and whether rows are left to clear."""
+    its ranges (None while it is still being planned: a later ``SweepPurge`` gives them),
+    the rows cleared so far, and whether anything is left to do."""
 
     position: int
     removed: int
-    ranges: tuple[Range, ...]
+    ranges: tuple[Range, ...] | None
     cleared: int
     more: bool
 
@@ -355,8 +362,9 @@ class PurgeResult:
 
 @dataclass(frozen=True, slots=True)
 class SweepPurge:
-    """Clear the next chunk of rows of the purge at ``position``; the result is
-    ``(rows cleared, whether more are left)``."""
+    """The next step of the purge at ``position``: plan further, clear a chunk of its rows,
+    or finish its chains; the result is ``(rows cleared, whether more is left, its ranges
+    when this step completed its plan, else None)``."""
 
     position: int
 
@@ -570,9 +578,9 @@ class Store(Protocol):
         come for nothing or be lost, so a follower reads the feed on a timer as well."""
         ...
 
-    async def purge_ranges(self, position: int) -> tuple[Range, ...]:
+    async def purge_ranges(self, position: int) -> tuple[Range, ...] | None:
         """The ranges the purge at feed ``position`` cleared (empty when it cleared none,
-        or when the feed no longer remembers it)."""
+        or when the feed no longer remembers it); None while it is still being planned."""
         ...
 
     async def pending_sweeps(self) -> list[int]:

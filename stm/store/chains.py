@@ -44,14 +44,17 @@ __all__ = [
     "Step",
     "collect",
     "extend",
+    "forget_purges",
     "left",
     "live_of",
     "members",
     "orphans",
     "pending_sweeps",
+    "planned_ranges",
     "positional",
     "preview",
     "purge",
+    "ranges_after",
     "ranges_of",
     "reached",
     "record",
@@ -62,9 +65,13 @@ __all__ = [
 _T = TypeVar("_T")
 # Rows cleared per transaction by a purge: each clear also destroys its row's key, so
 # this bounds how long a purge holds the write lock (other work runs between chunks).
-SWEEP_CHUNK = 200
+SWEEP_CHUNK = 100
+# Chains a purge's plan takes from the user's memberships per step, and the steps (each a
+# chunk of seeds or a round of edges) it takes per transaction.
+SEED_CHUNK = 5000
+PLAN_STEPS = 4
 # Chains a purge finishes per transaction once their rows are cleared.
-FINISH_CHUNK = 1000
+FINISH_CHUNK = 300
 # Chains garbage-collected per janitor step.
 COLLECT_CHUNK = 500
 
@@ -144,11 +151,30 @@ _CHILDREN = (
 # Planning in the store, set by set (a purge may reach thousands of chains: one statement
 # each would hold the write lock for as long). ``expanded``: 0, a chain reached whose edges
 # are still to follow; 2, being followed; 1, followed.
-_PLAN_SEEDS = (
-    "INSERT INTO stm_purge_ranges (position, chain_id, from_version, done, expanded) "
-    "SELECT :position, m.chain_id, m.first, 0, 0 FROM stm_chain_members m "
-    "JOIN stm_chains c ON c.id = m.chain_id WHERE m.member = :user"
+# A purge's plan: who, where, by which policy, and how far it has got (``cursor``: the
+# last chain seeded from the user's memberships; ``planned`` once every range is known).
+_PLAN = (
+    "INSERT INTO stm_purges (position, user_id, server_id, erasure, planned, cursor) "
+    "VALUES (:position, :user, :server, :erasure, 0, -1)"
 )
+_PLAN_STATE = (
+    "SELECT user_id, server_id, erasure, planned, cursor FROM stm_purges WHERE position = :position"
+)
+# The next chunk of the user's memberships, in chain order, straight into the ranges.
+_SEED = (
+    "INSERT INTO stm_purge_ranges (position, chain_id, from_version, done, expanded) "
+    "SELECT :position, m.chain_id, m.first, 0, 0 FROM stm_chain_members m JOIN stm_chains c "
+    "ON c.id = m.chain_id WHERE m.member = :user AND m.chain_id > :cursor{server} "
+    "ORDER BY m.chain_id LIMIT :limit"
+)
+_SEEDED = (
+    "UPDATE stm_purges SET cursor = (SELECT max(chain_id) FROM stm_purge_ranges "
+    "WHERE position = :position) WHERE position = :position"
+)
+_PLANNED = "UPDATE stm_purges SET planned = 1 WHERE position = :position"
+# The cursor once every membership is seeded: what is left of planning is following edges.
+_SEEDED_ALL = -2
+_ALL_SEEDED = f"UPDATE stm_purges SET cursor = {_SEEDED_ALL} WHERE position = :position"
 _FRONTIER = "UPDATE stm_purge_ranges SET expanded = 2 WHERE position = :position AND expanded = 0"
 # The children of the frontier (by the edges the policy follows) not reached yet, or now
 # reached from an earlier version.
@@ -175,6 +201,7 @@ _FINISHED = (
     "UPDATE stm_purge_ranges SET expanded = 3 WHERE position = :position AND chain_id = :chain"
 )
 _DROP_PLAN = "DELETE FROM stm_purge_ranges WHERE position = :position"
+_DROP_PURGE = "DELETE FROM stm_purges WHERE position = :position"
 # The rows of one purge still to clear (through the chain index), a chunk at a time.
 _TO_CLEAR = (
     "SELECT m.id FROM short_term_memories m JOIN stm_purge_ranges r "
@@ -187,7 +214,14 @@ _CLEAR = (
 )
 _DONE = "UPDATE stm_purge_ranges SET done = 1 WHERE position = :position"
 _RANGES_OF = "SELECT chain_id, from_version FROM stm_purge_ranges WHERE position = :position"
-_PENDING = "SELECT DISTINCT position FROM stm_purge_ranges WHERE done = 0 ORDER BY position"
+_PENDING = (
+    "SELECT position FROM stm_purge_ranges WHERE done = 0 UNION "
+    "SELECT position FROM stm_purges WHERE planned = 0 ORDER BY position"
+)
+_UNPLANNED_AFTER = "SELECT position FROM stm_purges WHERE planned = 0 AND position > :after"
+_RANGES_AFTER = (
+    "SELECT position, chain_id, from_version FROM stm_purge_ranges WHERE position > :after"
+)
 _COUNT_PLANNED = (
     "SELECT m.server_id, count(*) FROM short_term_memories m JOIN stm_purge_ranges r "
     "ON r.chain_id = m.chain_id AND m.chain_version >= r.from_version "
@@ -321,56 +355,103 @@ def _plan(user: int, server: int | None, erasure: Erasure) -> Procedure[list[Ran
     return planner.result()
 
 
+def _plan_step(position: int, chunk: int | None = None) -> Procedure[bool | None]:
+    """The next step of planning the purge at ``position``: seed up to ``chunk`` more
+    chains from the user's memberships, or follow one more round of edges. True once every
+    range is known (a purge recorded before plans were staged always is); None after a
+    full chunk of seeds (enough for one transaction); False otherwise."""
+    state = yield Step(_PLAN_STATE, {"position": position}, "one")
+    if state is None or state[3]:
+        return True
+    user, server, erasure, _, cursor = state
+    chunk = SEED_CHUNK if chunk is None else chunk
+    if int(cursor) != _SEEDED_ALL:
+        sql = _SEED.format(server="" if server is None else " AND c.server_id = :server")
+        params = {"position": position, "user": user, "server": server, "cursor": cursor}
+        seeded = yield Step(sql, {**params, "limit": chunk}, "count")
+        if seeded == chunk:
+            yield Step(_SEEDED, {"position": position}, "exec")
+            return None
+        yield Step(_ALL_SEEDED, {"position": position}, "exec")
+    # Every seed is in: follow the edges the policy follows, a round per step.
+    if (yield Step(_FRONTIER, {"position": position}, "count")):
+        reach = _REACH.format(own=" AND e.own = 1" if erasure == "direct" else "")
+        yield Step(reach, {"position": position}, "exec")
+        yield Step(_FOLLOWED, {"position": position}, "exec")
+        return False
+    yield Step(_PLANNED, {"position": position}, "exec")
+    return True
+
+
+def _plan_steps(position: int) -> Procedure[bool]:
+    """Up to ``PLAN_STEPS`` steps of planning (fewer after a full chunk of seeds); True once
+    the purge is planned."""
+    for _ in range(PLAN_STEPS):
+        step = yield from _plan_step(position)
+        if step is None:
+            return False
+        if step:
+            return True
+    return False
+
+
 def _plan_here(
     user: int, server: int | None, erasure: Erasure, position: int
 ) -> Procedure[tuple[Range, ...]]:
-    """Record, under ``position``, the ranges a purge of ``user`` reaches: the chains the
-    user is a member of (in ``server``), then the chains written from those by the edges
-    ``erasure`` follows, round after round, each round one statement."""
-    params = {"position": position, "user": user, "server": server}
-    yield Step(_in_server(_PLAN_SEEDS, server, "c.server_id"), params, "exec")
-    reach = _REACH.format(own=" AND e.own = 1" if erasure == "direct" else "")
-    while (yield Step(_FRONTIER, {"position": position}, "count")):
-        yield Step(reach, {"position": position}, "exec")
-        yield Step(_FOLLOWED, {"position": position}, "exec")
+    """Plan a purge under ``position`` to the end, in this transaction (a preview's)."""
+    yield Step(
+        _PLAN, {"position": position, "user": user, "server": server, "erasure": erasure}, "exec"
+    )
+    while not (yield from _plan_step(position, chunk=1 << 30)):
+        pass  # a preview plans to the end in its one transaction
     return (yield from ranges_of(position))
 
 
 def purge(
     user: int, server: int | None, erasure: Erasure, position: int, chunk: int = SWEEP_CHUNK
-) -> Procedure[tuple[int, tuple[Range, ...], int, bool]]:
-    """A purge's first transaction, at feed ``position``: delete the user's own rows, plan
-    and record the ranges; when they are few, also clear their rows (at most a chunk) and
-    finish. Returns (own rows deleted, ranges, rows cleared, whether more are left): what
-    is left, ``sweep`` does in later transactions, so that no transaction of a purge of
-    any size holds the write lock for long."""
+) -> Procedure[tuple[int, tuple[Range, ...] | None, int, bool]]:
+    """A purge's first transaction, at feed ``position``: delete the user's own rows, record
+    the purge and take its first planning step; when it is planned and reaches little, also
+    clear (at most a chunk) and finish. Returns (own rows deleted, ranges, or None while it
+    is still being planned, rows cleared, whether more is left): what is left, ``sweep``
+    does in later transactions, so that no transaction of a purge of any size holds the
+    write lock for long."""
     params = {"user": user, "server": server}
     removed = yield Step(_in_server(_OWN_ROWS, server, "server_id"), params, "count")
-    ranges = yield from _plan_here(user, server, erasure, position)
+    yield Step(
+        _PLAN, {"position": position, "user": user, "server": server, "erasure": erasure}, "exec"
+    )
+    if not (yield from _plan_steps(position)):
+        return int(removed), None, 0, True
+    ranges = yield from ranges_of(position)
     if not ranges:
+        yield Step(_DONE, {"position": position}, "exec")
         return int(removed), ranges, 0, False
     if len(ranges) > chunk:
         return int(removed), ranges, 0, True
-    cleared, more = yield from sweep(position, chunk)
+    cleared, more, _ = yield from sweep(position, chunk)
     return int(removed), ranges, cleared, more
 
 
-def _nothing() -> Procedure[tuple[int, bool]]:
-    return 0, False
-    yield  # pragma: no cover - makes this a generator
-
-
-def sweep(position: int, chunk: int = SWEEP_CHUNK) -> Procedure[tuple[int, bool]]:
-    """The next step of the purge at ``position``: clear up to ``chunk`` of its rows, or,
-    once none is left, finish up to ``FINISH_CHUNK`` of its chains (end them, and forget
-    the purged user as their member: the user is read off the purge's change, and if the
-    feed no longer has it, garbage collection drops those rows with their chains).
-    Returns (rows cleared, whether more is left)."""
+def sweep(
+    position: int, chunk: int = SWEEP_CHUNK
+) -> Procedure[tuple[int, bool, tuple[Range, ...] | None]]:
+    """The next step of the purge at ``position``: plan further while it is not planned;
+    then clear up to ``chunk`` of its rows; once none is left, finish up to
+    ``FINISH_CHUNK`` of its chains (end them, and forget the purged user as their member:
+    the user is read off the purge's change, and if the feed no longer has it, garbage
+    collection drops those rows with their chains). Returns (rows cleared, whether more is
+    left, and its ranges when this step completed its plan)."""
+    state = yield Step(_PLAN_STATE, {"position": position}, "one")
+    if state is not None and not state[3]:
+        if not (yield from _plan_steps(position)):
+            return 0, True, None
+        return 0, True, (yield from ranges_of(position))
     ids = yield Step(_TO_CLEAR, {"position": position, "limit": chunk}, "all")
     if ids:
         yield Step(_CLEAR, [{"id": row[0]} for row in ids], "many")
         if len(ids) == chunk:
-            return len(ids), True
+            return len(ids), True, None
     finishing = yield Step(_TO_FINISH, {"position": position, "limit": FINISH_CHUNK}, "all")
     chains = [{"chain": row[0], "position": position} for row in finishing]
     if chains:
@@ -380,15 +461,36 @@ def sweep(position: int, chunk: int = SWEEP_CHUNK) -> Procedure[tuple[int, bool]
         yield Step(_FORGET_MEMBER, chains, "many")
         yield Step(_FINISHED, chains, "many")
     if len(chains) == FINISH_CHUNK:
-        return len(ids), True
+        return len(ids), True, None
     yield Step(_DONE, {"position": position}, "exec")
-    return len(ids), False
+    return len(ids), False, None
 
 
 def ranges_of(position: int) -> Procedure[tuple[Range, ...]]:
-    """The ranges of the purge at ``position``."""
+    """The ranges of the purge at ``position`` (so far, while it is being planned)."""
     rows = yield Step(_RANGES_OF, {"position": position}, "all")
     return tuple(Range(int(chain), int(start)) for chain, start in rows)
+
+
+def planned_ranges(position: int) -> Procedure[tuple[Range, ...] | None]:
+    """The ranges of the purge at ``position``; None while it is still being planned."""
+    state = yield Step(_PLAN_STATE, {"position": position}, "one")
+    if state is not None and not state[3]:
+        return None
+    return (yield from ranges_of(position))
+
+
+def ranges_after(position: int) -> Procedure[dict[int, dict[int, int] | None]]:
+    """The ranges of every purge after feed ``position``, by position (chain -> first
+    version cleared), None for one still being planned: what guards judge by."""
+    found: dict[int, dict[int, int] | None] = {}
+    for at, chain, start in (yield Step(_RANGES_AFTER, {"after": position}, "all")):
+        held = found.setdefault(int(at), {})
+        assert held is not None
+        held[int(chain)] = int(start)
+    for (at,) in (yield Step(_UNPLANNED_AFTER, {"after": position}, "all")):
+        found[int(at)] = None
+    return found
 
 
 def pending_sweeps() -> Procedure[list[int]]:
@@ -406,11 +508,13 @@ def preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgeP
     transaction, then forgotten)."""
     params = {"user": user, "server": server}
     own = yield Step(_in_server(_COUNT_OWN, server, "server_id"), params, "one")
-    yield Step(_DROP_PLAN, {"position": _SCRATCH}, "exec")
+    for drop in (_DROP_PLAN, _DROP_PURGE):
+        yield Step(drop, {"position": _SCRATCH}, "exec")
     yield from _plan_here(user, server, erasure, _SCRATCH)
     counts = yield Step(_COUNT_PLANNED, {"position": _SCRATCH, "user": user}, "all")
     by_server = {None if s is None else int(s): int(n) for s, n in counts}
-    yield Step(_DROP_PLAN, {"position": _SCRATCH}, "exec")
+    for drop in (_DROP_PLAN, _DROP_PURGE):
+        yield Step(drop, {"position": _SCRATCH}, "exec")
     distilled: dict[int | None, int] = {}
     for server_id in by_server:
         if server_id is not None:
@@ -464,6 +568,20 @@ def orphans() -> Procedure[list[str]]:
         f"short_term_memories row {memory} refers to a missing stm_chains row {chain}"
         for memory, chain in rows
     ]
+
+
+_FORGET_RANGES = "DELETE FROM stm_purge_ranges WHERE position <= :through AND done = 1"
+_FORGET_PURGES = (
+    "DELETE FROM stm_purges WHERE position <= :through AND planned = 1 AND NOT EXISTS "
+    "(SELECT 1 FROM stm_purge_ranges r WHERE r.position = stm_purges.position)"
+)
+
+
+def forget_purges(through: int) -> Procedure[None]:
+    """Drop the plans of finished purges the feed no longer holds (pruned through
+    ``through``): no guard can ask about them any more."""
+    yield Step(_FORGET_RANGES, {"through": through}, "exec")
+    yield Step(_FORGET_PURGES, {"through": through}, "exec")
 
 
 def collect(limit: int = COLLECT_CHUNK) -> Procedure[int]:

@@ -224,6 +224,17 @@ MIGRATIONS: tuple[str, ...] = (
     # Purges plan their ranges in the store, round after round of edges followed.
     """
     ALTER TABLE stm_purge_ranges ADD COLUMN expanded INTEGER NOT NULL DEFAULT 1;
+    """,  # A purge is planned in steps, each its own transaction: its plan's state.
+    """
+    CREATE TABLE stm_purges (
+        position BIGINT PRIMARY KEY,
+        user_id BIGINT NOT NULL,
+        server_id BIGINT,
+        erasure TEXT NOT NULL,
+        planned INTEGER NOT NULL,
+        cursor BIGINT NOT NULL
+    );
+    CREATE INDEX stm_purges_unplanned ON stm_purges (position) WHERE planned = 0;
     """,
 )
 # The migration after which rows stored in the clear are sealed.
@@ -351,11 +362,11 @@ class PostgresStore:
             await feed.flush()
         return results
 
-    async def purge_ranges(self, position: int) -> tuple[Range, ...]:
-        """The ranges the purge at feed ``position`` cleared."""
+    async def purge_ranges(self, position: int) -> tuple[Range, ...] | None:
+        """The ranges the purge at feed ``position`` cleared; None while it is planned."""
         self._check_open()
         async with self._pool.acquire() as conn:
-            return await _run(conn, chains.ranges_of(position))
+            return await _run(conn, chains.planned_ranges(position))
 
     async def pending_sweeps(self) -> list[int]:
         """Positions of purges whose ranges still hold rows to clear."""
@@ -411,6 +422,7 @@ class PostgresStore:
                     "WHERE id = 1",
                     through,
                 )
+                await _run(conn, chains.forget_purges(through))
         return gone
 
     async def poll_changed(self) -> bool:
@@ -775,7 +787,7 @@ async def _save_many(conn: Any, saves: list[SaveDistilled], feed: _Feed) -> list
     results: list[object] = [None] * len(saves)
     guards = [save.guard for save in saves if save.guard is not None]
     deletes: list[Change] = []
-    ranges: dict[int, dict[int, int]] = {}
+    ranges: dict[int, dict[int, int] | None] = {}
     pruned_through = 0
     if guards:
         after = min(g.after for g in guards)
@@ -789,11 +801,7 @@ async def _save_many(conn: Any, saves: list[SaveDistilled], feed: _Feed) -> list
         )
         deletes = [Change(*row) for row in rows]
         if any(change.kind == "purge_user" for change in deletes):
-            for position, chain, start in await conn.fetch(
-                "SELECT position, chain_id, from_version FROM stm_purge_ranges WHERE position > $1",
-                after,
-            ):
-                ranges.setdefault(int(position), {})[int(chain)] = int(start)
+            ranges = await _run(conn, chains.ranges_after(after))
     keys = _Keys()
     await keys.load(conn, sorted({save.row.key for save in saves}))
     for group in upgrades(saves):

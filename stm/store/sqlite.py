@@ -198,6 +198,17 @@ MIGRATIONS: tuple[str, ...] = (
     # Purges plan their ranges in the store, round after round of edges followed.
     """
     ALTER TABLE stm_purge_ranges ADD COLUMN expanded INTEGER NOT NULL DEFAULT 1;
+    """,  # A purge is planned in steps, each its own transaction: its plan's state.
+    """
+    CREATE TABLE stm_purges (
+        position INTEGER PRIMARY KEY,
+        user_id INTEGER NOT NULL,
+        server_id INTEGER,
+        erasure TEXT NOT NULL,
+        planned INTEGER NOT NULL,
+        cursor INTEGER NOT NULL
+    );
+    CREATE INDEX stm_purges_unplanned ON stm_purges (position) WHERE planned = 0;
     """,
 )
 
@@ -379,9 +390,9 @@ class SQLiteStore:
                 return False
             await asyncio.sleep(min(POLL_SECONDS, left))
 
-    async def purge_ranges(self, position: int) -> tuple[Range, ...]:
-        """The ranges the purge at feed ``position`` cleared."""
-        return await self._call(_run, self._db, chains.ranges_of(position))
+    async def purge_ranges(self, position: int) -> tuple[Range, ...] | None:
+        """The ranges the purge at feed ``position`` cleared; None while it is planned."""
+        return await self._call(_run, self._db, chains.planned_ranges(position))
 
     async def pending_sweeps(self) -> list[int]:
         """Positions of purges whose ranges still hold rows to clear."""
@@ -847,17 +858,6 @@ def _touch(
     return len(rows)
 
 
-def _ranges_after(db: sqlite3.Connection, after: int) -> dict[int, dict[int, int]]:
-    """The ranges of every purge after feed position ``after``, by position."""
-    ranges: dict[int, dict[int, int]] = {}
-    for position, chain, start in db.execute(
-        "SELECT position, chain_id, from_version FROM stm_purge_ranges WHERE position > ?",
-        (after,),
-    ):
-        ranges.setdefault(int(position), {})[int(chain)] = int(start)
-    return ranges
-
-
 def _save_many(
     db: sqlite3.Connection,
     saves: Sequence[SaveDistilled],
@@ -871,7 +871,7 @@ def _save_many(
     results: list[object] = [None] * len(saves)
     guards = [save.guard for save in saves if save.guard is not None]
     deletes: list[Change] = []
-    ranges: dict[int, dict[int, int]] = {}
+    ranges: dict[int, dict[int, int] | None] = {}
     pruned_through = 0
     if guards:
         after = min(guard.after for guard in guards)
@@ -883,7 +883,7 @@ def _save_many(
         )
         deletes = [Change(*row) for row in rows]
         if any(change.kind == "purge_user" for change in deletes):
-            ranges = _ranges_after(db, after)
+            ranges = _run(db, chains.ranges_after(after))
     # Distilled text is stored encrypted under the row's own key (see shred.py).
     sealer = shred.Sealer(
         db, [save.row.key for save in saves], known.keys if known is not None else None
@@ -927,7 +927,7 @@ def _refusal(
     saves: Sequence[SaveDistilled],
     pruned_through: int,
     deletes: list[Change],
-    ranges: dict[int, dict[int, int]],
+    ranges: dict[int, dict[int, int] | None],
 ) -> Overtaken | None:
     """Why one upgrade's guard refuses it, or None."""
     for index in group:
@@ -1092,10 +1092,9 @@ def prune_changes(db: sqlite3.Connection, older_than: float, keep_last: int) -> 
             "DELETE FROM stm_changes WHERE position <= ? RETURNING position", (through,)
         ).fetchall()
         if gone:
-            db.execute(
-                "UPDATE stm_feed SET pruned_through = max(pruned_through, ?)",
-                (max(p for (p,) in gone),),
-            )
+            pruned = max(p for (p,) in gone)
+            db.execute("UPDATE stm_feed SET pruned_through = max(pruned_through, ?)", (pruned,))
+            _run(db, chains.forget_purges(pruned))
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
