@@ -856,10 +856,10 @@ async def _apply(conn: Any, op: Op, feed: _Feed) -> object:
             return len(gone)
         case PurgeUser(user_id, server_id, erasure):
             position = await feed.now(("purge_user", None, None, None, user_id, server_id))
-            removed, ranges, cleared, more = await _run(
+            removed, ranges, cleared, more, own_distilled, reach = await _run(
                 conn, chains.purge(user_id, server_id, erasure, position)
             )
-            return PurgeResult(position, removed, ranges, cleared, more)
+            return PurgeResult(position, removed, ranges, cleared, more, reach, own_distilled)
         case SweepPurge(position):
             return await _run(conn, chains.sweep(position))
         case PreviewPurge(user_id, server_id, erasure):

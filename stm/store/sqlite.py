@@ -776,10 +776,10 @@ def apply(
             else:
                 feed.append(change)
                 position = 0
-            removed, ranges, cleared, more = _run(
+            removed, ranges, cleared, more, own_distilled, reach = _run(
                 db, chains.purge(user_id, server_id, erasure, position)
             )
-            return PurgeResult(position, removed, ranges, cleared, more)
+            return PurgeResult(position, removed, ranges, cleared, more, reach, own_distilled)
         case SweepPurge(position):
             return _run(db, chains.sweep(position))
         case PreviewPurge(user_id, server_id, erasure):
