@@ -45,6 +45,7 @@ __all__ = [
     "collect",
     "extend",
     "forget_purges",
+    "inspect_preview",
     "left",
     "live_of",
     "members",
@@ -233,6 +234,13 @@ _COUNT_PLANNED = (
     "ON r.chain_id = m.chain_id AND m.chain_version >= r.from_version "
     "WHERE r.position = :position AND NOT (m.scope = 'user' AND m.user_id = :user) "
     "GROUP BY m.server_id"
+)
+# The rows _COUNT_PLANNED counts, of one range: for a read-only connection, which cannot
+# record a plan (``inspect_preview``).
+_COUNT_IN_RANGE = (
+    "SELECT server_id, count(*) FROM short_term_memories "
+    "WHERE chain_id = :chain AND chain_version >= :from_version AND NOT "
+    "(scope = 'user' AND user_id = :user) GROUP BY server_id"
 )
 _COUNT_OWN = "SELECT count(*) FROM short_term_memories WHERE +scope = 'user' AND user_id = :user"
 # Through stm_by_group (scope, server_id, ...): both scopes of one server.
@@ -561,6 +569,21 @@ def preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgeP
         shared_by_server=by_server,
         distilled_by_server=distilled,
     )
+
+
+def inspect_preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgePreview]:
+    """``preview`` on a read-only connection (the operator's): planned edge by edge, as
+    ``reached`` plans, and counted range by range; the same counts, more statements."""
+    params = {"user": user, "server": server}
+    own = yield Step(_in_server(_COUNT_OWN, server, "server_id"), params, "one")
+    by_server: dict[int | None, int] = {}
+    for r in (yield from _plan(user, server, erasure)):
+        found = {"chain": r.chain, "from_version": r.from_version, "user": user}
+        for server_id, count in (yield Step(_COUNT_IN_RANGE, found, "all")):
+            key = _server(server_id)
+            by_server[key] = by_server.get(key, 0) + int(count)
+    distilled = yield from _distilled_in(by_server)
+    return PurgePreview(int(own[0]) if own else 0, sum(by_server.values()), by_server, distilled)
 
 
 _IN_RANGE = (

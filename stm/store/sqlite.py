@@ -54,6 +54,7 @@ from .base import (
     Op,
     Overtaken,
     PreviewPurge,
+    PurgePreview,
     PurgeResult,
     PurgeUser,
     Saved,
@@ -476,6 +477,12 @@ class SQLiteStore:
     async def members(self, pin: Pin) -> list[int]:
         """Everyone whose words a prompt of ``pin``'s chain showed directly, to its version."""
         return await self._inspect(_run, chains.members(pin))
+
+    async def preview_purge(
+        self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
+    ) -> PurgePreview:
+        """What a purge of the user would delete and clear now, by server."""
+        return await self._inspect(_run, chains.inspect_preview(user_id, server_id, erasure))
 
     async def count_expired(self, thresholds: tuple[float, float]) -> int:
         """Rows the janitor would delete now."""
