@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cogs.short_term_memory import EXTENSION
-from cogs.testing import option, subcommand
+from cogs.testing import Reply, option, subcommand
 from stm import STMConfig
 
 from .demo import make_bot, settle
@@ -36,6 +36,7 @@ Type to talk. Console commands:
                       lighthouse/general, or dm
   /persona ID|none    talk to a persona
   /context            show the memory context of the next turn here
+  /press BUTTON       press a button of the bot's last answer that has some (Confirm, Cancel)
   /help, /quit
 Slash commands, as the current user here:
   /refresh   /memory show|forget|pause|resume   /purge-memory NAME [everywhere]
@@ -110,6 +111,8 @@ class Console:
         self.place: Place = world.places["harbor/general"]
         self.persona: int | None = None
         self.history: dict[int, list[Message]] = {}
+        # The bot's last answer with buttons, for /press.
+        self.buttons: Reply | None = None
 
     @property
     def prompt(self) -> str:
@@ -178,6 +181,9 @@ class Console:
         elif name == "persona":
             (persona,) = _arguments(args, 1, 1, "/persona ID|none")
             self.persona = None if persona == "none" else _value("persona", persona, 4)
+        elif name == "press":
+            (label,) = _arguments(args, 1, 1, "/press BUTTON")
+            await self.press(label)
         elif name == "context":
             ctx = world.context(self.person, self.place, "", persona_id=self.persona)
             context = await self.pipeline.memory.build_context(ctx)
@@ -210,9 +216,24 @@ class Console:
         replies = await self.world.command(
             name, *options, person=self.person, place=self.place, **extra
         )
+        self.show(replies)
+
+    async def press(self, label: str) -> None:
+        shown = self.world.offline.current(self.buttons) if self.buttons else None
+        if shown is None or not shown.buttons:
+            raise Usage("the bot's last answers have no buttons")
+        found = [b for b in shown.buttons if b.casefold() == label.casefold()]
+        (button,) = found or [_choice(label, shown.buttons, "button")]
+        self.show(await self.world.offline.click(shown, button, user=self.person))
+
+    def show(self, replies: list[Reply]) -> None:
         for reply in replies:
             tag = "only you see this" if reply.ephemeral else "everyone sees this"
-            self.out(f"[{tag}] {self.world.readable(reply.content)}")
+            edited = ", the message now reads" if reply.kind == "edit" else ""
+            self.out(f"[{tag}{edited}] {self.world.readable(reply.content)}")
+            if reply.buttons:
+                self.buttons = reply
+                self.out(f"  [buttons: {' | '.join(reply.buttons)}] (/press BUTTON)")
 
     @staticmethod
     def _settings_option(args: list[str]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import discord
 from discord.ext import commands
 
 from cogs.short_term_memory import EXTENSION
-from cogs.testing import option, subcommand
+from cogs.testing import Reply, option, subcommand
 from stm import STMConfig, ToolRegistry
 from stm.keys import server_key, user_key
 
@@ -146,14 +146,30 @@ class Demo:
             self.say(f"-> the library decrypts: {read}", 6)
 
     async def command(
-        self, name: str, *options: dict[str, object], person: Person, place: Place, **extra: object
+        self,
+        name: str,
+        *options: dict[str, object],
+        person: Person,
+        place: Place,
+        press: str | None = None,
+        **extra: object,
     ) -> None:
+        """Use a slash command; ``press``: then press that button of its answer."""
         shown = " ".join([name, *(str(o.get("name")) for o in options)])
         replies = await self.world.command(name, *options, person=person, place=place, **extra)
         self.say(f"{person.name} uses /{shown} in {place.key}:")
+        self.replies(replies)
+        if press is not None:
+            self.say(f"{person.name} presses {press}:")
+            self.replies(await self.world.offline.click(replies[-1], press, user=person))
+
+    def replies(self, replies: list[Reply]) -> None:
         for reply in replies:
             tag = "ephemeral" if reply.ephemeral else "public"
-            self.say(f"[{tag}] {self.world.readable(reply.content)}", 6)
+            change = " (the message now reads)" if reply.kind == "edit" else ""
+            self.say(f"[{tag}]{change} {self.world.readable(reply.content)}", 6)
+            if reply.buttons:
+                self.say(f"[buttons: {' | '.join(reply.buttons)}]", 6)
 
 
 def _stored(value: object) -> str:
@@ -209,6 +225,7 @@ async def _first_life(demo: Demo, database: Path) -> None:
         option("user", str(bob.id), 6),
         person=carol,
         place=general,
+        press="Confirm",
         resolved_users=[bob.payload],
     )
     await demo.show_entry(server_key(1100, general.id))

@@ -28,6 +28,7 @@ from .models import (
     TurnContext,
 )
 from .placement import place
+from .purgewatch import PurgeAlert, RecentPurges
 from .tool.forms import TOOL_APIS, convert_tool_definition
 from .tools import Tool, ToolRegistry
 
@@ -44,7 +45,9 @@ __all__ = [
     "MemoryTool",
     "PromptBlock",
     "PromptContext",
+    "PurgeAlert",
     "PurgeImpact",
+    "RecentPurges",
     "RejectedWriteError",
     "STMConfig",
     "STMError",

@@ -15,9 +15,17 @@ from dataclasses import dataclass, field, replace
 
 from .lineage import Pin, Range, covers
 from .provenance import Shown
-from .store.base import DeleteChannel, PurgeUser, StoredRow
+from .store.base import DeleteChannel, PurgePreview, PurgeUser, StoredRow
 
-__all__ = ["Deletion", "DeletionLog", "Purge", "apply_to_row", "in_scope", "overtakes"]
+__all__ = [
+    "Deletion",
+    "DeletionLog",
+    "Purge",
+    "apply_to_row",
+    "in_scope",
+    "overtakes",
+    "with_own",
+]
 
 Deletion = DeleteChannel | PurgeUser
 
@@ -33,6 +41,10 @@ class Purge:
     # What the store did: own rows deleted, other rows whose notes it cleared (so far).
     removed: int = 0
     cleared: int = 0
+    # What its ranges reach, by server, as the store counted it when it planned them, and
+    # the user's own distilled rows it deleted, by server.
+    reach: PurgePreview | None = None
+    own_distilled: dict[int | None, int] = field(default_factory=dict)
     # Called once the ranges are known (the facade wakes the upgrades waiting on it).
     resolved: list[Callable[[], None]] = field(default_factory=list)
 
@@ -47,6 +59,18 @@ class Purge:
         callbacks, self.resolved = self.resolved, []
         for callback in callbacks:
             callback()
+
+
+def with_own(
+    reach: PurgePreview, own: int, own_distilled: Mapping[int | None, int]
+) -> PurgePreview:
+    """What a purge reached as a preview counts it: the store counted its reach after the
+    user's own rows went, so their ``own`` and distilled rows (by server) are added back."""
+    distilled = {
+        server: count + own_distilled.get(server, 0)
+        for server, count in reach.distilled_by_server.items()
+    }
+    return replace(reach, own=own, distilled_by_server=distilled)
 
 
 # A deletion as the log holds it: a channel clear with the keys it changed, or a purge.

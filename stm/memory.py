@@ -27,7 +27,7 @@ from .background import Background, Opening
 from .cache import Entry, MemoryCache
 from .config import STMConfig
 from .convert import snapshot
-from .deletions import Purge
+from .deletions import Purge, with_own
 from .follower import Follower
 from .forget import clear_ranges, forget_channel, forget_unplanned, forget_user
 from .ids import check_bool, check_id, check_optional_id
@@ -47,6 +47,7 @@ from .models import (
     TurnContext,
 )
 from .provenance import Shown
+from .purgewatch import PurgeAlert, PurgeWatch, RecentPurges, describe_alert
 from .readthrough import (
     AGAIN,
     ANY_SERVER,
@@ -103,6 +104,7 @@ class ShortTermMemory:
         clock: Callable[[], float] = time.time,
         intent_gate: IntentGate | None = None,
         scheduler: Scheduler | None = None,
+        on_purge_alert: Callable[[PurgeAlert], None] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -119,6 +121,8 @@ class ShortTermMemory:
         self._writer: Writer | None = None
         self._background = Background(self.scheduler)
         self._tally = Tally()
+        self.purge_watch = PurgeWatch()
+        self._on_purge_alert = on_purge_alert
         self._reads = ReadThrough(
             config,
             self.cache,
@@ -164,12 +168,17 @@ class ShortTermMemory:
         clock: Callable[[], float] = time.time,
         intent_gate: IntentGate | None = None,
         scheduler: Scheduler | None = None,
+        on_purge_alert: Callable[[PurgeAlert], None] | None = None,
     ) -> Opening[ShortTermMemory]:
         """Open the memory: ``await`` it, or use it as ``async with``.
 
         Without ``store``, the store named by ``config.database`` is opened; a given
-        store is closed with the memory."""
-        return Opening(cls._open(config or STMConfig(), store, clock, intent_gate, scheduler))
+        store is closed with the memory. ``on_purge_alert`` is told of every purge that
+        clears too much of a server's memory, or repeats (``stm.purgewatch``); without
+        it they are logged as warnings on the ``stm`` logger."""
+        return Opening(
+            cls._open(config or STMConfig(), store, clock, intent_gate, scheduler, on_purge_alert)
+        )
 
     @classmethod
     async def _open(
@@ -179,11 +188,19 @@ class ShortTermMemory:
         clock: Callable[[], float],
         gate: IntentGate | None,
         scheduler: Scheduler | None,
+        on_purge_alert: Callable[[PurgeAlert], None] | None,
     ) -> ShortTermMemory:
         if store is None:
             store = await open_store(config)
         try:
-            memory = cls(config, store, clock=clock, intent_gate=gate, scheduler=scheduler)
+            memory = cls(
+                config,
+                store,
+                clock=clock,
+                intent_gate=gate,
+                scheduler=scheduler,
+                on_purge_alert=on_purge_alert,
+            )
             await memory._start()
         except BaseException:
             await store.close()
@@ -295,6 +312,9 @@ class ShortTermMemory:
             refusals=dict(t.refusals),
             channel_clears=t.channel_clears,
             user_purges=t.user_purges,
+            purged_shared_entries=t.purged_shared_entries,
+            purges_over_threshold=t.purges_over_threshold,
+            repeated_purges=t.repeated_purges,
             janitor_passes=t.janitor_passes,
             hydrations=t.hydrations,
             hydrated_keys=t.hydrated_keys,
@@ -525,7 +545,7 @@ class ShortTermMemory:
         """
         check_id(user_id, "user_id")
         check_optional_id(server_id, "server_id")
-        return len((await self._purge(user_id, server_id)).keys)
+        return len((await self._purge(user_id, server_id, user_id)).keys)
 
     async def preview_purge(self, user_id: int, server_id: int | None = None) -> PurgeImpact:
         """What ``clear_short_term_memory_for_user`` would erase now: the user's own entries
@@ -547,17 +567,60 @@ class ShortTermMemory:
             dict(preview.distilled_by_server),
         )
 
-    async def purge(self, user_id: int, server_id: int | None = None) -> PurgeImpact:
+    async def purge(
+        self, user_id: int, server_id: int | None = None, *, requested_by: int | None = None
+    ) -> PurgeImpact:
         """``clear_short_term_memory_for_user``, then ``flush``: returns once the purge is
-        durable (and erased from the files), with what it erased. Raises DurabilityError
-        while it cannot be made durable (it stays queued and is retried)."""
+        durable (and erased from the files), with what it erased (per server, as the
+        store planned it). Raises DurabilityError while it cannot be made durable (it
+        stays queued and is retried). ``requested_by``: the member who asked, when not
+        the user (an admin), for ``purge_watch``."""
         check_id(user_id, "user_id")
         check_optional_id(server_id, "server_id")
-        purge = await self._purge(user_id, server_id)
+        check_optional_id(requested_by, "requested_by")
+        member = user_id if requested_by is None else requested_by
+        purge = await self._purge(user_id, server_id, member)
         await self.flush()
-        return PurgeImpact(user_id, server_id, self.config.erasure, purge.removed, purge.cleared)
+        reach = purge.reach
+        return PurgeImpact(
+            user_id,
+            server_id,
+            self.config.erasure,
+            purge.removed,
+            purge.cleared,
+            dict(reach.shared_by_server) if reach else {},
+            dict(reach.distilled_by_server) if reach else {},
+        )
 
-    async def _purge(self, user_id: int, server_id: int | None) -> Purge:
+    def recent_purges(self, server_id: int) -> RecentPurges:
+        """This process's purges that cleared shared notes of the server within
+        ``purge_watch``'s window (a day), and what they cleared."""
+        check_id(server_id, "server_id")
+        return self.purge_watch.recent(server_id, self.clock())
+
+    def _watch(self, user_id: int, member: int, reach: PurgePreview) -> None:
+        """Count what a planned purge reaches, and tell of it when it is too much."""
+        self._tally.purged_shared_entries += reach.shared
+        alerts = self.purge_watch.record(
+            self.clock(),
+            member=member,
+            user_id=user_id,
+            shared_by_server=reach.shared_by_server,
+            distilled_by_server=reach.distilled_by_server,
+        )
+        reasons = {alert.reason for alert in alerts}
+        self._tally.purges_over_threshold += "share" in reasons
+        self._tally.repeated_purges += "repeated" in reasons
+        for alert in alerts:
+            if self._on_purge_alert is None:
+                log.warning("%s", describe_alert(alert))
+                continue
+            try:
+                self._on_purge_alert(alert)
+            except Exception:
+                log.exception("on_purge_alert failed; the alert was: %s", describe_alert(alert))
+
+    async def _purge(self, user_id: int, server_id: int | None, member: int) -> Purge:
         """Apply a purge to this process's cache, queue its durable part, and wait (briefly)
         for the store's plan of what else it reaches."""
         erasure = self.config.erasure
@@ -566,13 +629,16 @@ class ShortTermMemory:
         self._tally.user_purges += 1
         where = "everywhere" if server_id is None else f"in server {server_id}"
 
-        def planned(result: PurgeResult | tuple[int, bool, tuple[Range, ...] | None]) -> None:
+        def planned(
+            result: PurgeResult | tuple[int, bool, tuple[Range, ...] | None, PurgePreview | None],
+        ) -> None:
             if isinstance(result, PurgeResult):
                 purge.removed, purge.cleared = result.removed, result.cleared
-                ranges = result.ranges
+                purge.own_distilled = dict(result.own_distilled)
+                ranges, reach = result.ranges, result.reach
             else:
                 purge.cleared += result[0]  # a later step
-                ranges = result[2]
+                ranges, reach = result[2], result[3]
             if ranges is None:
                 return  # still being planned: a later step gives the ranges
             cleared = clear_ranges(self.cache, purge, ranges)
@@ -585,6 +651,9 @@ class ShortTermMemory:
                 len(ranges),
                 cleared,
             )
+            if reach is not None:
+                purge.reach = with_own(reach, purge.removed, purge.own_distilled)
+                self._watch(user_id, member, purge.reach)
 
         self.writer.submit_delete(
             PurgeUser(user_id, server_id, erasure),

@@ -37,6 +37,9 @@ class Tally:
     refusals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REFUSAL_REASONS, 0))
     channel_clears: int = 0
     user_purges: int = 0
+    purged_shared_entries: int = 0
+    purges_over_threshold: int = 0
+    repeated_purges: int = 0
     janitor_passes: int = 0
     hydrations: int = 0
     hydrated_keys: int = 0
@@ -58,6 +61,13 @@ class MetricsSnapshot:
     refusals: dict[str, int]
     channel_clears: int
     user_purges: int
+    # Shared entries (beyond the purged users' own) whose notes purges cleared; purges
+    # that cleared more than ``stm.purgewatch.SHARE_THRESHOLD`` of a server's distilled
+    # entries; purges by a member who keeps clearing shared notes in a server (both are
+    # logged as warnings: ``stm.purgewatch``).
+    purged_shared_entries: int
+    purges_over_threshold: int
+    repeated_purges: int
     janitor_passes: int
     hydrations: int
     hydrated_keys: int

@@ -82,9 +82,10 @@ class PurgeImpact:
     it clears (they may hold the user's words), under the erasure policy ``erasure``.
 
     From ``preview_purge`` before, from ``purge`` after. ``shared_by_server`` and
-    ``distilled_by_server`` (a preview's only) count, per server (None: DMs), the shared
-    notes it clears and all the distilled entries the server holds, so that whoever
-    purges sees what share of a server's memory goes."""
+    ``distilled_by_server`` count, per server (None: DMs), the shared notes it clears
+    and all the distilled entries the server holds (before it), so that whoever purges
+    sees what share of a server's memory goes; after a purge, as the store counted them
+    when it planned the purge."""
 
     user_id: int
     server_id: int | None

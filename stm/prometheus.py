@@ -67,6 +67,21 @@ class MemoryCollector:
         yield refusals
         yield counter("channel_clears", "Channel clears (/refresh).", m.channel_clears)
         yield counter("user_purges", "User purges.", m.user_purges)
+        yield counter(
+            "purged_shared_entries",
+            "Shared entries whose notes user purges cleared, beyond the users' own.",
+            m.purged_shared_entries,
+        )
+        yield counter(
+            "purges_over_threshold",
+            "User purges that cleared more than the threshold share of a server's memory.",
+            m.purges_over_threshold,
+        )
+        yield counter(
+            "repeated_purges",
+            "User purges by a member whose purges keep clearing shared notes in a server.",
+            m.repeated_purges,
+        )
         yield counter("janitor_passes", "Janitor passes.", m.janitor_passes)
         yield counter("hydrations", "Reads of durable rows into the cache.", m.hydrations)
         yield counter("hydrated_keys", "Scope keys read from the store.", m.hydrated_keys)

@@ -571,7 +571,7 @@ def _progress(op: PurgeUser | SweepPurge, result: Any) -> tuple[int, int, bool]:
     """(the purge's position, rows it cleared in this transaction, whether more are left)."""
     if isinstance(result, PurgeResult):
         return result.position, result.cleared, result.more
-    cleared, more, _ = result
+    cleared, more = result[0], result[1]
     assert isinstance(op, SweepPurge)
     return op.position, int(cleared), bool(more)
 

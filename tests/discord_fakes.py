@@ -9,7 +9,7 @@ from typing import Any
 
 from discord.ext import commands
 
-from cogs.short_term_memory import COG_NAME, EXTENSION
+from cogs.short_term_memory import COG_NAME, EXTENSION, ShortTermMemoryCog
 from cogs.testing import Reply
 from host.demo import make_bot, settle
 from host.world import World
@@ -59,12 +59,34 @@ class Harness:
         """Use a slash command and return the replies."""
         return await self.world.command(name, *options, person=person, place=place, **extra)
 
+    async def click(self, reply: Reply, button: str, *, person: Any) -> list[Reply]:
+        """``person`` presses ``button`` on the message ``reply`` is; returns the replies."""
+        return await self.world.offline.click(reply, button, user=person)
+
+    async def confirmed(
+        self, name: str, *options: dict[str, Any], person: Any, place: Any, **extra: Any
+    ) -> tuple[Reply, list[Reply]]:
+        """Use a purge command and press Confirm on its preview: (the preview, the replies
+        to the press)."""
+        (preview,) = await self.run(name, *options, person=person, place=place, **extra)
+        assert preview.buttons == ["Confirm", "Cancel"], preview
+        return preview, await self.click(preview, "Confirm", person=person)
+
 
 @asynccontextmanager
-async def harness(tmp_path: Path, **settings: Any) -> AsyncIterator[Harness]:
-    """A bot over a fresh SQLite file in ``tmp_path``; closed (memory drained) on exit."""
+async def harness(
+    tmp_path: Path, *, cog_options: dict[str, Any] | None = None, **settings: Any
+) -> AsyncIterator[Harness]:
+    """A bot over a fresh SQLite file in ``tmp_path``; closed (memory drained) on exit.
+
+    With ``cog_options`` the cog is built with them (``ShortTermMemoryCog(bot, config,
+    tools=..., **cog_options)``) instead of loaded as the extension."""
     config = STMConfig(database=str(tmp_path / "stm.sqlite3"), **settings)
     bot = make_bot(config)
     async with bot:
-        await bot.load_extension(EXTENSION)
+        if cog_options is None:
+            await bot.load_extension(EXTENSION)
+        else:
+            tools = bot.tools  # type: ignore[attr-defined]
+            await bot.add_cog(ShortTermMemoryCog(bot, config, tools=tools, **cog_options))
         yield Harness(bot, World(bot))

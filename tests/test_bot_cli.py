@@ -67,7 +67,10 @@ async def test_console_chats_switches_place_and_runs_commands(tmp_path: Path):
             "/as carol",
             "/memory-settings cadence 1",
             "/context",
+            "/press confirm",
             "/purge-memory alice",
+            "/press Milk",
+            "/press confirm",
             "/as alice",
             "/memory show",
             "/nonsense",
@@ -89,6 +92,10 @@ async def test_console_chats_switches_place_and_runs_commands(tmp_path: Path):
     assert prompts[1] == "Alice@harbor/general> " and prompts[3] == "Carol@harbor/games> "
     assert "every 1 turns" in text
     assert 'Alice: "hello from general"' in text  # /context shows #general from #games
+    assert "cannot do that: the bot's last answers have no buttons" in text
+    assert "[buttons: Confirm | Cancel] (/press BUTTON)" in text
+    assert "unknown button 'Milk': one of Confirm, Cancel" in text
+    assert "[only you see this, the message now reads] Done: short-term memory about " in text
     assert "erased in this server" in text
     assert "holds no short-term memory about you" in text
     assert "unknown command /nonsense" in text

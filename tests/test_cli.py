@@ -327,30 +327,59 @@ def test_stored_text_cannot_drive_the_terminal(db: Path) -> None:
 
 
 def test_export_a_user(db: Path) -> None:
-    """export --user gives everything held about the user as JSON: own entries, shared
-    memory they contributed to (without other people's ids), the opt-out, and what the
-    database cannot hold."""
+    """export --user gives what is held about the user as JSON: their own entries in full;
+    of the shared entries their words may be in, where and when only (no text, no other
+    user's id, not even in a key); the opt-out, and what the database cannot hold."""
     run = stm(db, "export", "--user", "42")
     assert run.status == 0, run.err
+    assert run.err == ""
     data = run.json()
     assert isinstance(data, dict)
-    assert data["user_id"] == 42
+    assert data["user_id"] == 42 and data["needs_review"] is False and "review" not in data
     assert {e["summary"] for e in data["entries"]} == {
         summary_of(42, 10),
         summary_of(42, 11),
         summary_of(42, 20),
     }
-    assert {e["key"] for e in data["contributed_to"]} == {
-        "shortterm:server:100:10",
-        "shortterm:server:100:11",
-        "shortterm:user:7:10",
-    }
-    assert all("contributors" not in e for e in data["entries"] + data["contributed_to"])
+    shared = data["contributed_to"]
+    # The server's notes of channels 10 and 11, and user 7's own entry of channel 10.
+    assert sorted((e["scope"], e["key"], e["channel_id"]) for e in shared) == [
+        ("server", "shortterm:server:100:10", 10),
+        ("server", "shortterm:server:100:11", 11),
+        ("user", None, 10),
+    ]
+    assert all(
+        set(e) == {"key", "scope", "server_id", "channel_id", "parent_channel_id",
+                   "persona_id", "updated_at", "expires_at"}
+        for e in shared
+    )  # fmt: skip
+    assert all(e["server_id"] == 100 for e in shared)
+    assert "direct" in data["contributed_to_means"]
+    # Nothing of user 7 leaves: their text, their key, their id.
+    assert summary_of(7, 10) not in run.out and "user:7" not in run.out
+    assert '"user_id": 7' not in run.out
+    assert all("contributors" not in e for e in data["entries"])
     assert data["opted_out"] == {"opted_out": False, "since": None}
     assert "recent messages" in data["not_included"]
     assert summary_of(9, 30) not in run.out
     nine = stm(db, "export", "--user", "9").json()
     assert isinstance(nine, dict) and nine["opted_out"]["opted_out"] is True
+
+
+def test_export_with_shared_text_is_marked_for_review(db: Path) -> None:
+    """--include-shared-text adds the shared entries' text, says at the top of the output
+    that it needs review before it is sent, and warns on stderr."""
+    run = stm(db, "export", "--user", "42", "--include-shared-text")
+    assert run.status == 0, run.err
+    data = run.json()
+    assert isinstance(data, dict)
+    assert data["needs_review"] is True and "remove what is not the user's" in data["review"]
+    assert run.err.startswith("warning: contributed_to holds the text of shared entries")
+    assert summary_of(7, 10) in {e["summary"] for e in data["contributed_to"]}
+    assert all("categories" in e for e in data["contributed_to"])
+    assert {e["key"] for e in data["contributed_to"]} == {
+        "shortterm:server:100:10", "shortterm:server:100:11", None,
+    }  # fmt: skip
 
 
 def test_check_a_sound_and_a_damaged_database(db: Path) -> None:
@@ -405,6 +434,10 @@ def test_purge_user_asks_first(db: Path) -> None:
     before = rows(db)
     no = stm_on_terminal(db, "purge-user", "42", answer="n\n")
     assert no.status == 1
+    assert f"A purge of user 42 everywhere in {db} erases:" in no.err
+    assert "  the user's own entries: 3\n" in no.err.replace("\r\n", "\n")
+    assert "(erasure policy direct): 3" in no.err
+    assert "    server 100: 3 of its 5 distilled entries (60%)" in no.err
     assert "Erase user 42's short-term memory everywhere (6 entries)" in no.err
     assert "aborted" in no.err
     assert rows(db) == before
@@ -413,17 +446,29 @@ def test_purge_user_asks_first(db: Path) -> None:
     assert rows(db) == before
     yes = stm_on_terminal(db, "purge-user", "42", answer="y\n")
     assert yes.status == 0, yes.err
-    assert "purged user 42 everywhere: 6 entries erased or cleared; durable" in yes.out
+    assert (
+        "purged user 42 everywhere: 6 entries erased or cleared (3 of their own, the notes "
+        "of 3 shared); durable" in yes.out
+    )
     _assert_user_42_purged(db, server=None)
 
 
 def test_purge_user_with_yes_and_json(db: Path) -> None:
-    """--yes purges without asking; --json reports it once durable."""
+    """--yes purges without asking; --json reports it once durable, with what it said it
+    would erase and what it erased: the user's own entries, and the shared ones by server
+    out of the server's distilled entries (the same counts, as nothing happened between)."""
     run = stm(db, "--json", "purge-user", "42", "--yes")
     assert run.status == 0, run.err
     data = run.json()
     assert isinstance(data, dict)
     assert data["durable"] is True and data["entries_before"] == 6 and data["entries_now"] == 0
+    expected = {
+        "erasure": "direct",
+        "own": 3,
+        "shared": 3,
+        "by_server": [{"server_id": 100, "shared": 3, "distilled": 5, "share": 0.6}],
+    }
+    assert data["preview"] == expected and data["erased"] == expected
     assert data["commits"] >= 1
     assert (data["durable_write_failures"], data["durable_write_retries"]) == (0, 0)
     _assert_user_42_purged(db, server=None)
@@ -433,7 +478,7 @@ def test_purge_user_in_one_server(db: Path) -> None:
     """--server limits the purge to one server: the user's DM memory stays."""
     run = stm(db, "purge-user", "42", "--server", "100", "--yes")
     assert run.status == 0, run.err
-    assert "in server 100: 5 entries" in run.out
+    assert "in server 100: 5 entries erased or cleared (2 of their own, the notes of 3" in run.out
     _assert_user_42_purged(db, server=100)
 
 

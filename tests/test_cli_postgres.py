@@ -74,6 +74,12 @@ def test_stats_show_export_and_check(pg: str, tmp_path: Path) -> None:
     export = stm_at(tmp_path, pg, "export", "--user", "9").json()
     assert isinstance(export, dict) and export["opted_out"]["opted_out"] is True
     assert {e["summary"] for e in export["entries"]} == {summary_of(9, 30)}
+    export = stm_at(tmp_path, pg, "export", "--user", "42").json()
+    assert isinstance(export, dict) and export["needs_review"] is False
+    assert {e["key"] for e in export["contributed_to"]} == {
+        "shortterm:server:100:10", "shortterm:server:100:11", None,
+    }  # fmt: skip
+    assert all("summary" not in e for e in export["contributed_to"])
     check = stm_at(tmp_path, pg, "--json", "check")
     assert check.status == 0, check.err
     assert check.json() == {
@@ -105,6 +111,13 @@ def test_purges_and_janitor(pg: str, tmp_path: Path) -> None:
     assert done.status == 0, done.err
     data = done.json()
     assert isinstance(data, dict) and data["entries_before"] == 6 and data["entries_now"] == 0
+    expected = {
+        "erasure": "direct",
+        "own": 3,
+        "shared": 3,
+        "by_server": [{"server_id": 100, "shared": 3, "distilled": 5, "share": 0.6}],
+    }
+    assert data["preview"] == expected and data["erased"] == expected
     left = rows(pg)
     assert not [k for k in left if k.startswith("shortterm:user:42:")]
     assert left["shortterm:server:100:10"] is None

@@ -51,17 +51,18 @@ class TestRefresh:
             assert "cleared" in text
 
     async def test_forget_has_a_per_user_cooldown(self, tmp_path: Path):
-        """A second /memory forget by the same member at once is refused; others may forget."""
+        """A second /memory forget by the same member at once is refused before any preview;
+        others may forget."""
         async with harness(tmp_path) as h:
-            await h.run("memory", subcommand("forget"), person=h.bob, place=h.general)
+            await h.confirmed("memory", subcommand("forget"), person=h.bob, place=h.general)
             await h.say(h.bob, h.general, "said after forgetting")
-            text = only(await h.run("memory", subcommand("forget"), person=h.bob, place=h.general))
-            assert "Slow down" in text
+            (refused,) = await h.run("memory", subcommand("forget"), person=h.bob, place=h.general)
+            assert "Slow down" in refused.content and refused.buttons == []
             assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is not None
             text = only(
                 await h.run("memory", subcommand("forget"), person=h.alice, place=h.general)
             )
-            assert "erased" in text
+            assert "This erases what the bot remembers about you" in text
 
     async def test_works_in_a_dm(self, tmp_path: Path):
         async with harness(tmp_path) as h:
@@ -107,20 +108,107 @@ class TestMemoryShow:
             assert all(f"{n} word" in joined for n in range(5))
 
 
+FORGET = subcommand("forget")
+
+
+async def _wait_for(check, seconds: float = 5.0) -> None:
+    """Until ``check()`` holds (a view's timer runs on the real clock)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not check():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
 class TestForget:
-    async def test_forget_purges_everything_of_yours_durably(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_forget_shows_what_will_go_and_erases_only_once_confirmed(self, tmp_path: Path):
+        """The preview counts your entries and the shared ones beyond them, with the share of
+        this server's memory; nothing goes until Confirm; then the message says what went."""
+        async with harness(tmp_path, render_mode="supersede") as h:
             dm = h.world.dm(h.alice)
-            await h.say(h.alice, h.general, "alpha secret")
+            ctx = await h.say(h.alice, h.general, "alpha secret")
+            assert (await h.memory.run_tool(ctx, {"summary": "Alice's alpha plans"})).success
+            ctx = await h.say(h.bob, h.general, "bob stays")  # his notes are written from hers
+            assert (await h.memory.run_tool(ctx, {"summary": "Bob answers Alice"})).success
+            ctx = await h.say(h.carol, h.games, "carol's chess")  # sees #general's notes only
+            assert (await h.memory.run_tool(ctx, {"summary": "Carol plays chess"})).success
             await h.say(h.alice, dm, "beta secret")
-            await h.say(h.bob, h.general, "bob stays")
-            replies = await h.run("memory", subcommand("forget"), person=h.alice, place=h.games)
-            assert "erased" in only(replies)
-            assert replies[0].kind == "followup"  # after the deferral: answered once durable
+            await h.memory.flush()
+            (preview,) = await h.run("memory", FORGET, person=h.alice, place=h.games)
+            assert preview.ephemeral and preview.kind == "followup"
+            assert preview.buttons == ["Confirm", "Cancel"]
+            # Alice's own: #general's and her DM's. Shared: #general's notes and Bob's entry
+            # there, of the 5 distilled entries of Harbor (Carol's two in #games stay).
+            assert "- your own entries: **2**" in preview.content
+            assert "the notes of **2** shared entries beyond your own" in preview.content
+            assert "**2** in this server (40% of what the bot remembers here)" in preview.content
+            assert "within 2 minutes" in preview.content
+            assert await h.memory.get_entry(user_key(h.alice.id, dm.id)) is not None
+            shared = await h.memory.get_entry(server_key(1100, h.general.id))
+            assert shared is not None and shared.summary == "Bob answers Alice"
+
+            pressed = await h.click(preview, "Confirm", person=h.alice)
+            assert [r.kind for r in pressed] == ["edit", "edit"]
+            assert all(r.message_id == preview.message_id and r.ephemeral for r in pressed)
+            assert pressed[0].content == "Erasing…" and pressed[0].buttons == []
+            assert pressed[-1].content == (
+                "Done: the bot's short-term memory about you is erased, in every server and "
+                "DM: 2 entries of your own, your recent messages, and the notes of 2 shared "
+                "entries."
+            )
+            assert pressed[-1].allowed_mentions == {"parse": []}
             assert await h.memory.get_entry(user_key(h.alice.id, dm.id)) is None
             shared = await h.memory.get_entry(server_key(1100, h.general.id))
-            assert shared is not None
+            assert shared is not None and shared.summary is None
             assert [m.content for m in shared.messages if m.role == "user"] == ["bob stays"]
+            games = await h.memory.get_entry(server_key(1100, h.games.id))
+            assert games is not None and games.summary == "Carol plays chess"
+
+    async def test_only_the_asker_can_answer_and_cancel_erases_nothing(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            await h.say(h.alice, h.general, "alpha secret")
+            (preview,) = await h.run("memory", FORGET, person=h.alice, place=h.general)
+            (refused,) = await h.click(preview, "Confirm", person=h.bob)
+            assert refused.kind == "response" and refused.ephemeral
+            assert refused.content == "Only the person who asked for this can answer it."
+            assert h.world.offline.current(preview).buttons == ["Confirm", "Cancel"]
+            assert await h.memory.get_entry(user_key(h.alice.id, h.general.id)) is not None
+            (cancelled,) = await h.click(preview, "Cancel", person=h.alice)
+            assert cancelled.content == "Cancelled: nothing was erased."
+            assert cancelled.buttons == [] and cancelled.message_id == preview.message_id
+            with pytest.raises(ValueError, match="not there"):
+                await h.click(preview, "Confirm", person=h.alice)
+            await h.memory.flush()
+            assert await h.memory.get_entry(user_key(h.alice.id, h.general.id)) is not None
+            assert h.memory.metrics.user_purges == 0
+
+    async def test_an_unanswered_confirmation_expires_and_erases_nothing(self, tmp_path: Path):
+        async with harness(tmp_path, cog_options={"confirm_seconds": 0.05}) as h:
+            await h.say(h.alice, h.general, "alpha secret")
+            (preview,) = await h.run("memory", FORGET, person=h.alice, place=h.general)
+            assert "within 0.05 seconds" in preview.content
+            offline = h.world.offline
+            await _wait_for(lambda: offline.current(preview).kind == "edit")
+            await offline.settle()
+            expired = offline.current(preview)
+            assert expired.content == "Not confirmed within 0.05 seconds: nothing was erased."
+            assert expired.buttons == [] and expired.ephemeral
+            assert await h.memory.get_entry(user_key(h.alice.id, h.general.id)) is not None
+            assert h.memory.metrics.user_purges == 0
+
+    async def test_two_presses_at_once_erase_once(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            await h.say(h.alice, h.general, "alpha secret")
+            (preview,) = await h.run("memory", FORGET, person=h.alice, place=h.general)
+            offline = h.world.offline
+            first, second = (
+                offline.component_payload(preview, "Confirm", user=h.alice) for _ in range(2)
+            )
+            await asyncio.gather(offline.deliver(first), offline.deliver(second))
+            answered = [r for r in offline.replies if r.kind == "response"]
+            assert [r.content for r in answered] == ["This was already answered."]
+            assert offline.current(preview).content.startswith("Done")
+            assert h.memory.metrics.user_purges == 1
 
     async def test_says_plainly_when_the_purge_is_not_durable(
         self, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -131,9 +219,25 @@ class TestForget:
                 raise DurabilityError(["purging user 501 everywhere: disk I/O error"])
 
             h.memory.flush = failing_flush  # type: ignore[method-assign]
-            text = only(await h.run("memory", subcommand("forget"), person=h.alice, place=h.games))
-            assert "could not confirm the deletion" in text
+            _, pressed = await h.confirmed("memory", FORGET, person=h.alice, place=h.games)
+            assert "could not confirm the deletion" in pressed[-1].content
             assert "disk I/O error" in caplog.text
+
+    async def test_a_failing_purge_is_logged_and_apologised_for(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ):
+        async with harness(tmp_path) as h:
+
+            async def broken(*args: object, **kwargs: object) -> None:
+                raise RuntimeError("store on fire")
+
+            h.memory.purge = broken  # type: ignore[assignment,method-assign]
+            with caplog.at_level(logging.ERROR):
+                _, pressed = await h.confirmed("memory", FORGET, person=h.alice, place=h.games)
+            assert pressed[-1].content.startswith("Sorry, something went wrong")
+            assert "store on fire" not in pressed[-1].content and pressed[-1].buttons == []
+            record = next(r for r in caplog.records if r.name == "discord_stm")
+            assert record.exc_info is not None and "purge confirmation failed" in record.message
 
 
 class TestPauseResume:
@@ -171,10 +275,11 @@ class TestPurgeMemory:
         async with harness(tmp_path) as h:
             await self._setup(h)
             options, extra = self.purge(h, h.bob)
-            text = only(
-                await h.run("purge-memory", *options, person=h.alice, place=h.general, **extra)
+            replies = await h.run(
+                "purge-memory", *options, person=h.alice, place=h.general, **extra
             )
-            assert "Administrator" in text
+            assert "Administrator" in only(replies)
+            assert replies[0].buttons == []  # refused before any preview
             assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is not None
 
     async def test_manage_server_is_not_enough(self, tmp_path: Path):
@@ -190,8 +295,15 @@ class TestPurgeMemory:
         async with harness(tmp_path) as h:
             await self._setup(h)
             options, extra = self.purge(h, h.bob)
-            replies = await h.run("purge-memory", *options, person=EVE, place=h.general, **extra)
-            assert "erased in this server" in only(replies)
+            preview, pressed = await h.confirmed(
+                "purge-memory", *options, person=EVE, place=h.general, **extra
+            )
+            assert preview.content.startswith(
+                f"**This erases what the bot remembers about <@{h.bob.id}> in this server:**"
+            )
+            assert "- their recent messages in this server" in preview.content
+            assert preview.allowed_mentions == {"parse": []}
+            assert "erased in this server" in pressed[-1].content
             assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is None
             assert await h.memory.get_entry(user_key(h.bob.id, h.elsewhere.id)) is not None
             dm = h.world.dm(h.bob)
@@ -201,8 +313,8 @@ class TestPurgeMemory:
         async with harness(tmp_path) as h:
             await self._setup(h)
             options, extra = self.purge(h, h.bob, everywhere=True)
-            text = only(await h.run("purge-memory", *options, person=EVE, place=h.general, **extra))
-            assert "Only the bot's owner" in text
+            replies = await h.run("purge-memory", *options, person=EVE, place=h.general, **extra)
+            assert "Only the bot's owner" in only(replies) and replies[0].buttons == []
             assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is not None
 
     async def test_the_owner_without_permissions_may_purge_everywhere(self, tmp_path: Path):
@@ -210,8 +322,11 @@ class TestPurgeMemory:
             await self._setup(h)
             owner = replace(h.carol, permissions=0)
             options, extra = self.purge(h, h.bob, everywhere=True)
-            replies = await h.run("purge-memory", *options, person=owner, place=h.general, **extra)
-            assert "in every server and DM" in only(replies)
+            preview, pressed = await h.confirmed(
+                "purge-memory", *options, person=owner, place=h.general, **extra
+            )
+            assert "in every server and DM:**" in preview.content
+            assert "in every server and DM" in pressed[-1].content
             for place in (h.general, h.elsewhere, h.world.dm(h.bob)):
                 assert await h.memory.get_entry(user_key(h.bob.id, place.id)) is None
 
@@ -221,6 +336,41 @@ class TestPurgeMemory:
             dm = h.world.dm(h.carol)
             text = only(await h.run("purge-memory", *options, person=h.carol, place=dm, **extra))
             assert "only be used in a server" in text
+
+    async def test_an_admin_who_keeps_clearing_shared_notes_is_logged_and_shown(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ):
+        """Each round Bob speaks, Alice's notes are written from his words, and Eve purges
+        Bob: the third purge within the day is a warning on the cog's logger naming the
+        member, the server and the counts; /memory-settings show says what went."""
+        async with harness(tmp_path) as h:
+            options, extra = self.purge(h, h.bob)
+            for round_ in range(3):
+                await h.say(h.bob, h.general, f"bob's words {round_}")
+                ctx = await h.say(h.alice, h.general, "alice answers")
+                assert (await h.memory.run_tool(ctx, {"summary": f"notes {round_}"})).success
+                with caplog.at_level(logging.WARNING, logger="discord_stm"):
+                    _, pressed = await h.confirmed(
+                        "purge-memory", *options, person=EVE, place=h.general, **extra
+                    )
+                assert "the notes of 2 shared entries" in pressed[-1].content
+            (warning,) = [
+                r
+                for r in caplog.records
+                if r.name == "discord_stm" and r.levelno == logging.WARNING
+            ]
+            # Two of Harbor's two distilled entries each time: too few to be a share alert.
+            assert warning.getMessage() == (
+                f"member {EVE.id} keeps clearing the memory of server 1100 (Harbor): 3 "
+                "purges in the last 24 h cleared the notes of 6 shared entries (this one, of "
+                f"user {h.bob.id}: 2 of 2)"
+            )
+            assert h.memory.metrics.repeated_purges == 1
+            shown = await h.run("memory-settings", subcommand("show"), person=EVE, place=h.general)
+            assert only(shown).endswith(
+                "Purges in the last 24 hours (counted by this bot process since it started): "
+                "3 cleared the notes of 6 shared entries here."
+            )
 
 
 class TestErrors:

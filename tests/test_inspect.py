@@ -82,3 +82,37 @@ async def test_nothing_is_created(store_database: str) -> None:
         await found.close()
     else:
         assert not Path(store_database).exists()
+
+
+@pytest.mark.parametrize("erasure", ["complete", "direct"])
+async def test_the_operators_preview_of_a_purge_is_the_librarys(
+    store_database: str, erasure: str
+) -> None:
+    """A read-only connection cannot record a plan, so the operator's preview plans edge
+    by edge: it must count what the library's preview counts, under each policy, in a
+    server and everywhere, for a user whose words were copied across channels."""
+    from test_erasure import ALICE, BOB, CAROL
+    from test_erasure import _server as notes_copied_across_channels
+
+    from stm import ShortTermMemory
+
+    config = STMConfig(database=store_database, render_mode="supersede", erasure=erasure)
+    async with ShortTermMemory.open(config) as memory:
+        await notes_copied_across_channels(memory)
+        await memory.flush()
+        expected = {
+            (user, server): await memory.preview_purge(user, server)
+            for user in (ALICE, BOB, CAROL)
+            for server in (None, 100, 200)
+        }
+    store = await open_inspector(config)
+    try:
+        for (user, server), library in expected.items():
+            found = await store.preview_purge(user, server, erasure)  # type: ignore[arg-type]
+            assert (found.own, found.shared, found.shared_by_server, found.distilled_by_server) == (
+                library.own, library.shared, library.shared_by_server,
+                library.distilled_by_server,
+            ), (user, server)  # fmt: skip
+    finally:
+        await store.close()
+    assert expected[(ALICE, None)].shared == (3 if erasure == "complete" else 1)

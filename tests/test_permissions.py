@@ -3,8 +3,9 @@
 Each cell delivers a real INTERACTION_CREATE through the bot's connection state. The
 expected outcome comes from the rules in docs/commands.md, written
 out below without looking at the cog's checks: an allowed cell must do what the table
-says; a refused one must answer with one clear ephemeral message and change nothing
-(entries, server settings, opt-outs).
+says (a purge: a preview with Confirm / Cancel that changes nothing, then, once the
+person presses Confirm, the purge); a refused one must answer with one clear ephemeral
+message, with no buttons, and change nothing (entries, server settings, opt-outs).
 """
 
 from __future__ import annotations
@@ -238,6 +239,7 @@ class Command:
     servers_only: bool
     effect: Effect
     public: bool = False  # /refresh answers in the channel; everything else only to the user
+    confirm: bool = False  # a purge: it acts only once its preview is confirmed
     prepare: Callable[[Harness, int], Awaitable[None]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -258,7 +260,15 @@ PURGE_BOB = option("user", str(BOB_ID), 6)
 COMMANDS = (
     Command("/refresh", "refresh", (), "everyone", False, _refreshed, public=True),
     Command("/memory show", "memory", (subcommand("show"),), "everyone", False, _shown),
-    Command("/memory forget", "memory", (subcommand("forget"),), "everyone", False, _forgotten),
+    Command(
+        "/memory forget",
+        "memory",
+        (subcommand("forget"),),
+        "everyone",
+        False,
+        _forgotten,
+        confirm=True,
+    ),
     Command("/memory pause", "memory", (subcommand("pause"),), "everyone", False, _opted_out(True)),
     Command(
         "/memory resume",
@@ -276,6 +286,7 @@ COMMANDS = (
         "administrator",
         True,
         _purged(everywhere=False),
+        confirm=True,
         extra=BOB,
     ),
     Command(
@@ -285,6 +296,7 @@ COMMANDS = (
         "owner",
         True,
         _purged(everywhere=True),
+        confirm=True,
         extra=BOB,
     ),
     Command(
@@ -411,13 +423,21 @@ async def test_permission(tmp_path: Path, command: Command, actor: Actor) -> Non
         )
         await h.memory.flush()
         after = await snapshot(h)
+        expected = refusal(command.who, command.servers_only, actor)
+        if command.confirm and not expected:
+            (preview,) = replies
+            assert preview.buttons == ["Confirm", "Cancel"], preview
+            assert after == before, "a purge changed memory before it was confirmed"
+            replies = [preview, *await h.click(preview, "Confirm", person=person)]
+            await h.memory.flush()
+            after = await snapshot(h)
 
     assert replies, "every use gets an answer"
     assert all(r.allowed_mentions == {"parse": []} for r in replies)
     text = "\n".join(r.content for r in replies)
-    expected = refusal(command.who, command.servers_only, actor)
     if expected:
         assert len(replies) == 1 and replies[0].ephemeral, replies
+        assert replies[0].buttons == [], "a refused command offered a choice"
         assert any(word.lower() in text.lower() for word in expected), text
         assert after == before, "a refused command changed memory"
     else:

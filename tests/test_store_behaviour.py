@@ -537,7 +537,7 @@ async def test_a_purge_of_many_rows_is_cleared_in_chunks_and_hidden_meanwhile(
     (refused,) = await store.run(saves(row(shared), shown=(1,)))
     assert refused == Overtaken(result.position)
     (swept,) = await store.run([SweepPurge(result.position)])
-    assert swept == (len(rows) + 1 - chains.SWEEP_CHUNK, False, None)
+    assert swept == (len(rows) + 1 - chains.SWEEP_CHUNK, False, None, None)
     assert await store.pending_sweeps() == []
     (saved,) = await store.run(saves(row(shared), shown=(1,)))
     assert isinstance(saved, Saved) and saved.pin.chain != 1

@@ -24,6 +24,18 @@ from stm import DialogueMessage, GenerationFinished, STMConfig, ToolRegistry
 ROOT = Path(__file__).resolve().parent.parent
 
 
+class Vote(discord.ui.View):
+    """Two buttons; a press edits the message (a component interaction's own answer)."""
+
+    @discord.ui.button(label="Tea", custom_id="vote-tea")
+    async def tea(self, interaction: discord.Interaction[Any], _: discord.ui.Button[Any]) -> None:
+        await interaction.response.edit_message(content=f"{interaction.user.name}: tea", view=None)
+
+    @discord.ui.button(label="Coffee", disabled=True)
+    async def coffee(self, interaction: discord.Interaction[Any], _: Any) -> None:
+        raise AssertionError("a disabled button cannot be pressed")
+
+
 class EchoBot(commands.Bot):
     """A bot of one's own: no owner given, no stm_config attribute, its own on_message."""
 
@@ -45,6 +57,9 @@ class EchoBot(commands.Bot):
             raise RuntimeError("the listener broke")
         if message.content == "fetch":
             await self.application_info()
+            return
+        if message.content == "vote":
+            await message.reply("Tea or coffee?", view=Vote())
             return
         history = [m.content async for m in message.channel.history(limit=5, before=message)]
         ctx = turn_context_from_message(message)
@@ -87,7 +102,7 @@ async def test_the_owner_is_set_so_owner_only_commands_work(tmp_path: Path):
         ann = offline.person("Ann")
         assert offline.bot.owner_id == offline.owner.id
         assert await offline.bot.is_owner(discord.Object(offline.owner.id))  # type: ignore[arg-type]
-        (reply,) = await offline.command(
+        (preview,) = await offline.command(
             "purge-memory",
             option("user", str(ann.id), 6),
             option("everywhere", True, 5),
@@ -95,7 +110,45 @@ async def test_the_owner_is_set_so_owner_only_commands_work(tmp_path: Path):
             channel=general,
             resolved_users=[ann],
         )
-        assert "in every server and DM" in reply.content
+        assert "in every server and DM" in preview.content
+        (_, done) = await offline.click(preview, "Confirm", user=offline.owner)
+        assert done.content.startswith("Done") and "in every server and DM" in done.content
+
+
+async def test_a_button_press_is_a_component_interaction_from_where_the_message_is(
+    tmp_path: Path,
+):
+    """A press of a button on a channel message and on an ephemeral answer: the view's
+    callback runs, its edit is recorded as an edit of that message, and ``current`` reads
+    the message as it is now."""
+    async with offline_bot(EchoBot(tmp_path / "m.sqlite3")) as offline:
+        general = offline.server("Harbor")["general"]
+        ann, mod = offline.person("Ann"), offline.person("Mod", permissions=1 << 3)
+        (question,) = await offline.say(ann, general, "vote")
+        assert question.buttons == ["Tea", "Coffee"] and question.message_id is not None
+        with pytest.raises(ValueError, match="'Coffee' is disabled"):
+            await offline.click(question, "Coffee", user=ann)
+        with pytest.raises(ValueError, match=r"'Milk' is not there on that message \(buttons: Tea"):
+            await offline.click(question, "Milk", user=ann)
+        (edit,) = await offline.click(question, "vote-tea", user=ann)  # a custom id works too
+        assert (edit.kind, edit.content, edit.buttons) == ("edit", "ann: tea", [])
+        assert edit.message_id == question.message_id and edit.channel_id is None
+        assert offline.current(question) is edit
+        with pytest.raises(ValueError, match="not there"):
+            await offline.click(question, "Tea", user=ann)
+        # An ephemeral answer's buttons: the press comes from the command's channel.
+        (preview,) = await offline.command(
+            "purge-memory", option("user", str(ann.id), 6), user=mod, channel=general,
+            resolved_users=[ann],
+        )  # fmt: skip
+        payload = offline.component_payload(preview, "Cancel", user=mod)
+        assert (payload["type"], payload["channel_id"], payload["guild_id"]) == (
+            3, str(general.id), str(general.guild_id),
+        )  # fmt: skip
+        assert payload["message"]["id"] == str(preview.message_id)
+        assert payload["message"]["flags"] == 64
+        (cancelled,) = await offline.deliver(payload)
+        assert cancelled.ephemeral and cancelled.content.startswith("Cancelled")
 
 
 async def test_a_bot_that_has_an_owner_keeps_it(tmp_path: Path):
@@ -141,15 +194,15 @@ async def test_permissions_come_from_the_person_unless_given(tmp_path: Path):
             "purge-memory", target, user=ann, channel=general, resolved_users=[ann]
         )
         assert "Administrator" in refused.content
-        (done,) = await offline.command(
+        (preview,) = await offline.command(
             "purge-memory", target, user=admin, channel=general, resolved_users=[ann]
         )
-        assert done.content.startswith("Done")
+        assert preview.buttons == ["Confirm", "Cancel"]
         (lent,) = await offline.command(
             "purge-memory", target, user=ann, channel=general, resolved_users=[ann],
             permissions=1 << 3,
         )  # fmt: skip
-        assert lent.content.startswith("Done")
+        assert lent.buttons == ["Confirm", "Cancel"]
 
 
 def test_the_harness_imports_nothing_of_the_repository_by_its_own_names():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import discord
@@ -15,18 +16,28 @@ from stm import (
     DurabilityError,
     GenerationFinished,
     InvalidInput,
+    PurgeAlert,
+    PurgeImpact,
     ShortTermMemory,
     STMConfig,
     ToolRegistry,
     TurnContext,
 )
 from stm.keys import turn_keys
+from stm.purgewatch import describe_alert
 from stm.render import category_labels
 
 from ..utils.checks import NotOwner, has_server_permission_or_owner, is_owner, server_only
 from ..utils.context import turn_context_from_interaction
-from ..utils.replies import reply
-from .describe import describe_memory
+from ..utils.replies import NO_PINGS, reply
+from .confirm import CONFIRM_SECONDS, PurgeConfirmation
+from .describe import (
+    describe_forget_done,
+    describe_forget_preview,
+    describe_memory,
+    describe_purge_done,
+    describe_purge_preview,
+)
 from .entries import entries_shown_to
 from .settings import SettingsCommands
 
@@ -97,6 +108,8 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
     given, gets the ``update_short_term_memory`` tool while the cog is loaded.
     ``command_names`` renames top-level commands (``{"refresh": "forget-channel"}``) or
     leaves them out (``{"purge-memory": None}``); keys are the names in ``COMMANDS``.
+    ``confirm_seconds``: how long ``/memory forget`` and ``/purge-memory`` wait for their
+    Confirm button before nothing happens.
     """
 
     memory: ShortTermMemory
@@ -108,6 +121,7 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
         *,
         tools: ToolRegistry | None = None,
         command_names: Mapping[str, str | None] | None = None,
+        confirm_seconds: float = CONFIRM_SECONDS,
     ) -> None:
         if config is not None and not isinstance(config, STMConfig):
             raise TypeError(f"config must be an stm.STMConfig, not {type(config).__name__}")
@@ -121,6 +135,11 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
         self._load_note = ""
         self._misconfigured = False
         self.names = self._apply_command_names(command_names or {})
+        # An interaction's token lets the bot edit its answer for 15 minutes.
+        if not 0 < confirm_seconds <= 14 * 60:
+            raise ValueError("confirm_seconds must be more than 0 and at most 840 (14 minutes)")
+        self.confirm_seconds = float(confirm_seconds)
+        self._confirmations: weakref.WeakSet[PurgeConfirmation] = weakref.WeakSet()
 
     def _apply_command_names(self, wanted: Mapping[str, str | None]) -> dict[str, str | None]:
         unknown = set(wanted) - set(COMMANDS)
@@ -174,7 +193,7 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
             self._config_source = (
                 self._config_source or "from the STM_* environment (no config was passed)"
             )
-        self.memory = await ShortTermMemory.open(self.config)
+        self.memory = await ShortTermMemory.open(self.config, on_purge_alert=self._purge_alert)
         try:
             if self.tools is not None:
                 self.tools.register(self.memory.tool)
@@ -200,6 +219,9 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
         )
 
     async def cog_unload(self) -> None:
+        # A confirmation pressed after this would reach a closed memory: nothing is erased.
+        for confirmation in list(self._confirmations):
+            confirmation.stop()
         memory = getattr(self, "memory", None)
         if memory is None or memory.closed:
             return
@@ -276,13 +298,21 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
     @app_commands.checks.cooldown(1, FORGET_COOLDOWN_SECONDS, key=lambda i: i.user.id)
     async def memory_forget(self, interaction: discord.Interaction[Any]) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
-        await self.memory.clear_short_term_memory_for_user(interaction.user.id)
-        text = "Done: the bot's short-term memory about you is erased, in every server and DM."
-        try:
-            await self.memory.flush()
-        except DurabilityError as exc:
-            text += _durability_note(exc, f"purge of user {interaction.user.id} everywhere")
-        await reply(interaction, text)
+        user_id = interaction.user.id
+        impact = await self.memory.preview_purge(user_id)
+
+        async def erase() -> str:
+            try:
+                done: PurgeImpact | None = await self.memory.purge(user_id)
+            except DurabilityError as exc:
+                note = _durability_note(exc, f"purge of user {user_id} everywhere")
+                return describe_forget_done(None) + note
+            return describe_forget_done(done)
+
+        preview = describe_forget_preview(
+            impact, here=interaction.guild_id, seconds=self.confirm_seconds
+        )
+        await self._confirm(interaction, preview, erase)
 
     @memory_group.command(name="pause", description="Stop the bot remembering your messages.")
     async def memory_pause(self, interaction: discord.Interaction[Any]) -> None:
@@ -321,15 +351,56 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
             raise NotOwner("`everywhere:True`")
         await interaction.response.defer(ephemeral=True, thinking=True)
         server_id = None if everywhere else interaction.guild_id
-        await self.memory.clear_short_term_memory_for_user(user.id, server_id)
-        where = "in every server and DM" if everywhere else "in this server"
-        text = f"Done: short-term memory about {user.mention} is erased {where}."
-        try:
-            await self.memory.flush()
-        except DurabilityError as exc:
-            where = "everywhere" if server_id is None else f"in server {server_id}"
-            text += _durability_note(exc, f"purge of user {user.id} {where}")
-        await reply(interaction, text)
+        impact = await self.memory.preview_purge(user.id, server_id)
+        asker = interaction.user.id
+
+        async def erase() -> str:
+            try:
+                done: PurgeImpact | None = await self.memory.purge(
+                    user.id, server_id, requested_by=asker
+                )
+            except DurabilityError as exc:
+                where = "everywhere" if server_id is None else f"in server {server_id}"
+                note = _durability_note(exc, f"purge of user {user.id} {where}")
+                return describe_purge_done(None, member=user.mention, everywhere=everywhere) + note
+            return describe_purge_done(done, member=user.mention, everywhere=everywhere)
+
+        assert interaction.guild_id is not None  # server_only
+        preview = describe_purge_preview(
+            impact,
+            member=user.mention,
+            here=interaction.guild_id,
+            everywhere=everywhere,
+            seconds=self.confirm_seconds,
+        )
+        await self._confirm(interaction, preview, erase)
+
+    async def _confirm(
+        self,
+        interaction: discord.Interaction[Any],
+        preview: str,
+        erase: Callable[[], Awaitable[str]],
+    ) -> None:
+        """Answer with ``preview`` and the Confirm / Cancel buttons; ``erase`` on Confirm."""
+        view = PurgeConfirmation(
+            interaction.user.id, erase, apology=APOLOGY, timeout=self.confirm_seconds
+        )
+        self._confirmations.add(view)
+        view.message = await interaction.followup.send(
+            preview, view=view, ephemeral=True, wait=True, allowed_mentions=NO_PINGS
+        )
+
+    def _purge_alert(self, alert: PurgeAlert) -> None:
+        """A purge cleared too much of a server's memory, or repeats: tell the admins."""
+        guild = self.bot.get_guild(alert.server_id)
+        member = guild.get_member(alert.member) if guild is not None else None
+        name = member or self.bot.get_user(alert.member)
+        log.warning(
+            "%s",
+            describe_alert(
+                alert, member=str(name) if name else "", server=guild.name if guild else ""
+            ),
+        )
 
     # -- errors ---------------------------------------------------------------
     async def cog_app_command_error(

@@ -15,7 +15,7 @@ from stm.settings import invalid_input
 from ..utils.checks import has_server_permission_or_owner, server_only
 from ..utils.formatting import truncate
 from ..utils.replies import reply
-from .describe import describe_settings
+from .describe import describe_recent_purges, describe_settings
 
 __all__ = ["SettingsCommands"]
 
@@ -83,7 +83,11 @@ class SettingsCommands(commands.Cog):
     @server_only()
     async def settings_show(self, interaction: discord.Interaction[Any]) -> None:
         await _defer(interaction)
-        await self._show_current(interaction)
+        server_id = _server_id(interaction)
+        settings = await self.memory.get_server_settings(server_id)
+        text = describe_settings(settings, self.memory.config.max_categories)
+        recent = describe_recent_purges(self.memory.recent_purges(server_id))
+        await reply(interaction, f"{text}\n{recent}")
 
     @settings_group.command(name="render-mode", description="How other channels are recalled.")
     @app_commands.describe(mode="crude_summary adds recent messages; supersede shows notes only")

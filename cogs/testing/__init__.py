@@ -4,8 +4,11 @@
 ``setup_hook`` runs as at login) and gives an ``OfflineDiscord``: add servers and
 people, ``await offline.say(person, channel, text)`` delivers a message (your
 ``on_message`` runs; replies come back), ``await offline.command("memory",
-subcommand("show"), user=person, channel=channel)`` uses a slash command. Replies are
-``Reply`` objects. Imports only discord.py and ``stm``.
+subcommand("show"), user=person, channel=channel)`` uses a slash command, and
+``await offline.click(reply, "Confirm", user=person)`` presses a button of a message the
+bot sent (a component interaction; its edits of that message come back, and
+``offline.current(reply)`` reads the message as it is now). Replies are ``Reply``
+objects (``buttons`` lists a message's button labels). Imports only discord.py and ``stm``.
 """
 
 from .capture import OfflineRouteError, RecordingAdapter, RecordingHTTP, Reply

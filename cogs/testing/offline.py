@@ -1,8 +1,8 @@
 """An offline Discord: a real, not logged-in bot fed gateway payloads, its answers captured.
 
-Guilds, members, messages and slash-command interactions reach the bot through
-discord.py's own connection state, so parsing, listeners, option conversion and
-permission checks are discord.py's own; nothing is mocked but the network.
+Guilds, members, messages, slash-command interactions and button presses reach the bot
+through discord.py's own connection state, so parsing, listeners, option conversion,
+permission checks and views are discord.py's own; nothing is mocked but the network.
 """
 
 from __future__ import annotations
@@ -38,8 +38,14 @@ __all__ = ["ADMINISTRATOR", "MANAGE_GUILD", "ListenerFailed", "OfflineDiscord", 
 ADMINISTRATOR = 1 << 3
 MANAGE_GUILD = 1 << 5
 _MENTION = re.compile(r"<@!?(\d+)>")
-# Tasks discord.py starts for what a payload sets off: event listeners and app commands.
-_DISPATCHED = ("discord.py: ", "CommandTree-invoker")
+# Tasks discord.py starts for what a payload sets off: event listeners, app commands, a
+# view's button callbacks and its timeout callback (not the timer itself: that sleeps).
+_DISPATCHED = (
+    "discord.py: ",
+    "CommandTree-invoker",
+    "discord-ui-view-dispatch-",
+    "discord-ui-view-timeout-",
+)
 
 
 class ListenerFailed(RuntimeError):
@@ -116,6 +122,10 @@ class OfflineDiscord:
         self.http = RecordingHTTP(self.replies, self.me.payload)
         self.owner = owner or Person(snowflake(), "Owner")
         self.errors: list[tuple[str, BaseException]] = []
+        # Channel payloads by id, and by the token of each interaction delivered: where a
+        # message with buttons was sent, so that a press comes from there.
+        self._channels: dict[int, dict[str, Any]] = {}
+        self._interaction_channels: dict[str, dict[str, Any]] = {}
         state = bot._connection
         state.user = discord.ClientUser(state=state, data=self.me.payload)  # type: ignore[arg-type]
         # Only the network is replaced: every request the bot makes ends here.
@@ -147,6 +157,8 @@ class OfflineDiscord:
         if not any(m.get("user", {}).get("id") == str(self.me.id) for m in members):
             members.append(member_payload(self.me.payload))
         self.bot._connection.parse_guild_create({**payload, "members": members})
+        for channel in [*(payload.get("channels") or []), *(payload.get("threads") or [])]:
+            self._channels[int(channel["id"])] = {**channel, "guild_id": str(payload["id"])}
         guild = self.bot.get_guild(int(payload["id"]))
         if guild is None:
             raise RuntimeError("guild payload was not accepted")
@@ -173,7 +185,9 @@ class OfflineDiscord:
 
     def dm(self, person: Person) -> Place:
         """``person``'s DM channel with the bot."""
-        return Place("dm", dm_channel_payload(9_000_000 + person.id % 1_000_000, person.payload))
+        place = Place("dm", dm_channel_payload(9_000_000 + person.id % 1_000_000, person.payload))
+        self._channels[place.id] = place.payload
+        return place
 
     def message(self, person: Person, place: Place, text: str) -> discord.Message:
         """The ``discord.Message`` the gateway would deliver for ``person`` saying ``text``."""
@@ -253,9 +267,6 @@ class OfflineDiscord:
         resolved_users: Iterable[Person | dict[str, Any]] = (),
     ) -> dict[str, Any]:
         """An INTERACTION_CREATE payload for ``/command`` used by ``user`` in ``channel``."""
-        if permissions is None:
-            permissions = user.permissions if isinstance(user, Person) else 0
-        user_data, channel_data = _user(user), _channel(channel)
         data: dict[str, Any] = {
             "id": str(snowflake()),
             "name": command,
@@ -265,11 +276,80 @@ class OfflineDiscord:
         resolved = [_user(u) for u in resolved_users]
         if resolved:
             data["resolved"] = {"users": {u["id"]: u for u in resolved}}
+        return self._interaction(2, data, user, _channel(channel), permissions)
+
+    def component_payload(
+        self,
+        reply: Reply,
+        button: str,
+        *,
+        user: Person | dict[str, Any],
+        permissions: int | None = None,
+    ) -> dict[str, Any]:
+        """An INTERACTION_CREATE payload (type 3) for ``user`` pressing the button labelled
+        (or with the custom id) ``button`` on the message ``reply`` is, as it reads now."""
+        message = self.current(reply)
+        pressed = next(
+            (
+                b
+                for b in message.button_payloads()
+                if button in (b.get("label"), b.get("custom_id"))
+            ),
+            None,
+        )
+        if pressed is None or pressed.get("disabled"):
+            shown = ", ".join(message.buttons) or "none"
+            state = "is disabled" if pressed is not None else "is not there"
+            raise ValueError(f"button {button!r} {state} on that message (buttons: {shown})")
+        channel = self._channel_of_reply(message)
+        data = {"custom_id": pressed["custom_id"], "component_type": 2}
+        payload = self._interaction(3, data, user, channel, permissions)
+        sent = message_payload(
+            message.content, author=self.me.payload, channel_id=int(channel["id"]),
+            message_id=message.message_id,
+        )  # fmt: skip
+        sent["components"] = message.components
+        sent["flags"] = 64 if message.ephemeral else 0
+        if "guild_id" in channel:
+            sent["guild_id"] = channel["guild_id"]
+        payload["message"] = sent
+        # Its response edits the message pressed on.
+        assert message.message_id is not None
+        self.adapter.originals[payload["token"]] = message.message_id
+        return payload
+
+    def current(self, reply: Reply) -> Reply:
+        """The message ``reply`` is, as it reads now (after its edits)."""
+        found = self.adapter.current(reply.message_id)
+        return reply if found is None else found
+
+    def _channel_of_reply(self, message: Reply) -> dict[str, Any]:
+        if message.channel_id is not None and message.channel_id in self._channels:
+            return self._channels[message.channel_id]
+        token = self.adapter.tokens.get(message.message_id or 0)
+        channel = self._interaction_channels.get(token or "")
+        if channel is None:
+            raise ValueError("that message was not sent by the bot through this harness")
+        return channel
+
+    def _interaction(
+        self,
+        kind: int,
+        data: dict[str, Any],
+        user: Person | dict[str, Any],
+        channel_data: dict[str, Any],
+        permissions: int | None,
+    ) -> dict[str, Any]:
+        if permissions is None:
+            permissions = user.permissions if isinstance(user, Person) else 0
+        user_data = _user(user)
+        token = f"token-{snowflake()}"
+        self._interaction_channels[token] = channel_data
         payload: dict[str, Any] = {
             "id": str(snowflake()),
             "application_id": str(self.me.id),
-            "type": 2,
-            "token": f"token-{snowflake()}",
+            "type": kind,
+            "token": token,
             "version": 1,
             "data": data,
             "channel_id": channel_data["id"],
@@ -293,7 +373,8 @@ class OfflineDiscord:
         return payload
 
     async def deliver(self, payload: dict[str, Any]) -> list[Reply]:
-        """Deliver an INTERACTION_CREATE, wait for the command to finish; returns its replies."""
+        """Deliver an INTERACTION_CREATE, wait for what it set off (a command, a button's
+        callback) to finish; returns its replies."""
         return await self._deliver(
             lambda: self.bot._connection.parse_interaction_create(payload)  # type: ignore[arg-type]
         )
@@ -321,6 +402,23 @@ class OfflineDiscord:
             resolved_users=resolved_users,
         )
         return await self.deliver(payload)
+
+    async def click(
+        self,
+        reply: Reply,
+        button: str,
+        *,
+        user: Person | dict[str, Any],
+        permissions: int | None = None,
+    ) -> list[Reply]:
+        """``user`` presses ``button`` (its label or custom id) on the message ``reply`` is;
+        returns what the bot sent in answer (edits of that message, new messages).
+
+        The button must be on the message as it reads now (``current``), enabled; the
+        press comes from the channel the message was sent in.
+        """
+        return await self.deliver(self.component_payload(reply, button, user=user,
+                                                         permissions=permissions))  # fmt: skip
 
 
 @asynccontextmanager

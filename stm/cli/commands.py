@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -10,10 +11,12 @@ from typing import Any
 
 import click
 
+from ..errors import DurabilityError
 from ..expiry import HOUR
 from ..keys import parse_key
 from ..memory import ShortTermMemory
-from ..store.base import StoredRow
+from ..models import PurgeImpact
+from ..store.base import PurgePreview, StoredRow
 from ..store.inspect import CheckReport, NoDatabase, UserHoldings, open_migrating
 from ..tables import human_bytes, iso, printable
 from .access import (
@@ -32,10 +35,12 @@ from .view import (
     echo_json,
     echo_pairs,
     echo_rows,
-    in_server,
+    impact_json,
+    impact_lines,
     opt_out_json,
     report,
     row_json,
+    shared_row_json,
 )
 
 __all__ = ["cli", "main"]
@@ -200,25 +205,55 @@ def show(opts: Options, key: str | None, user_id: int | None, channel_id: int | 
     echo_rows(f"entries of channel {channel_id}", rows, opts.config, now)
 
 
+# Said in every export that carries other people's text, and on stderr when it is made.
+REVIEW = (
+    "contributed_to holds the text of shared entries the user's words may be in: other "
+    "people's words too. Review it and remove what is not the user's before sending it."
+)
+
+
 @cli.command()
 @json_flag
 @click.option("--user", "user_id", type=ID, required=True, help="The user's Discord id.")
+@click.option(
+    "--include-shared-text",
+    is_flag=True,
+    help="Add the text of the shared entries the user's words may be in (other people's "
+    "words too: the output is marked as needing review before it is sent).",
+)
 @pass_options
-def export(opts: Options, user_id: int) -> None:
-    """Everything held about a user, as JSON (an answer to a data request)."""
+def export(opts: Options, user_id: int, include_shared_text: bool) -> None:
+    """Everything held about a user, as JSON (an answer to a data request).
+
+    The user's own entries in full; of the shared entries their words may be in, where
+    and when only (other people's text and ids are theirs), unless --include-shared-text.
+    """
 
     async def read() -> UserHoldings:
         async with reading(opts) as store:
             return await store.holdings_of_user(user_id, opts.config.erasure)
 
     holdings = run(read())
+    if include_shared_text:
+        click.echo(click.style(f"warning: {REVIEW}", fg="yellow"), err=True)
     echo_json(
         {
             "user_id": user_id,
             "exported_at": iso(time.time()),
             "database": opts.shown,
+            "needs_review": include_shared_text,
+            **({"review": REVIEW} if include_shared_text else {}),
             "entries": [row_json(row, opts.config) for row in holdings.own],
-            "contributed_to": [row_json(row, opts.config) for row in holdings.contributed],
+            "contributed_to": [
+                shared_row_json(row, opts.config, text=include_shared_text)
+                for row in holdings.contributed
+            ],
+            "contributed_to_means": (
+                "shared entries whose notes were written from a prompt that may have shown the "
+                f"user's words (erasure policy {opts.config.erasure}: what a purge of the user "
+                "clears); the key of another user's own entry is left out, as it holds their id"
+                + ("" if include_shared_text else "; their text is other people's data too")
+            ),
             "opted_out": opt_out_json(holdings),
             "not_included": (
                 "recent messages (crude memory) are held only in the memory of running bot "
@@ -236,33 +271,56 @@ def export(opts: Options, user_id: int) -> None:
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @pass_options
 def purge_user(opts: Options, user_id: int, server_id: int | None, yes: bool) -> None:
-    """Erase everything held about a user (and shared memory they contributed to)."""
+    """Erase everything held about a user (and shared memory they contributed to).
+
+    Shows first what it erases: the user's own entries, and the shared entries whose notes
+    it clears, with each server's share.
+    """
     where = "everywhere" if server_id is None else f"in server {server_id}"
+    erasure = opts.config.erasure
 
-    async def count() -> int:
+    async def look() -> PurgePreview:
         async with reading(opts) as store:
-            holdings = await store.holdings_of_user(user_id, opts.config.erasure)
-            return in_server(holdings, server_id)
+            return await store.preview_purge(user_id, server_id, erasure)
 
-    held = run(count())
+    before = run(look())
+    held = before.own + before.shared
     confirm(
         yes,
-        f"Erase user {user_id}'s short-term memory {where} ({held} entries) from "
-        f"{printable(opts.shown)}?",
+        "\n".join(
+            [
+                f"A purge of user {user_id} {where} in {printable(opts.shown)} erases:",
+                *impact_lines(before, erasure),
+                f"Erase user {user_id}'s short-term memory {where} ({held} entries)?",
+            ]
+        ),
     )
+    erased: list[PurgeImpact] = []
 
     async def purge(memory: ShortTermMemory) -> None:
-        await memory.clear_short_term_memory_for_user(user_id, server_id)
+        # On a DurabilityError durably() tries the flush again, and says what is not durable.
+        with contextlib.suppress(DurabilityError):
+            erased.append(await memory.purge(user_id, server_id))
 
     done = run(durably(opts, purge, f"purge of user {user_id} {where}"))
-    remaining = run(count())
+    after = run(look())
     log.info("purged user %s %s from %s in %.2fs", user_id, where, opts.shown, done.seconds)
+    own, shared = (erased[0].own, erased[0].shared) if erased else (before.own, before.shared)
     report(
         opts,
-        {"purged": "user", "user_id": user_id, "server_id": server_id, "entries_before": held},
-        remaining,
+        {
+            "purged": "user",
+            "user_id": user_id,
+            "server_id": server_id,
+            "entries_before": held,
+            "preview": impact_json(before, erasure),
+            # None when the first flush failed and a retry made it durable: not counted.
+            "erased": impact_json(erased[0], erasure) if erased else None,
+        },
+        after.own + after.shared,
         done,
-        f"purged user {user_id} {where}: {held} entries erased or cleared",
+        f"purged user {user_id} {where}: {own + shared} entries erased or cleared "
+        f"({own} of their own, the notes of {shared} shared)",
     )
 
 

@@ -11,8 +11,9 @@ import click
 
 from ..config import STMConfig
 from ..expiry import Expiry
+from ..models import PurgeImpact
 from ..store import is_postgres_url
-from ..store.base import StoredRow
+from ..store.base import PurgePreview, StoredRow
 from ..store.inspect import UserHoldings
 from ..tables import ago, iso, printable, shorten, table, until
 from .access import Done, Options
@@ -23,10 +24,12 @@ __all__ = [
     "echo_pairs",
     "echo_rows",
     "expires_at",
-    "in_server",
+    "impact_json",
+    "impact_lines",
     "opt_out_json",
     "report",
     "row_json",
+    "shared_row_json",
 ]
 
 
@@ -102,6 +105,26 @@ def _columns() -> int:
     return shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else 120
 
 
+def shared_row_json(row: StoredRow, config: STMConfig, *, text: bool = False) -> dict[str, Any]:
+    """A shared entry the user's words may be in, as a data request shows it: where it is
+    and when, not what it says nor whose it is (other people's data), unless ``text``."""
+    data: dict[str, Any] = {
+        # Another user's own entry: its key and user id are that user's.
+        "key": row.key if row.scope == "server" else None,
+        "scope": row.scope,
+        "server_id": row.server_id,
+        "channel_id": row.channel_id,
+        "parent_channel_id": row.parent_channel_id,
+        "persona_id": row.persona_id,
+        "updated_at": iso(row.updated_at),
+        "expires_at": iso(expires_at(row, config)),
+    }
+    if text:
+        data["summary"] = row.summary
+        data["categories"] = dict(row.categories)
+    return data
+
+
 def row_json(
     row: StoredRow, config: STMConfig, *, contributors: list[int] | None = None
 ) -> dict[str, Any]:
@@ -146,9 +169,50 @@ def report(opts: Options, data: dict[str, Any], remaining: int, done: Done, text
         click.echo(f"{remaining} entries were written again since (new activity)")
 
 
-def in_server(holdings: UserHoldings, server_id: int | None) -> int:
-    rows = holdings.own + holdings.contributed
-    return sum(1 for row in rows if server_id is None or row.server_id == server_id)
+def _by_server(impact: PurgePreview | PurgeImpact) -> list[tuple[int | None, int, int | None]]:
+    """(server, shared entries cleared, distilled entries held) per server; DMs last."""
+    found = sorted(impact.shared_by_server.items(), key=lambda i: (i[0] is None, i[0] or 0))
+    return [(s, n, None if s is None else impact.distilled_by_server.get(s)) for s, n in found]
+
+
+def impact_json(impact: PurgePreview | PurgeImpact, erasure: str) -> dict[str, Any]:
+    """What a purge erases (or would): the user's own entries, the shared entries whose
+    notes it clears, and per server their number out of the server's distilled entries."""
+    return {
+        "erasure": erasure,
+        "own": impact.own,
+        "shared": impact.shared,
+        "by_server": [
+            {
+                "server_id": server,
+                "shared": shared,
+                "distilled": distilled,
+                "share": round(shared / distilled, 4) if distilled else None,
+            }
+            for server, shared, distilled in _by_server(impact)
+        ],
+    }
+
+
+def impact_lines(impact: PurgePreview | PurgeImpact, erasure: str) -> list[str]:
+    """The same, for people: one line per kind, one per server."""
+    lines = [
+        f"  the user's own entries: {impact.own}",
+        f"  shared entries whose notes are cleared, as they may hold the user's words "
+        f"(erasure policy {erasure}): {impact.shared}",
+    ]
+    for server, shared, distilled in _by_server(impact):
+        if server is None:
+            lines.append(f"    in DMs: {shared}")
+        elif distilled:
+            lines.append(
+                f"    server {server}: {shared} of its {distilled} distilled entries "
+                f"({shared / distilled:.0%})"
+            )
+        else:
+            lines.append(f"    server {server}: {shared}")
+    lines.append("  and the user's recent messages, held only by running bots")
+    return lines
 
 
 def expires_at(row: StoredRow, config: STMConfig) -> float:

@@ -347,13 +347,19 @@ class PurgeUser:
 class PurgeResult:
     """What a purge's first transaction did: its feed position, the own rows it deleted,
     its ranges (None while it is still being planned: a later ``SweepPurge`` gives them),
-    the rows cleared so far, and whether anything is left to do."""
+    the rows cleared so far, and whether anything is left to do; once planned, ``reach``:
+    the other rows its ranges reach and the distilled rows held, by server, as
+    :class:`PreviewPurge` counts them but for the user's own distilled rows, counted before
+    they went in ``own_distilled`` (a ``SweepPurge`` that completes the plan gives
+    ``reach`` as the last of its result: ``(rows cleared, more left, ranges, reach)``)."""
 
     position: int
     removed: int
     ranges: tuple[Range, ...] | None
     cleared: int
     more: bool
+    reach: PurgePreview | None = None
+    own_distilled: dict[int | None, int] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         """True when it removed or cleared anything (and so left something to erase)."""

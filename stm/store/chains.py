@@ -45,6 +45,7 @@ __all__ = [
     "collect",
     "extend",
     "forget_purges",
+    "inspect_preview",
     "left",
     "live_of",
     "members",
@@ -56,6 +57,7 @@ __all__ = [
     "purge",
     "ranges_after",
     "ranges_of",
+    "reach",
     "reached",
     "record",
     "sweep",
@@ -140,6 +142,11 @@ _ADD_EDGE = (
 # "+scope" keeps SQLite's planner off stm_by_group, whose leading scope column would match
 # half the table; the user's own index finds the few rows.
 _OWN_ROWS = "DELETE FROM short_term_memories WHERE +scope = 'user' AND user_id = :user"
+# (grouped by server once ``_in_server`` has added its condition)
+_OWN_DISTILLED = (
+    "SELECT server_id, count(*) FROM short_term_memories WHERE +scope = 'user' "
+    "AND user_id = :user AND chain_id IS NOT NULL"
+)
 _SEEDS = (
     "SELECT m.chain_id, m.first FROM stm_chain_members m JOIN stm_chains c ON c.id = m.chain_id "
     "WHERE m.member = :user"
@@ -227,6 +234,13 @@ _COUNT_PLANNED = (
     "ON r.chain_id = m.chain_id AND m.chain_version >= r.from_version "
     "WHERE r.position = :position AND NOT (m.scope = 'user' AND m.user_id = :user) "
     "GROUP BY m.server_id"
+)
+# The rows _COUNT_PLANNED counts, of one range: for a read-only connection, which cannot
+# record a plan (``inspect_preview``).
+_COUNT_IN_RANGE = (
+    "SELECT server_id, count(*) FROM short_term_memories "
+    "WHERE chain_id = :chain AND chain_version >= :from_version AND NOT "
+    "(scope = 'user' AND user_id = :user) GROUP BY server_id"
 )
 _COUNT_OWN = "SELECT count(*) FROM short_term_memories WHERE +scope = 'user' AND user_id = :user"
 # Through stm_by_group (scope, server_id, ...): both scopes of one server.
@@ -409,49 +423,82 @@ def _plan_here(
 
 def purge(
     user: int, server: int | None, erasure: Erasure, position: int, chunk: int = SWEEP_CHUNK
-) -> Procedure[tuple[int, tuple[Range, ...] | None, int, bool]]:
+) -> Procedure[
+    tuple[int, tuple[Range, ...] | None, int, bool, dict[int | None, int], PurgePreview | None]
+]:
     """A purge's first transaction, at feed ``position``: delete the user's own rows, record
-    the purge and take its first planning step; when it is planned and reaches little, also
-    clear (at most a chunk) and finish. Returns (own rows deleted, ranges, or None while it
-    is still being planned, rows cleared, whether more is left): what is left, ``sweep``
-    does in later transactions, so that no transaction of a purge of any size holds the
-    write lock for long."""
+    the purge and take its first planning step; when it is planned, count what it reaches
+    (``reach``) and, when that is little, also clear (at most a chunk) and finish. Returns
+    (own rows deleted, ranges, or None while it is still being planned, rows cleared,
+    whether more is left, the user's own distilled rows by server as they were, and what
+    it reaches once planned): what is left, ``sweep`` does in later transactions, so that
+    no transaction of a purge of any size holds the write lock for long."""
     params = {"user": user, "server": server}
+    # Counted before they go, so that a share of a server's memory is of what it held.
+    own_sql = _in_server(_OWN_DISTILLED, server, "server_id") + " GROUP BY server_id"
+    own = yield Step(own_sql, params, "all")
+    own_distilled = {_server(server_id): int(count) for server_id, count in own}
     removed = yield Step(_in_server(_OWN_ROWS, server, "server_id"), params, "count")
     yield Step(
         _PLAN, {"position": position, "user": user, "server": server, "erasure": erasure}, "exec"
     )
     if not (yield from _plan_steps(position)):
-        return int(removed), None, 0, True
+        return int(removed), None, 0, True, own_distilled, None
     ranges = yield from ranges_of(position)
+    found = yield from reach(position, user)
     if not ranges:
         yield Step(_DONE, {"position": position}, "exec")
-        return int(removed), ranges, 0, False
+        return int(removed), ranges, 0, False, own_distilled, found
     if len(ranges) > chunk:
-        return int(removed), ranges, 0, True
-    cleared, more, _ = yield from sweep(position, chunk)
-    return int(removed), ranges, cleared, more
+        return int(removed), ranges, 0, True, own_distilled, found
+    cleared, more, _, _ = yield from sweep(position, chunk)
+    return int(removed), ranges, cleared, more, own_distilled, found
+
+
+def reach(position: int, user: int) -> Procedure[PurgePreview]:
+    """What the planned purge at ``position`` reaches, before it clears anything: the other
+    rows its ranges hold (``shared``), by server, and the distilled rows each such server
+    holds (``own`` is not counted: 0)."""
+    counted = yield Step(_COUNT_PLANNED, {"position": position, "user": user}, "all")
+    by_server = {_server(server_id): int(count) for server_id, count in counted}
+    distilled = yield from _distilled_in(by_server)
+    return PurgePreview(0, sum(by_server.values()), by_server, distilled)
+
+
+def _server(server_id: Any) -> int | None:
+    return None if server_id is None else int(server_id)
+
+
+def _distilled_in(servers: Iterable[int | None]) -> Procedure[dict[int | None, int]]:
+    """How many distilled entries each of ``servers`` holds (DMs are no server: left out)."""
+    distilled: dict[int | None, int] = {}
+    for server_id in servers:
+        if server_id is not None:
+            row = yield Step(_DISTILLED_IN_SERVER, {"server": server_id}, "one")
+            distilled[server_id] = int(row[0])
+    return distilled
 
 
 def sweep(
     position: int, chunk: int = SWEEP_CHUNK
-) -> Procedure[tuple[int, bool, tuple[Range, ...] | None]]:
+) -> Procedure[tuple[int, bool, tuple[Range, ...] | None, PurgePreview | None]]:
     """The next step of the purge at ``position``: plan further while it is not planned;
     then clear up to ``chunk`` of its rows; once none is left, finish up to
     ``FINISH_CHUNK`` of its chains (end them, and forget the purged user as their member:
     the user is read off the purge's change, and if the feed no longer has it, garbage
     collection drops those rows with their chains). Returns (rows cleared, whether more is
-    left, and its ranges when this step completed its plan)."""
+    left, and, when this step completed its plan, its ranges and what they reach)."""
     state = yield Step(_PLAN_STATE, {"position": position}, "one")
     if state is not None and not state[3]:
         if not (yield from _plan_steps(position)):
-            return 0, True, None
-        return 0, True, (yield from ranges_of(position))
+            return 0, True, None, None
+        ranges = yield from ranges_of(position)
+        return 0, True, ranges, (yield from reach(position, int(state[0])))
     ids = yield Step(_TO_CLEAR, {"position": position, "limit": chunk}, "all")
     if ids:
         yield Step(_CLEAR, [{"id": row[0]} for row in ids], "many")
         if len(ids) == chunk:
-            return len(ids), True, None
+            return len(ids), True, None, None
     finishing = yield Step(_TO_FINISH, {"position": position, "limit": FINISH_CHUNK}, "all")
     chains = [{"chain": row[0], "position": position} for row in finishing]
     if chains:
@@ -461,9 +508,9 @@ def sweep(
         yield Step(_FORGET_MEMBER, chains, "many")
         yield Step(_FINISHED, chains, "many")
     if len(chains) == FINISH_CHUNK:
-        return len(ids), True, None
+        return len(ids), True, None, None
     yield Step(_DONE, {"position": position}, "exec")
-    return len(ids), False, None
+    return len(ids), False, None, None
 
 
 def ranges_of(position: int) -> Procedure[tuple[Range, ...]]:
@@ -512,20 +559,31 @@ def preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgeP
         yield Step(drop, {"position": _SCRATCH}, "exec")
     yield from _plan_here(user, server, erasure, _SCRATCH)
     counts = yield Step(_COUNT_PLANNED, {"position": _SCRATCH, "user": user}, "all")
-    by_server = {None if s is None else int(s): int(n) for s, n in counts}
+    by_server = {_server(s): int(n) for s, n in counts}
     for drop in (_DROP_PLAN, _DROP_PURGE):
         yield Step(drop, {"position": _SCRATCH}, "exec")
-    distilled: dict[int | None, int] = {}
-    for server_id in by_server:
-        if server_id is not None:
-            row = yield Step(_DISTILLED_IN_SERVER, {"server": server_id}, "one")
-            distilled[server_id] = int(row[0])
+    distilled = yield from _distilled_in(by_server)
     return PurgePreview(
         own=int(own[0]) if own else 0,
         shared=sum(by_server.values()),
         shared_by_server=by_server,
         distilled_by_server=distilled,
     )
+
+
+def inspect_preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgePreview]:
+    """``preview`` on a read-only connection (the operator's): planned edge by edge, as
+    ``reached`` plans, and counted range by range; the same counts, more statements."""
+    params = {"user": user, "server": server}
+    own = yield Step(_in_server(_COUNT_OWN, server, "server_id"), params, "one")
+    by_server: dict[int | None, int] = {}
+    for r in (yield from _plan(user, server, erasure)):
+        found = {"chain": r.chain, "from_version": r.from_version, "user": user}
+        for server_id, count in (yield Step(_COUNT_IN_RANGE, found, "all")):
+            key = _server(server_id)
+            by_server[key] = by_server.get(key, 0) + int(count)
+    distilled = yield from _distilled_in(by_server)
+    return PurgePreview(int(own[0]) if own else 0, sum(by_server.values()), by_server, distilled)
 
 
 _IN_RANGE = (

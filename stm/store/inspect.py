@@ -15,7 +15,7 @@ from ..config import STMConfig
 from ..errors import StoreError
 from ..lineage import Erasure, Pin
 from . import is_postgres_url
-from .base import StoredRow
+from .base import PurgePreview, StoredRow
 
 __all__ = [
     "CheckReport",
@@ -107,6 +107,13 @@ class Inspector(Protocol):
     async def members(self, pin: Pin) -> list[int]:
         """Everyone whose words a prompt of ``pin``'s chain showed directly, up to its
         version."""
+        ...
+
+    async def preview_purge(
+        self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
+    ) -> PurgePreview:
+        """What a purge of the user (within ``server_id``, when given) would delete and
+        clear now, by server: what ``ShortTermMemory.preview_purge`` counts."""
         ...
 
     async def count_expired(self, thresholds: tuple[float, float]) -> int:

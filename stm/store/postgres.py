@@ -57,6 +57,7 @@ from .base import (
     Op,
     Overtaken,
     PreviewPurge,
+    PurgePreview,
     PurgeResult,
     PurgeUser,
     Saved,
@@ -564,6 +565,12 @@ class PostgresStore:
         """Everyone whose words a prompt of ``pin``'s chain showed directly, to its version."""
         return await self._inspect(_run, chains.members(pin))
 
+    async def preview_purge(
+        self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
+    ) -> PurgePreview:
+        """What a purge of the user would delete and clear now, by server."""
+        return await self._inspect(_run, chains.inspect_preview(user_id, server_id, erasure))
+
     async def count_expired(self, thresholds: tuple[float, float]) -> int:
         """Rows the janitor would delete now."""
         sql = f"SELECT count(*) FROM short_term_memories WHERE {_EXPIRED}"
@@ -856,10 +863,10 @@ async def _apply(conn: Any, op: Op, feed: _Feed) -> object:
             return len(gone)
         case PurgeUser(user_id, server_id, erasure):
             position = await feed.now(("purge_user", None, None, None, user_id, server_id))
-            removed, ranges, cleared, more = await _run(
+            removed, ranges, cleared, more, own_distilled, reach = await _run(
                 conn, chains.purge(user_id, server_id, erasure, position)
             )
-            return PurgeResult(position, removed, ranges, cleared, more)
+            return PurgeResult(position, removed, ranges, cleared, more, reach, own_distilled)
         case SweepPurge(position):
             return await _run(conn, chains.sweep(position))
         case PreviewPurge(user_id, server_id, erasure):

@@ -54,6 +54,7 @@ from .base import (
     Op,
     Overtaken,
     PreviewPurge,
+    PurgePreview,
     PurgeResult,
     PurgeUser,
     Saved,
@@ -477,6 +478,12 @@ class SQLiteStore:
         """Everyone whose words a prompt of ``pin``'s chain showed directly, to its version."""
         return await self._inspect(_run, chains.members(pin))
 
+    async def preview_purge(
+        self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
+    ) -> PurgePreview:
+        """What a purge of the user would delete and clear now, by server."""
+        return await self._inspect(_run, chains.inspect_preview(user_id, server_id, erasure))
+
     async def count_expired(self, thresholds: tuple[float, float]) -> int:
         """Rows the janitor would delete now."""
         params = {"crude": thresholds[0], "summary": thresholds[1]}
@@ -776,10 +783,10 @@ def apply(
             else:
                 feed.append(change)
                 position = 0
-            removed, ranges, cleared, more = _run(
+            removed, ranges, cleared, more, own_distilled, reach = _run(
                 db, chains.purge(user_id, server_id, erasure, position)
             )
-            return PurgeResult(position, removed, ranges, cleared, more)
+            return PurgeResult(position, removed, ranges, cleared, more, reach, own_distilled)
         case SweepPurge(position):
             return _run(db, chains.sweep(position))
         case PreviewPurge(user_id, server_id, erasure):

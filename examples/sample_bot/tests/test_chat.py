@@ -67,19 +67,23 @@ async def test_an_admin_purges_a_member_and_the_owner_purges_everywhere(tmp_path
             resolved_users=[ann],
         )  # fmt: skip
         assert "Administrator" in refused.content
-        (done,) = await discord.command(
+        # A purge first shows what it would erase; nothing goes until Confirm is pressed.
+        (preview,) = await discord.command(
             "purge-memory", target, user=admin, channel=general, resolved_users=[ann]
         )
+        assert preview.buttons == ["Confirm", "Cancel"]
+        (_, done) = await discord.click(preview, "Confirm", user=admin)
         assert done.content.startswith("Done") and "in this server" in done.content
         everywhere = option("everywhere", True, 5)
         (not_owner,) = await discord.command(
             "purge-memory", target, everywhere, user=admin, channel=general, resolved_users=[ann]
         )
-        assert "owner" in not_owner.content
-        (owner,) = await discord.command(
+        assert "owner" in not_owner.content and not_owner.buttons == []
+        (preview,) = await discord.command(
             "purge-memory", target, everywhere, user=discord.owner, channel=general,
             resolved_users=[ann],
         )  # fmt: skip
+        (_, owner) = await discord.click(preview, "Confirm", user=discord.owner)
         assert "in every server and DM" in owner.content
         (shown,) = await discord.command("memory", subcommand("show"), user=ann, channel=general)
         assert "Miso" not in shown.content

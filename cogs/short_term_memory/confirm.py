@@ -1,0 +1,122 @@
+"""Confirm / Cancel under a purge's preview: nothing is erased until the asker confirms."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import discord
+
+from ..utils.replies import NO_PINGS
+from .describe import (
+    describe_purge_answered,
+    describe_purge_cancelled,
+    describe_purge_erasing,
+    describe_purge_expired,
+    describe_purge_not_yours,
+    purge_buttons,
+)
+
+__all__ = ["CONFIRM_SECONDS", "PurgeConfirmation"]
+
+log = logging.getLogger("discord_stm")
+
+# Long enough to read the preview, well inside the 15 minutes an interaction's token
+# lets the bot edit its answer (the expiry is said in that answer).
+CONFIRM_SECONDS = 120.0
+
+
+class PurgeConfirmation(discord.ui.View):
+    """The buttons under a purge's preview; only ``asker`` may press them, once.
+
+    ``erase`` runs the purge and returns what the message then says. Cancelled, or
+    unanswered after ``timeout`` seconds, nothing happens and the message says so.
+    Send it, then set ``message`` (the sent message) so the expiry can be written.
+    """
+
+    def __init__(
+        self,
+        asker: int,
+        erase: Callable[[], Awaitable[str]],
+        *,
+        apology: str,
+        timeout: float = CONFIRM_SECONDS,
+    ) -> None:
+        super().__init__(timeout=timeout)
+        self.asker = asker
+        self.message: discord.WebhookMessage | None = None
+        self.answered = False
+        self._erase = erase
+        self._apology = apology
+        self._seconds = timeout
+        self.confirm.label, self.cancel.label = purge_buttons()
+
+    async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
+        if interaction.user.id != self.asker:
+            await _tell(interaction, describe_purge_not_yours())
+            return False
+        if self.answered:
+            await _tell(interaction, describe_purge_answered())
+            return False
+        # Set before any await: a second press dispatched meanwhile sees it.
+        self.answered = True
+        return True
+
+    @discord.ui.button(style=discord.ButtonStyle.danger)
+    async def confirm(
+        self, interaction: discord.Interaction[Any], _button: discord.ui.Button[Any]
+    ) -> None:
+        self.stop()
+        await interaction.response.edit_message(
+            content=describe_purge_erasing(), view=None, allowed_mentions=NO_PINGS
+        )
+        text = await self._erase()
+        await interaction.edit_original_response(content=text, allowed_mentions=NO_PINGS)
+
+    @discord.ui.button(style=discord.ButtonStyle.secondary)
+    async def cancel(
+        self, interaction: discord.Interaction[Any], _button: discord.ui.Button[Any]
+    ) -> None:
+        self.stop()
+        await interaction.response.edit_message(
+            content=describe_purge_cancelled(), view=None, allowed_mentions=NO_PINGS
+        )
+
+    async def on_timeout(self) -> None:
+        if self.answered or self.message is None:
+            return
+        self.answered = True
+        try:
+            await self.message.edit(
+                content=describe_purge_expired(self._seconds),
+                view=None,
+                allowed_mentions=NO_PINGS,
+            )
+        except discord.HTTPException:
+            log.warning("could not mark a purge confirmation as expired", exc_info=True)
+
+    async def on_error(
+        self, interaction: discord.Interaction[Any], error: Exception, item: Any, /
+    ) -> None:
+        log.error(
+            "purge confirmation failed (user %s, server %s)",
+            interaction.user.id,
+            interaction.guild_id or "none (DM)",
+            exc_info=error,
+        )
+        try:
+            if interaction.response.is_done():
+                await interaction.edit_original_response(
+                    content=self._apology, view=None, allowed_mentions=NO_PINGS
+                )
+            else:
+                await interaction.response.edit_message(
+                    content=self._apology, view=None, allowed_mentions=NO_PINGS
+                )
+        except discord.HTTPException:
+            log.exception("could not answer a failed purge confirmation")
+
+
+async def _tell(interaction: discord.Interaction[Any], text: str) -> None:
+    await interaction.response.send_message(text, ephemeral=True, allowed_mentions=NO_PINGS)
