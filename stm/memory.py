@@ -223,7 +223,7 @@ class ShortTermMemory:
             retry_delay=self.config.delete_retry_seconds,
             scrub_delay=self.config.scrub_delay_seconds,
             scheduler=self.scheduler,
-            journal=Journal.for_database(self.config.database),
+            journal=Journal.for_config(self.config),
             touch_guard=self._touch_guard,
             sweeps=await self.store.pending_sweeps(),
         )

@@ -25,7 +25,9 @@ from stm import (
 )
 from stm.keys import turn_keys
 from stm.purgewatch import describe_alert
+from stm.redact import redact_url
 from stm.render import category_labels
+from stm.store import is_postgres_url
 
 from ..utils.checks import NotOwner, has_server_permission_or_owner, is_owner, server_only
 from ..utils.context import turn_context_from_interaction
@@ -82,9 +84,18 @@ def _scope_label(ctx: TurnContext) -> str:
 
 def _durability_note(exc: DurabilityError, what: str) -> str:
     log.error("short-term memory %s not yet durable: %s", what, exc)
+    if exc.at_risk:
+        # Not in the database, and not saved for a restart either: say so, no promise.
+        return (
+            "\n**Warning:** it is gone from the bot's memory for now, but the database could "
+            "not confirm the deletion and it could not be saved for later either: if the bot "
+            "restarts before the database is back, the memory may come back. Run the command "
+            "again later."
+        )
     return (
         "\n**Warning:** it is gone from the bot's memory, but the database could not confirm "
-        "the deletion yet. It keeps retrying; run the command again later to make sure."
+        "the deletion yet. It is saved and keeps being retried, also after a restart; run "
+        "the command again later to make sure."
     )
 
 
@@ -98,6 +109,8 @@ def _where(interaction: discord.Interaction[Any]) -> str:
 def _database_label(config: STMConfig) -> str:
     if config.database == ":memory:":
         return ":memory: (nothing survives a restart)"
+    if is_postgres_url(config.database):
+        return redact_url(config.database)
     return os.path.abspath(config.database)
 
 
