@@ -143,7 +143,10 @@ async def open_inspector(config: STMConfig, *, require_current: bool = True) -> 
         from .postgres import PostgresStore
 
         return await PostgresStore.open_existing(
-            config.database, lock_timeout_ms=config.busy_timeout_ms, require_current=require_current
+            config.database,
+            lock_timeout_ms=config.busy_timeout_ms,
+            statement_timeout_ms=config.statement_timeout_ms,
+            require_current=require_current,
         )
     from .sqlite import SQLiteStore
 
