@@ -135,8 +135,8 @@ class Journal:
             with _opened(self.path, os.O_RDONLY) as fd:
                 _lock(fd, shared=True, wait=_LOCK_WAIT_SECONDS, required=False)
                 records, skipped = _parse(_lines(fd))
-        except FileNotFoundError:
-            return []
+        except (FileNotFoundError, NotADirectoryError):
+            return []  # nothing was ever written there
         except OSError as exc:
             raise StoreError(
                 f"cannot read the pending-delete journal {self.path} (STM_JOURNAL): {exc}"
