@@ -22,7 +22,10 @@ from stm.redact import HIDDEN, redact_text, redact_url, url_secrets
         ),
         ("postgresql://bot:p%40ss@[::1]:5/stm", "postgresql://bot:***@[::1]:5/stm"),
         ("postgresql://bot:pa/ss?@db/stm", "postgresql://bot:***@db/stm"),
-        ("postgresql://h1,h2/stm?PassWord=x;search_path=s", "postgresql://h1,h2/stm?PassWord=***;search_path=s"),
+        (
+            "postgresql://h1,h2/stm?PassWord=x;search_path=s",
+            "postgresql://h1,h2/stm?PassWord=***;search_path=s",
+        ),
         ("postgresql://bot@db/stm?search_path=x", "postgresql://bot@db/stm?search_path=x"),
         ("postgresql://db/stm?pass%77ord=s3cret", "postgresql://db/stm?pass%77ord=***"),
         ("data/stm.sqlite3", "data/stm.sqlite3"),
