@@ -161,10 +161,7 @@ class Journal:
         data = b"\n" + b"".join(_encode(record) for record in records)
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with self._locked(create=True) as (fd, created):
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            _write_all(fd, data)
             os.fsync(fd)
         if created:
             _sync_folder(self.path)
@@ -194,7 +191,7 @@ class Journal:
                     temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
                     out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                     try:
-                        os.write(out, b"".join(b"\n" + _kept(r) for r in kept) + b"\n")
+                        _write_all(out, b"".join(b"\n" + _kept(r) for r in kept) + b"\n")
                         os.fsync(out)
                     finally:
                         os.close(out)
@@ -414,6 +411,12 @@ def _lock(fd: int, *, shared: bool, wait: float, required: bool = True) -> None:
                     return
                 raise
             time.sleep(0.005)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _sync_folder(path: Path) -> None:

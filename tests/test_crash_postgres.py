@@ -67,7 +67,7 @@ def test_sigkill_at_random_moments_on_postgres(
     postgres_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Kill, reconnect, check; many times over one database."""
-    cycles = scaled(10, 150)
+    cycles = scaled(20, 150)
     seed = seed_for("crash-postgres")
     rng = random.Random(seed)
     log_path = tmp_path / "writer.log"
