@@ -239,6 +239,7 @@ class TestForget:
             record = next(r for r in caplog.records if r.name == "discord_stm")
             assert record.exc_info is not None and "purge confirmation failed" in record.message
 
+    @pytest.mark.process
     @pytest.mark.parametrize("journal_works", [True, False])
     async def test_says_whether_a_pending_purge_survives_a_restart(
         self, tmp_path: Path, journal_works: bool

@@ -51,7 +51,8 @@ def database_state(url: str) -> tuple[Model, list[Identity]]:
                 "FROM short_term_memories"
             )
             members = await conn.fetch(
-                "SELECT user_id, memory_id FROM short_term_memory_contributors"
+                "SELECT c.member, m.id FROM short_term_memories m JOIN stm_chain_members c "
+                "ON c.chain_id = m.chain_id AND c.first <= m.chain_version"
             )
             return list(rows), list(members)
         finally:

@@ -289,6 +289,7 @@ async def test_committed_deletes_leave_no_journal(open_memory: Opener, db_path: 
     await memory.close()
 
 
+@pytest.mark.process
 async def test_cancelling_a_caller_returns_while_the_lock_is_held(
     open_memory: Opener, db_path: Path
 ) -> None:
