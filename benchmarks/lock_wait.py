@@ -154,7 +154,10 @@ async def scratch(kind: str, server: str, folder: Path, busy: int) -> AsyncItera
     if kind == "sqlite":
         yield str(folder / f"lock-{busy}.sqlite3")
         return
-    import asyncpg
+    try:
+        import asyncpg
+    except ImportError:
+        raise SystemExit("PostgreSQL needs asyncpg: pip install 'discord-stm[postgres]'") from None
 
     schema = f"bench_{secrets.token_hex(4)}"
     conn = await asyncpg.connect(server)

@@ -406,6 +406,7 @@ async def test_a_value_no_constraint_lets_in_does_not_block_the_purge_behind_it(
     from test_writer_poison import row
 
     from stm import RejectedWriteError
+    from stm.lineage import Lineage
     from stm.store.base import PurgeUser, SaveDistilled
     from stm.store.postgres import PostgresStore
     from stm.writer import Writer
@@ -413,8 +414,8 @@ async def test_a_value_no_constraint_lets_in_does_not_block_the_purge_behind_it(
     store = await PostgresStore.open(postgres_url)
     writer = Writer(store, write_behind=3600, retry_delay=3600)
     try:
-        await writer.submit(SaveDistilled(row(key="shortterm:user:7:10", scope="user",
-                                              user_id=7, contributors=frozenset({7}))))  # fmt: skip
+        own = row(key="shortterm:user:7:10", scope="user", user_id=7)
+        await writer.submit(SaveDistilled(own, lineage=Lineage(frozenset({7}))))
         poison = writer.submit(SaveDistilled(row(scope="neither")))
         writer.submit_delete(PurgeUser(7, None), what="purging user 7 everywhere")
         async with asyncio.timeout(BOUND):

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from stm import DurabilityError, STMConfig, StoreError
 from stm.journal import MAX_RECORD, Journal, Pending, default_path
-from stm.store.base import DeleteChannel, DeleteExpired, Op, PurgeUser, Scrub
+from stm.store.base import DeleteChannel, DeleteExpired, Op, PurgeResult, PurgeUser, Scrub
 from stm.writer import Writer
 
 Delete = DeleteChannel | PurgeUser
@@ -286,7 +286,14 @@ class RecordingStore:
         if self.broken:
             raise OSError("database unreachable")
         self.applied.extend(op for op in ops if not isinstance(op, Scrub | DeleteExpired))
-        return [1 if isinstance(op, DeleteChannel | PurgeUser) else None for op in ops]
+        return [_result(op, len(self.applied)) for op in ops]
+
+
+def _result(op: Op, position: int) -> object:
+    """What the store answers: a purge done in one transaction, one row per clear."""
+    if isinstance(op, PurgeUser):
+        return PurgeResult(position, removed=1, ranges=(), cleared=0, more=False)
+    return 1 if isinstance(op, DeleteChannel) else None
 
 
 class FailingJournal(Journal):
