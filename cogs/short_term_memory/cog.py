@@ -376,8 +376,8 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
                 )
             except DurabilityError as exc:
                 where = "everywhere" if server_id is None else f"in server {server_id}"
-                done = describe_purge_done(None, member=user.mention, everywhere=everywhere)
-                return _not_yet_durable(exc, done, f"purge of user {user.id} {where}")
+                text = describe_purge_done(None, member=user.mention, everywhere=everywhere)
+                return _not_yet_durable(exc, text, f"purge of user {user.id} {where}")
             return describe_purge_done(done, member=user.mention, everywhere=everywhere)
 
         assert interaction.guild_id is not None  # server_only

@@ -42,8 +42,8 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from ..errors import SchemaVersionError, StoreError
 from ..expiry import DISTILLED_SQL, EXPIRED_SQL
 from ..lineage import Erasure, Pin, Range
-from . import chains, shred
 from ..redact import redact_text, redact_url
+from . import chains, shred
 from .base import (
     PROVENANCE_TABLES,
     ROW_COLUMNS,
