@@ -37,6 +37,8 @@ from test_crash import (
     wait_for_start,
 )
 
+from stm.store.shred import open_sealed_text
+
 
 def database_state(url: str) -> tuple[Model, list[Identity]]:
     """What the database holds, as the model states it (as test_crash.database_state)."""
@@ -47,8 +49,8 @@ def database_state(url: str) -> tuple[Model, list[Identity]]:
         conn = await asyncpg.connect(url)
         try:
             rows = await conn.fetch(
-                "SELECT id, key, scope, user_id, server_id, channel_id, summary "
-                "FROM short_term_memories"
+                "SELECT m.id, m.key, m.scope, m.user_id, m.server_id, m.channel_id, m.summary, "
+                "k.key FROM short_term_memories m LEFT JOIN stm_keys k ON k.slot = m.key_slot"
             )
             members = await conn.fetch(
                 "SELECT c.member, m.id FROM short_term_memories m JOIN stm_chain_members c "
@@ -62,13 +64,13 @@ def database_state(url: str) -> tuple[Model, list[Identity]]:
     contributors: dict[int, set[int]] = {}
     for user, memory_id in members:
         contributors.setdefault(memory_id, set()).add(user)
-    model = {
-        key: Row(summary, contributors.get(rid, set()), server)
-        for rid, key, _, _, server, _, summary in rows
-        if summary is not None
-    }
+    model: Model = {}
+    for rid, key, _, _, server, _, sealed, secret in rows:
+        summary = open_sealed_text(None if secret is None else bytes(secret), key, sealed)
+        if summary is not None:
+            model[key] = Row(summary, contributors.get(rid, set()), server)
     identities = [
-        (key, scope, user, server, channel) for _, key, scope, user, server, channel, _ in rows
+        (key, scope, user, server, channel) for _, key, scope, user, server, channel, *_ in rows
     ]
     return model, identities
 

@@ -29,6 +29,7 @@ from pgproxy import Proxy
 from test_faults import NOT_SAVED, remember
 
 from stm import DurabilityError, ShortTermMemory, STMConfig, StoreError
+from stm.store.shred import open_sealed_text
 
 BOUND = 60.0
 
@@ -44,7 +45,16 @@ async def query(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 async def summaries(url: str) -> dict[str, str | None]:
-    return dict(await query(url, "SELECT key, summary FROM short_term_memories"))  # type: ignore[arg-type]
+    """Every row's summary, decrypted with its row's key (None once the key is destroyed)."""
+    found = await query(
+        url,
+        "SELECT m.key, m.summary, k.key FROM short_term_memories m "
+        "LEFT JOIN stm_keys k ON k.slot = m.key_slot",
+    )
+    return {
+        str(key): open_sealed_text(None if secret is None else bytes(secret), str(key), summary)
+        for key, summary, secret in found
+    }
 
 
 def settings_for(url: str, tmp_path: Path, **overrides: Any) -> STMConfig:
