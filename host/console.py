@@ -15,6 +15,7 @@ from typing import Any
 from cogs.short_term_memory import EXTENSION
 from cogs.testing import Reply, option, subcommand
 from stm import STMConfig
+from stm.redact import redact_url
 
 from .demo import make_bot, settle
 from .models import ChatModel, ScriptedModel
@@ -324,7 +325,7 @@ async def run_console(
     out(f"Model: {chosen.description}.")
     if model is None:
         out("(Set OPENAI_MODEL, and OPENAI_BASE_URL or OPENAI_API_KEY, to use a real model.)")
-    out(f"Memory: {config.database}. /help lists the commands.")
+    out(f"Memory: {redact_url(config.database)}. /help lists the commands.")
     bot = make_bot(config)
     try:
         async with bot:

@@ -59,7 +59,27 @@ class STMConfig(BaseSettings):
         le=3600,
         description="How long counters and identity rows may wait to be written.",
     )
-    busy_timeout_ms: int = Field(5000, ge=0, le=600_000)
+    busy_timeout_ms: int = Field(
+        5000,
+        ge=0,
+        le=600_000,
+        description="How long to wait for a lock another process holds (SQLite's busy "
+        "timeout, PostgreSQL's lock_timeout).",
+    )
+    statement_timeout_ms: int = Field(
+        10_000,
+        ge=100,
+        le=3_600_000,
+        description="PostgreSQL: how long one statement, a connection, or an answer from the "
+        "server may take; also how long a session may sit idle inside a transaction.",
+    )
+    journal: str | None = Field(
+        None,
+        min_length=1,
+        description="Where deletes that could not be committed yet are kept until they are "
+        "(default: beside an SQLite file; a file named for the server's URL in the state "
+        "folder for PostgreSQL).",
+    )
     scrub_delay_seconds: float = Field(
         1.0,
         gt=0,

@@ -57,11 +57,20 @@ class DurabilityError(STMError):
     """Background writes or deletes could not be made durable.
 
     ``failures`` lists one line per operation that is still pending; the
-    library keeps retrying them until ``close()``.
+    library keeps retrying them until ``close()``. A delete that cannot be
+    committed is saved in the pending-delete journal and applied at the next
+    open; ``at_risk`` names the deletes that could not be saved there either,
+    which a restart before they are committed would undo (empty: every pending
+    delete survives a restart).
     """
 
-    def __init__(self, failures: list[str]) -> None:
+    def __init__(self, failures: list[str], at_risk: list[str] | None = None) -> None:
         self.failures = list(failures)
-        super().__init__(
-            "short-term memory could not make this durable: " + "; ".join(self.failures)
-        )
+        self.at_risk = list(at_risk or ())
+        message = "short-term memory could not make this durable: " + "; ".join(self.failures)
+        if self.at_risk:
+            message += (
+                "; not saved for a restart either (the pending-delete journal cannot be "
+                "written): " + "; ".join(self.at_risk)
+            )
+        super().__init__(message)

@@ -1,119 +1,426 @@
-"""Deletes acknowledged as pending, kept beside the database until they are durable.
+"""Deletes acknowledged as pending, kept in a local file until the database has them.
 
 When a purge or a channel clear cannot be committed (the database is locked,
-the disk is full), the bot has already told the user it is done or pending.
-The intent is appended, fsynced, to ``<database>-stm-pending`` (one JSON line
-per delete; appending needs no database lock) and replayed at the head of the
-writer's queue when the database is next opened, before any read can serve
-the deleted memory. The file is removed once every delete in it is durable.
+full, unreachable), the user has already been told it is done or pending. The
+writer appends the delete, fsynced, to this journal (appending needs neither
+the database nor its lock) and replays it at the head of its queue when the
+memory is next opened, before any read can serve the deleted memory; once a
+delete is committed its record is removed.
+
+Where (``STM_JOURNAL``, else a default per store):
+
+- SQLite: ``<database>-stm-pending`` beside the file, which it follows when the
+  file is moved or backed up;
+- PostgreSQL: ``pending-<hash>`` in the user's state folder
+  (``$XDG_STATE_HOME/discord-stm``, else ``~/.local/state/discord-stm``), the
+  hash being of the URL without its password, so two databases never share a
+  journal and a bot finds its own whatever folder it is started from. The
+  pending deletes are not kept in the database itself: they are written
+  exactly when the database cannot take them.
+- ``:memory:``: none (nothing survives a restart to be undone).
+
+The file survives what crashes leave:
+
+- each record is one line, ``<crc32 in hex> <json>``, and every append starts
+  with a newline, so a record torn by a power loss ends at the next newline and
+  never swallows the record after it;
+- reading takes any bytes (bad encodings, deep nesting, huge lines, truncation
+  at any offset): what does not check out is skipped, and the number skipped is
+  logged;
+- several processes may share one journal (shards of a bot, the operator's
+  command line): appends and removals hold an exclusive ``flock`` and re-open
+  the file if another process replaced it meanwhile;
+- lines of the first format (one JSON object per line, no checksum) are still
+  read, so a journal left by an earlier version is replayed.
+
+An append that fails raises OSError: the writer reports the deletes it held as
+at risk (``DurabilityError.at_risk``) instead of only logging it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+import re
+import secrets
+import time
+import zlib
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from .config import STMConfig
+from .errors import StoreError
 from .lineage import ERASURE_POLICIES, Erasure
+from .redact import redact_url
+from .store import is_postgres_url
 from .store.base import DeleteChannel, PurgeUser
 
-__all__ = ["Journal"]
+__all__ = ["MAX_RECORD", "SUFFIX", "Journal", "Pending", "PendingDelete", "default_path"]
 
 log = logging.getLogger("stm.journal")
 SUFFIX = "-stm-pending"
 PendingDelete = DeleteChannel | PurgeUser
+# A record is some 100 bytes; a longer line is damage, skipped without being parsed.
+MAX_RECORD = 4096
+_CHUNK = 1 << 16
+# How long an append waits for another process's append or removal (a few ms each).
+_LOCK_WAIT_SECONDS = 2.0
+_ID_LIMIT = 2**63
+# Where a record starts: its checksum, a space, its JSON object; and how long that object
+# can be (ids take at most 19 digits).
+_START = re.compile(rb"[0-9a-f]{8} \{")
+_MAX_PAYLOAD = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """One pending delete and the id of its record."""
+
+    id: str
+    op: PendingDelete
+
+
+def default_path(database: str) -> Path | None:
+    """Where the journal of ``database`` is kept when ``STM_JOURNAL`` is not set."""
+    if not database or database == ":memory:" or database.startswith("file::memory:"):
+        return None
+    if is_postgres_url(database):
+        identity = redact_url(database.replace("postgres://", "postgresql://", 1))
+        digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
+        return _state_folder() / f"pending-{digest}"
+    return Path(database + SUFFIX).expanduser()
+
+
+def _state_folder() -> Path:
+    state = os.environ.get("XDG_STATE_HOME", "").strip()
+    base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
+    return base / "discord-stm"
 
 
 class Journal:
-    """The pending-delete journal of one database file."""
+    """The pending-delete journal of one database."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Each process's records are told apart by this prefix of their ids.
+        self._prefix = secrets.token_hex(6)
+        self._count = 0
 
     @classmethod
-    def for_database(cls, database: str) -> Journal | None:
-        """The journal beside ``database``; None for an in-memory database."""
-        if not database or database == ":memory:" or database.startswith("file::memory:"):
-            return None
-        return cls(Path(database + SUFFIX).expanduser())
+    def for_config(cls, config: STMConfig) -> Journal | None:
+        """``STM_JOURNAL``, else the default of the store ``STM_DATABASE`` names."""
+        if config.journal is not None:
+            return cls(Path(config.journal).expanduser())
+        path = default_path(config.database)
+        return None if path is None else cls(path)
 
-    def load(self) -> list[PendingDelete]:
-        """The deletes still pending, in order; a torn last line is ignored."""
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return []
-        ops: list[PendingDelete] = []
-        for line in text.splitlines():
-            try:
-                ops.append(_decode(json.loads(line)))
-            except (ValueError, TypeError, KeyError):
-                log.warning("ignoring an unreadable line of %s: %r", self.path, line[:80])
-        if ops:
-            log.warning("replaying %d pending deletes from %s", len(ops), self.path)
-        return ops
+    def new_id(self) -> str:
+        """An id no other record of any process has."""
+        self._count += 1
+        return f"{self._prefix}-{self._count}"
 
-    def append(self, ops: Sequence[PendingDelete]) -> None:
-        """Add ``ops`` and make them durable before returning."""
-        lines = "".join(json.dumps(_encode(op)) + "\n" for op in ops)
-        try:
-            new = not self.path.exists()
-            with open(self.path, "a", encoding="utf-8") as file:
-                file.write(lines)
-                file.flush()
-                os.fsync(file.fileno())
-            if new:
-                _sync_folder(self.path)
-        except OSError:
-            log.exception("pending deletes could not be saved to %s", self.path)
+    # -- reading --------------------------------------------------------------------
+    def load(self) -> list[Pending]:
+        """The deletes still pending, in order, each once.
 
-    def clear(self) -> None:
-        """Every delete in the journal is durable: drop it."""
+        Damaged records are skipped and counted in one log line; a journal that exists
+        but cannot be read stops the open (StoreError): its deletes would be undone."""
         try:
-            self.path.unlink(missing_ok=True)
+            with _opened(self.path, os.O_RDONLY) as fd:
+                _lock(fd, shared=True, wait=_LOCK_WAIT_SECONDS, required=False)
+                records, skipped = _parse(_lines(fd))
+        except (FileNotFoundError, NotADirectoryError):
+            return []  # nothing was ever written there
+        except OSError as exc:
+            raise StoreError(
+                f"cannot read the pending-delete journal {self.path} (STM_JOURNAL): {exc}"
+            ) from exc
+        pending: list[Pending] = []
+        seen: set[str] = set()
+        for record in records:
+            if record.pending is not None and record.pending.id not in seen:
+                seen.add(record.pending.id)
+                pending.append(record.pending)
+        if skipped:
+            log.warning(
+                "skipped %d damaged lines of the pending-delete journal %s", skipped, self.path
+            )
+        if pending:
+            log.warning("replaying %d pending deletes from %s", len(pending), self.path)
+        return pending
+
+    # -- writing --------------------------------------------------------------------
+    def append(self, records: Sequence[Pending]) -> None:
+        """Add ``records`` and make them durable before returning; raises OSError."""
+        data = b"\n" + b"".join(_encode(record) for record in records)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with self._locked(create=True) as (fd, created):
+            _write_all(fd, data)
+            os.fsync(fd)
+        if created:
             _sync_folder(self.path)
-        except OSError:
-            log.exception("could not remove %s (its deletes are durable)", self.path)
+
+    def remove(self, ids: Collection[str]) -> None:
+        """Drop the records of these ids (their deletes are durable); the file goes with
+        its last record. Failures are logged: the deletes are durable either way, and a
+        record left behind is only applied once more."""
+        if not ids:
+            return
+        try:
+            self._remove(set(ids))
+        except OSError as exc:
+            log.warning("could not update %s (its deletes are durable): %s", self.path, exc)
+
+    def _remove(self, ids: set[str]) -> None:
+        try:
+            with self._locked(create=False) as (fd, _):
+                os.lseek(fd, 0, os.SEEK_SET)
+                records, _skipped = _parse(_lines(fd))
+                kept = [r for r in records if r.pending is None or r.pending.id not in ids]
+                if len(kept) == len(records) and not _skipped:
+                    return
+                if not kept:
+                    self.path.unlink()
+                else:
+                    temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+                    out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                    try:
+                        _write_all(out, b"".join(b"\n" + _kept(r) for r in kept) + b"\n")
+                        os.fsync(out)
+                    finally:
+                        os.close(out)
+                    # Replaced while locked: an appender that opened the old file sees
+                    # that it was replaced once it holds the lock, and opens it again.
+                    os.replace(temporary, self.path)
+        except FileNotFoundError:
+            return
+        _sync_folder(self.path)
+
+    @contextlib.contextmanager
+    def _locked(self, *, create: bool) -> Iterator[tuple[int, bool]]:
+        """The journal open for appending, under an exclusive lock, as the path names it
+        now (not a file another process removed or replaced while this one waited)."""
+        deadline = time.monotonic() + _LOCK_WAIT_SECONDS
+        while True:
+            existed = self.path.exists()
+            flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
+            with _opened(self.path, flags, 0o600) as fd:
+                _lock(fd, shared=False, wait=max(0.0, deadline - time.monotonic()))
+                try:
+                    current = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    current = False
+                if current:
+                    yield fd, not existed
+                    return
+            if time.monotonic() > deadline:
+                raise OSError(errno.EAGAIN, f"{self.path} kept changing under this process")
 
 
-def _encode(op: PendingDelete) -> dict[str, object]:
+# -- the format --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Record:
+    line: bytes  # as it is written, checksum included, without the newline
+    pending: Pending | None  # None: a record this version does not know (kept as is)
+
+
+def _kept(record: _Record) -> bytes:
+    """How a record that stays is written again: as it was, but a record of the first
+    format in the current one, so that its id (made from its content and position) stays
+    the one replayed."""
+    if record.pending is not None and record.pending.id.startswith("v1-"):
+        return _encode(record.pending).rstrip(b"\n")
+    return record.line
+
+
+def _encode(record: Pending) -> bytes:
+    op = record.op
+    body: dict[str, object]
     if isinstance(op, PurgeUser):
-        return {
-            "op": "purge_user",
-            "user_id": op.user_id,
-            "server_id": op.server_id,
-            "erasure": op.erasure,
-        }
-    return {"op": "clear_channel", "channel_id": op.channel_id}
+        body = {"id": record.id, "op": "purge_user", "user_id": op.user_id}
+        body["server_id"] = op.server_id
+        body["erasure"] = op.erasure
+    else:
+        body = {"id": record.id, "op": "clear_channel", "channel_id": op.channel_id}
+    payload = json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    return b"%08x %s\n" % (zlib.crc32(payload), payload)
 
 
-def _decode(data: dict[str, object]) -> PendingDelete:
-    def as_id(value: object) -> int:
-        if type(value) is not int:
-            raise TypeError(f"not an id: {value!r}")
-        return value
+def _parse(lines: Iterator[bytes | None]) -> tuple[list[_Record], int]:
+    """The records of these lines (None: a line too long to hold one) and how many lines
+    held damage (bytes that are not a whole record)."""
+    records: list[_Record] = []
+    damaged = 0
+    occurrence: dict[str, int] = {}
+    for line in lines:
+        if line is None:
+            damaged += 1
+            continue
+        line = line.strip(b" \t\r")
+        if not line:
+            continue
+        legacy = _legacy(line)
+        if legacy is not None:
+            # The id comes from the content and its occurrence, so that it stays the same
+            # when the file is rewritten.
+            occurrence[legacy.id] = occurrence.get(legacy.id, 0) + 1
+            pending = Pending(f"{legacy.id}-{occurrence[legacy.id]}", legacy.op)
+            records.append(_Record(line, pending))
+            continue
+        found, harmed = _scan(line)
+        records.extend(found)
+        damaged += harmed
+    return records, damaged
 
-    if data["op"] == "purge_user":
-        server = data["server_id"]
+
+def _legacy(line: bytes) -> Pending | None:
+    """A line of the first format: one JSON object, no checksum and no id."""
+    if not line.startswith(b"{"):
+        return None
+    data = _json(line)
+    op = None if data is None else _op(data)
+    return None if op is None else Pending(f"v1-{zlib.crc32(line):08x}", op)
+
+
+def _scan(line: bytes) -> tuple[list[_Record], bool]:
+    """The checksummed records in one line, and whether it held anything else.
+
+    A line holds one record; after damage (a newline lost, bytes glued on, a byte
+    changed) the records still whole in it are found by their checksums, so damage
+    costs only the record it hit."""
+    found: list[_Record] = []
+    damaged = False
+    at = 0
+    while (match := _START.search(line, at)) is not None:
+        start = match.start()
+        damaged = damaged or bool(line[at:start].strip())
+        end = _record_end(line, start)
+        if end is None:
+            damaged, at = True, start + 1
+            continue
+        found.append(_record(line[start:end]))
+        at = end
+    return found, damaged or bool(line[at:].strip())
+
+
+def _record_end(line: bytes, start: int) -> int | None:
+    """Where the record that starts at ``start`` ends: the first ``}`` after which its
+    payload's checksum matches; None if there is none within MAX_PAYLOAD."""
+    want = int(line[start : start + 8], 16)
+    begin = start + 9
+    limit = min(len(line), begin + _MAX_PAYLOAD)
+    crc, done = 0, begin
+    close = line.find(b"}", begin, limit)
+    while close != -1:
+        crc = zlib.crc32(line[done : close + 1], crc)
+        done = close + 1
+        if crc == want:
+            return done
+        close = line.find(b"}", done, limit)
+    return None
+
+
+def _record(text: bytes) -> _Record:
+    """A record whose checksum matched: what this version reads of it."""
+    data = _json(text[9:])
+    op = None if data is None else _op(data)
+    record_id = None if data is None else data.get("id")
+    if op is None or not isinstance(record_id, str) or not record_id:
+        return _Record(text, None)  # whole, but not this version's: kept as it is
+    return _Record(text, Pending(record_id, op))
+
+
+def _json(text: bytes) -> dict[str, object] | None:
+    try:
+        data = json.loads(text.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _op(data: dict[str, object]) -> PendingDelete | None:
+    def as_id(value: object) -> int | None:
+        return value if type(value) is int and 0 <= value < _ID_LIMIT else None
+
+    kind = data.get("op")
+    if kind == "purge_user":
+        user, server = as_id(data.get("user_id")), data.get("server_id")
+        server_id = None if server is None else as_id(server)
         # Written before erasure policies: the transitive one, which it was.
         erasure = data.get("erasure", "complete")
+        if user is None or (server is not None and server_id is None):
+            return None
         if erasure not in ERASURE_POLICIES:
-            raise ValueError(f"unknown erasure policy {erasure!r}")
-        return PurgeUser(
-            as_id(data["user_id"]),
-            None if server is None else as_id(server),
-            cast(Erasure, erasure),
-        )
-    if data["op"] == "clear_channel":
-        return DeleteChannel(as_id(data["channel_id"]))
-    raise ValueError(f"unknown pending operation {data['op']!r}")
+            return None
+        return PurgeUser(user, server_id, cast(Erasure, erasure))
+    if kind == "clear_channel":
+        channel = as_id(data.get("channel_id"))
+        return None if channel is None else DeleteChannel(channel)
+    return None
+
+
+# -- files -------------------------------------------------------------------------------
+def _lines(fd: int) -> Iterator[bytes | None]:
+    """The lines of the open file, read in chunks; None for a line longer than
+    MAX_RECORD, which is never held whole in memory."""
+    partial = b""
+    too_long = False  # the line being read is too long: its bytes are dropped
+    while chunk := os.read(fd, _CHUNK):
+        *complete, rest = (partial + chunk).split(b"\n")
+        for line in complete:
+            yield None if too_long or len(line) > MAX_RECORD else line
+            too_long = False
+        partial = rest
+        if len(partial) > MAX_RECORD:
+            too_long, partial = True, b""
+    if too_long or partial:
+        yield None if too_long or len(partial) > MAX_RECORD else partial
+
+
+@contextlib.contextmanager
+def _opened(path: Path, flags: int, mode: int = 0o600) -> Iterator[int]:
+    fd = os.open(path, flags, mode)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int, *, shared: bool, wait: float, required: bool = True) -> None:
+    """``flock`` the file, waiting at most ``wait`` seconds (a process frozen while it
+    holds the lock must not freeze this one); without ``required``, go on unlocked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX: one process per journal
+        return
+    kind = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, kind)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                if not required:
+                    return
+                raise
+            time.sleep(0.005)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _sync_folder(path: Path) -> None:
-    # The file's creation or removal is durable only once its folder is.
+    # The file's creation, replacement or removal is durable only once its folder is.
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -223,7 +223,7 @@ class ShortTermMemory:
             retry_delay=self.config.delete_retry_seconds,
             scrub_delay=self.config.scrub_delay_seconds,
             scheduler=self.scheduler,
-            journal=Journal.for_database(self.config.database),
+            journal=Journal.for_config(self.config),
             touch_guard=self._touch_guard,
             sweeps=await self.store.pending_sweeps(),
         )
@@ -469,13 +469,17 @@ class ShortTermMemory:
             # trip (the writer commits what is queued together) instead of following it.
             warming = self._reads.warm(group)
             try:
-                try:
-                    entry = await self._reads.live(live_key)
-                except Unavailable:
-                    entry = None  # the store is down: answer from what the cache holds
-            finally:
+                entry = await self._reads.live(live_key)
+            except Unavailable:
+                entry = None  # the store is down: answer from what the cache holds
+            except BaseException:
                 if warming is not None:
-                    await warming
+                    # The caller is gone (cancelled): it must not wait for the group's read,
+                    # which still merges its rows, in the background.
+                    self._background.spawn(warming, "stm-warm")
+                raise
+            if warming is not None:
+                await warming
             # While the reads ran, the entry may have been cleared, purged or evicted (and
             # then missed by a purge): render only what the cache still holds.
             if entry is None or self.cache.peek(live_key) is entry:

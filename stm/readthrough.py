@@ -434,7 +434,11 @@ class ReadThrough:
     async def _warmed_with(
         self, group: GroupKey, reading: Coroutine[Any, Any, list[StoredRow] | None]
     ) -> None:
-        rows = await reading
+        try:
+            rows = await reading
+        except BaseException:
+            self._warmed.discard(group)  # cancelled: the next turn reads it again
+            raise
         if rows is None:
             self._warmed.discard(group)
             return

@@ -37,7 +37,7 @@ from typing import Any
 from .cache import Entry
 from .convert import row_of
 from .errors import DurabilityError, RejectedWriteError
-from .journal import Journal
+from .journal import Journal, Pending
 from .store.base import (
     DeleteChannel,
     DeleteExpired,
@@ -68,6 +68,9 @@ class _Item:
     more: tuple[Op, ...] | None = None
     future: asyncio.Future[Any] | None = None
     what: str = ""
+    # The id of its record in the pending-delete journal ("": none yet), and whether
+    # that record is durable.
+    journal_id: str = ""
     journaled: bool = False
     # Called with the result once committed, before any later item's (the cache applies
     # what the store decided in commit order: an upgrade's version, a purge's ranges).
@@ -136,10 +139,17 @@ class Writer:
         self._backoff = 0.0
         self._retry_at = 0.0
         self._dirty_since = 0.0
+        # Why the journal could not take the deletes last given to it (None: it could).
+        self._journal_failure: OSError | None = None
         if journal is not None:
             # Deletes acknowledged as pending before a restart go first, before any read.
-            for op in journal.load():
-                self._push(_Item(self._next(), op, what=_describe(op), journaled=True))
+            for pending in journal.load():
+                op = pending.op
+                self._push(
+                    _Item(
+                        self._next(), op, what=_describe(op), journal_id=pending.id, journaled=True
+                    )
+                )
         for position in sweeps:
             # A purge whose later chunks a stopped process left: finish it first.
             self._push(
@@ -241,6 +251,17 @@ class Writer:
             lines.append(f"{_ERASING}: {self._scrub_failure}")
         return lines
 
+    def at_risk(self) -> list[str]:
+        """The deletes queued and not committed that the journal does not hold either: a
+        restart now would undo them."""
+        if self.journal is None or self._journal_failure is None:
+            return []
+        why = f"{self.journal.path}: {self._journal_failure}"
+        return [f"{i.what} ({why})" for i in self._queue if _journals(i) and not i.journaled]
+
+    def _durability_error(self, failures: list[str]) -> DurabilityError:
+        return DurabilityError(failures, self.at_risk())
+
     # -- waiting ------------------------------------------------------------
     async def flush(self, *, attempts: int = 1, scrub: bool = True) -> None:
         """Return once everything queued so far is committed (and, with ``scrub``, a due
@@ -255,7 +276,7 @@ class Writer:
                     return
                 if self._scrub_failure is not None and not self._scrubbing:
                     if scrub_tries >= attempts:
-                        raise DurabilityError(self.failing())
+                        raise self._durability_error(self.failing())
                     scrub_tries += 1
                 if not self._scrubbing:
                     # Now rather than when due or after the backoff.
@@ -265,12 +286,12 @@ class Writer:
                     self._wake.set()
             elif self._failure is not None and self._retry_at:
                 if tries >= attempts:
-                    raise DurabilityError(self.failing())
+                    raise self._durability_error(self.failing())
                 tries += 1
                 self._retry_at = 0.0  # try again now rather than after the backoff
                 self._wake.set()
             if self._task.done():
-                raise DurabilityError(self.failing() or ["the writer has stopped"])
+                raise self._durability_error(self.failing() or ["the writer has stopped"])
             progress = self._progress
             await progress.wait()
 
@@ -440,8 +461,7 @@ class Writer:
                         self._continue(item, position)
             if erased and not self._scrub_at:
                 self._scrub_at = self.scheduler.now() + self.scrub_delay
-            if any(item.journaled for item in items):
-                self._journal_done()
+            self._journal_done(items)
         progress, self._progress = self._progress, asyncio.Event()
         progress.set()
 
@@ -498,13 +518,13 @@ class Writer:
         log.error("short-term memory dropped %s, which it can never store: %s", what, exc)
         if item.future is not None and not item.future.done():
             item.future.set_exception(RejectedWriteError(what, exc))
-        if item.journaled:
-            self._journal_done()
+        self._journal_done([item])
 
-    def _journal_done(self) -> None:
-        """Drop the journal once no delete it holds is still queued."""
-        if self.journal is not None and not any(i.journaled for i in self._queue):
-            self.journal.clear()
+    def _journal_done(self, items: list[_Item]) -> None:
+        """Drop the records of these items from the journal: they are committed (or can
+        never be)."""
+        if self.journal is not None:
+            self.journal.remove([i.journal_id for i in items if i.journal_id])
 
     def _fail(self, items: list[_Item], exc: Exception) -> None:
         first = self._failure is None
@@ -513,18 +533,7 @@ class Writer:
         trouble.set()
         kept = [item for item in items if item.retried]
         if self.journal is not None:
-            # A pending delete must outlive this process: it is acknowledged as pending.
-            pending = [
-                i
-                for i in self._queue
-                if isinstance(i.op, DeleteChannel | PurgeUser) and not i.journaled
-            ]
-            if pending:
-                self.journal.append(
-                    [i.op for i in pending if isinstance(i.op, DeleteChannel | PurgeUser)]
-                )
-                for i in pending:
-                    i.journaled = True
+            self._save_pending(self.journal)
         # Every caller waiting, in this batch or queued behind it, hears of the failure
         # now: nothing behind a failing delete can commit before it, and a prompt answer
         # ("not saved", "could not be read") beats waiting out the backoff.
@@ -547,6 +556,42 @@ class Writer:
             )
         else:
             self._failure = None
+
+    def _save_pending(self, journal: Journal) -> None:
+        """A pending delete must outlive this process: it is acknowledged as pending. Save
+        the queued deletes the journal does not hold yet; when it cannot take them, keep
+        the reason, which ``flush()`` and ``close()`` report (``at_risk``)."""
+        pending = [i for i in self._queue if _journals(i) and not i.journaled]
+        if not pending:
+            return
+        records = []
+        for item in pending:
+            # One id per delete, also when an append that failed is tried again.
+            item.journal_id = item.journal_id or journal.new_id()
+            assert isinstance(item.op, DeleteChannel | PurgeUser)
+            records.append(Pending(item.journal_id, item.op))
+        try:
+            journal.append(records)
+        except OSError as exc:
+            if self._journal_failure is None:
+                log.error(
+                    "pending deletes could not be saved to %s, so a restart before the "
+                    "database takes them would undo them: %s",
+                    journal.path,
+                    exc,
+                )
+            self._journal_failure = exc
+            return
+        for item in pending:
+            item.journaled = True
+        if self._journal_failure is not None:
+            log.warning("pending deletes are saved to %s again", journal.path)
+        self._journal_failure = None
+
+
+def _journals(item: _Item) -> bool:
+    """Is ``item`` a delete the journal keeps while it is pending?"""
+    return isinstance(item.op, DeleteChannel | PurgeUser)
 
 
 _ERASING = "erasing deleted text from the file"

@@ -239,6 +239,34 @@ class TestForget:
             record = next(r for r in caplog.records if r.name == "discord_stm")
             assert record.exc_info is not None and "purge confirmation failed" in record.message
 
+    @pytest.mark.process
+    @pytest.mark.parametrize("journal_works", [True, False])
+    async def test_says_whether_a_pending_purge_survives_a_restart(
+        self, tmp_path: Path, journal_works: bool
+    ):
+        """The database is locked through the purge: when the pending-delete journal took
+        it, the reply says it is kept and retried after a restart too; when the journal
+        cannot be written either, it says the memory may come back, and promises nothing."""
+        from test_faults import write_lock
+
+        journal = tmp_path / "pending"
+        if not journal_works:
+            (tmp_path / "not-a-folder").write_text("")
+            journal = tmp_path / "not-a-folder" / "pending"
+        async with harness(tmp_path, busy_timeout_ms=50, journal=str(journal)) as h:
+            await h.say(h.alice, h.general, "alpha secret")
+            await h.memory.flush()
+            (preview,) = await h.run("memory", FORGET, person=h.alice, place=h.games)
+            async with write_lock(tmp_path / "stm.sqlite3"):
+                pressed = await h.click(preview, "Confirm", person=h.alice)
+            text = pressed[-1].content
+            if journal_works:
+                assert text.startswith("Done") and "also after a restart" in text
+                assert "may come back" not in text
+            else:
+                assert "may come back" in text and "restart" in text
+                assert "Done" not in text and "keeps being retried" not in text
+
 
 class TestPauseResume:
     async def test_pause_stops_capture_and_resume_restarts_it(self, tmp_path: Path):

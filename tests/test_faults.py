@@ -287,3 +287,42 @@ async def test_committed_deletes_leave_no_journal(open_memory: Opener, db_path: 
     await memory.flush()
     assert not Path(f"{db_path}-stm-pending").exists()
     await memory.close()
+
+
+@pytest.mark.process
+async def test_cancelling_a_caller_returns_while_the_lock_is_held(
+    open_memory: Opener, db_path: Path
+) -> None:
+    """With a long busy timeout, callers waiting on the locked file (a cold read in
+    build_context, run_tool, flush, get_entry) return at once when cancelled, long before
+    the lock goes; the memory still works after. (What a cancelled caller queued may still
+    commit: it was not answered either way.)"""
+    first = await open_memory()
+    await remember(first, "KEPT")
+    await first.close()
+    memory = await open_memory(busy_timeout_ms=120_000)
+    async with write_lock(db_path):
+        started = memory.writer.round_trips
+        await memory.clear_short_term_memory_for_channel(11)
+        while True:  # until the clear waits for the lock (nothing signals it: it is a thread)
+            if memory.writer.round_trips > started:
+                break
+            await asyncio.sleep(0.01)
+        for call in (
+            memory.build_context(ctx(channel=30, server=300)),
+            memory.run_tool(ctx(), {"summary": "CANCELLED"}),
+            memory.flush(),
+            memory.get_entry("shortterm:server:300:31"),
+        ):
+            task = asyncio.ensure_future(call)
+            await asyncio.sleep(0.05)  # it waits behind the clear: nothing can end it but this
+            task.cancel()
+            # Not awaited under a timeout: a cancellation that the timeout's own would
+            # end must not pass for a prompt one.
+            done, _ = await asyncio.wait({task}, timeout=30)
+            assert task in done and task.cancelled(), "a cancelled caller kept waiting"
+    await memory.flush()
+    result = await memory.run_tool(ctx(), {"summary": "AFTER"})
+    assert result.success, result.message
+    await memory.close()
+    assert summaries(db_path)["shortterm:server:100:10"] == "AFTER"

@@ -78,7 +78,10 @@ def test_a_server_url_is_shown_without_its_password() -> None:
 
     assert (
         shown("postgresql://bot:s3cret@db.example:5432/stm")
-        == "postgresql://bot@db.example:5432/stm"
+        == "postgresql://bot:***@db.example:5432/stm"
+    )
+    assert (
+        shown("postgresql://bot@db/stm?password=s3cret") == "postgresql://bot@db/stm?password=***"
     )
     assert shown("postgresql://bot@db/stm?search_path=x") == "postgresql://bot@db/stm?search_path=x"
     assert shown("data/stm.sqlite3") == "data/stm.sqlite3"

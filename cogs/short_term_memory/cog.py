@@ -25,7 +25,9 @@ from stm import (
 )
 from stm.keys import turn_keys
 from stm.purgewatch import describe_alert
+from stm.redact import redact_url
 from stm.render import category_labels
+from stm.store import is_postgres_url
 
 from ..utils.checks import NotOwner, has_server_permission_or_owner, is_owner, server_only
 from ..utils.context import turn_context_from_interaction
@@ -80,11 +82,22 @@ def _scope_label(ctx: TurnContext) -> str:
     return server_k or user_k
 
 
-def _durability_note(exc: DurabilityError, what: str) -> str:
+def _not_yet_durable(exc: DurabilityError, done: str, what: str) -> str:
+    """The answer to a purge the database could not confirm yet: ``done`` (what the
+    command answers once durable) with a warning, or, when the purge could not be saved
+    for a restart either, only a warning that promises nothing."""
     log.error("short-term memory %s not yet durable: %s", what, exc)
-    return (
+    if exc.at_risk:
+        return (
+            "**Not done yet:** it is gone from the bot's memory for now, but the database "
+            "could not confirm the deletion and it could not be saved for later either: if "
+            "the bot restarts before the database is back, the memory may come back. Run the "
+            "command again later."
+        )
+    return done + (
         "\n**Warning:** it is gone from the bot's memory, but the database could not confirm "
-        "the deletion yet. It keeps retrying; run the command again later to make sure."
+        "the deletion yet. It is saved and keeps being retried, also after a restart; run "
+        "the command again later to make sure."
     )
 
 
@@ -98,6 +111,8 @@ def _where(interaction: discord.Interaction[Any]) -> str:
 def _database_label(config: STMConfig) -> str:
     if config.database == ":memory:":
         return ":memory: (nothing survives a restart)"
+    if is_postgres_url(config.database):
+        return redact_url(config.database)
     return os.path.abspath(config.database)
 
 
@@ -305,8 +320,8 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
             try:
                 done: PurgeImpact | None = await self.memory.purge(user_id)
             except DurabilityError as exc:
-                note = _durability_note(exc, f"purge of user {user_id} everywhere")
-                return describe_forget_done(None) + note
+                what = f"purge of user {user_id} everywhere"
+                return _not_yet_durable(exc, describe_forget_done(None), what)
             return describe_forget_done(done)
 
         preview = describe_forget_preview(
@@ -361,8 +376,8 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
                 )
             except DurabilityError as exc:
                 where = "everywhere" if server_id is None else f"in server {server_id}"
-                note = _durability_note(exc, f"purge of user {user.id} {where}")
-                return describe_purge_done(None, member=user.mention, everywhere=everywhere) + note
+                text = describe_purge_done(None, member=user.mention, everywhere=everywhere)
+                return _not_yet_durable(exc, text, f"purge of user {user.id} {where}")
             return describe_purge_done(done, member=user.mention, everywhere=everywhere)
 
         assert interaction.guild_id is not None  # server_only

@@ -19,7 +19,11 @@ async def open_store(config: STMConfig) -> Store:
     if is_postgres_url(config.database):
         from .postgres import PostgresStore
 
-        return await PostgresStore.open(config.database)
+        return await PostgresStore.open(
+            config.database,
+            busy_timeout_ms=config.busy_timeout_ms,
+            statement_timeout_ms=config.statement_timeout_ms,
+        )
     from .sqlite import SQLiteStore
 
     return await SQLiteStore.open(config.database, busy_timeout_ms=config.busy_timeout_ms)

@@ -7,13 +7,13 @@ path; a store opened for them is read-only and is never created or migrated.
 from __future__ import annotations
 
 import os
-import urllib.parse
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from ..config import STMConfig
 from ..errors import StoreError
 from ..lineage import Erasure, Pin
+from ..redact import redact_url
 from . import is_postgres_url
 from .base import PurgePreview, StoredRow
 
@@ -143,7 +143,10 @@ async def open_inspector(config: STMConfig, *, require_current: bool = True) -> 
         from .postgres import PostgresStore
 
         return await PostgresStore.open_existing(
-            config.database, lock_timeout_ms=config.busy_timeout_ms, require_current=require_current
+            config.database,
+            lock_timeout_ms=config.busy_timeout_ms,
+            statement_timeout_ms=config.statement_timeout_ms,
+            require_current=require_current,
         )
     from .sqlite import SQLiteStore
 
@@ -172,12 +175,5 @@ def file_missing(config: STMConfig) -> bool:
 
 
 def shown(database: str) -> str:
-    """The ``database`` setting as output may show it: a URL without its password."""
-    if not is_postgres_url(database):
-        return database
-    parts = urllib.parse.urlsplit(database)
-    if parts.password is None:
-        return database
-    netloc = parts.netloc.rpartition("@")
-    user = parts.username or ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}@{netloc[2]}"))
+    """The ``database`` setting as output may show it: a URL without its passwords."""
+    return redact_url(database)

@@ -42,6 +42,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from ..errors import SchemaVersionError, StoreError
 from ..expiry import DISTILLED_SQL, EXPIRED_SQL
 from ..lineage import Erasure, Pin, Range
+from ..redact import redact_text, redact_url
 from . import chains, shred
 from .base import (
     PROVENANCE_TABLES,
@@ -74,6 +75,7 @@ from .base import (
 )
 from .chains import live_of, upgrades
 from .inspect import CheckReport, NoDatabase, StoreStats, UserHoldings
+from .pgconnect import Limits, pooled, transaction, unwritable_tables
 
 __all__ = ["CHANNEL", "MIGRATIONS", "PostgresStore"]
 
@@ -285,10 +287,11 @@ _Pending = tuple[ChangeKind, str | None, int | None, int | None, int | None, int
 class PostgresStore:
     """A store in a PostgreSQL database, on an asyncpg pool."""
 
-    def __init__(self, pool: Any, dsn: str) -> None:
+    def __init__(self, pool: Any, dsn: str, limits: Limits | None = None) -> None:
         self._pool = pool
         self._dsn = dsn
-        self.path = _redacted(dsn)
+        self.limits = limits or Limits()
+        self.path = redact_url(dsn)
         self.closed = False
         self.origin = secrets.token_hex(8)
         # A shared server: another process may always hold rows this one does not know.
@@ -298,29 +301,57 @@ class PostgresStore:
         self._notified = asyncio.Event()
 
     @classmethod
-    async def open(cls, dsn: str, *, min_size: int = 1, max_size: int = 4) -> PostgresStore:
-        """Connect a pool to ``dsn`` and migrate the database."""
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        busy_timeout_ms: int = 5000,
+        statement_timeout_ms: int = 10_000,
+        min_size: int = 1,
+        max_size: int = 4,
+    ) -> PostgresStore:
+        """Connect a pool to ``dsn`` and migrate the database.
+
+        Every wait is bounded (see ``pgconnect``): a lock another session holds, past
+        ``busy_timeout_ms``; a statement, a connection or an answer, past
+        ``statement_timeout_ms``. Raises StoreError when the database cannot be reached,
+        migrated or written (a read-only session, a role without write grants)."""
         asyncpg = _asyncpg()
+        limits = Limits(busy_timeout_ms, statement_timeout_ms)
+        name = redact_url(dsn)
         try:
-            pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
-        except (OSError, asyncpg.PostgresError, ValueError) as exc:
+            pool = await asyncpg.create_pool(
+                dsn, min_size=min_size, max_size=max_size, **limits.connect_kwargs()
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
             raise StoreError(
-                f"cannot open short-term memory database {_redacted(dsn)}: {exc}"
+                redact_text(f"cannot open short-term memory database {name}: {exc}", dsn)
             ) from exc
-        store = cls(pool, dsn)
+        store = cls(pool, dsn, limits)
         try:
-            async with pool.acquire() as conn:
+            async with store._acquire() as conn:
                 await migrate(conn, store.path)
+                unwritable = await unwritable_tables(conn)
+            if unwritable:
+                raise StoreError(
+                    f"short-term memory database {name} is read-only for this connection: "
+                    + "; ".join(unwritable)
+                )
             store._seen_position = await store.current_position()
-        except asyncpg.PostgresError as exc:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             await pool.close()
             raise StoreError(
-                f"short-term memory database {store.path} cannot be used: {exc}"
+                redact_text(f"short-term memory database {name} cannot be used: {exc}", dsn)
             ) from exc
         except BaseException:
             await pool.close()
             raise
         return store
+
+    def _acquire(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A pooled connection, waited for at most ``limits.acquire_seconds``; a command
+        that got no answer in time is a StoreError saying so (see ``pgconnect``)."""
+        return pooled(self._pool, self.path, self.limits)
 
     def _check_open(self) -> None:
         if self.closed:
@@ -329,19 +360,19 @@ class PostgresStore:
     async def schema_version(self) -> int:
         """The version recorded by the migrations."""
         self._check_open()
-        return int(await self._pool.fetchval("SELECT version FROM stm_schema"))
+        return int(await self._value("SELECT version FROM stm_schema"))
 
     async def run(self, ops: Sequence[Op]) -> list[object]:
         """Run ``ops`` in order in one transaction; one result per op. A batch of only
         ``Scrub`` vacuums the key table instead, outside any transaction."""
         self._check_open()
         if ops and all(isinstance(op, Scrub) for op in ops):
-            async with self._pool.acquire() as conn:
+            async with self._acquire() as conn:
                 # Destroyed keys are dead tuples until vacuumed; VACUUM (not FULL) takes no
                 # lock that writers wait for. What it leaves is in docs/guarantees.md.
                 await conn.execute("VACUUM stm_keys")
             return [None] * len(ops)
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._acquire() as conn, transaction(conn):
             if any(_writes(op) for op in ops):
                 # Before anything else: see the module's docstring.
                 await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
@@ -366,19 +397,19 @@ class PostgresStore:
     async def purge_ranges(self, position: int) -> tuple[Range, ...] | None:
         """The ranges the purge at feed ``position`` cleared; None while it is planned."""
         self._check_open()
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             return await _run(conn, chains.planned_ranges(position))
 
     async def pending_sweeps(self) -> list[int]:
         """Positions of purges whose ranges still hold rows to clear."""
         self._check_open()
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             return await _run(conn, chains.pending_sweeps())
 
     async def current_position(self) -> int:
         """The position of the newest committed change (0 when there was none)."""
         self._check_open()
-        return int(await self._pool.fetchval("SELECT position FROM stm_feed WHERE id = 1"))
+        return int(await self._value("SELECT position FROM stm_feed WHERE id = 1"))
 
     async def read_changes(self, after: int, limit: int = 1000) -> FeedPage:
         """The committed changes after position ``after``, oldest first, at most ``limit``."""
@@ -386,8 +417,8 @@ class PostgresStore:
             raise ValueError("limit must be at least 1")
         self._check_open()
         async with (
-            self._pool.acquire() as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
+            self._acquire() as conn,
+            transaction(conn, isolation="repeatable_read", readonly=True),
         ):
             position, pruned_through = await conn.fetchrow(
                 "SELECT position, pruned_through FROM stm_feed WHERE id = 1"
@@ -409,7 +440,7 @@ class PostgresStore:
         """Delete changes committed before ``older_than``, except the newest ``keep_last``
         (always a prefix of the feed: clocks disagree, positions do not)."""
         self._check_open()
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._acquire() as conn, transaction(conn):
             position = await conn.fetchval("SELECT position FROM stm_feed WHERE id = 1 FOR UPDATE")
             through = await conn.fetchval(
                 "SELECT max(position) FROM stm_changes WHERE at < $1", older_than
@@ -444,7 +475,7 @@ class PostgresStore:
         if self._listener is None or self._listener.is_closed():
             try:
                 await self._listen()
-            except (OSError, _asyncpg().PostgresError):
+            except (OSError, _asyncpg().PostgresError, _asyncpg().InterfaceError):
                 await asyncio.sleep(max(0.0, seconds))
                 return True
         try:
@@ -458,14 +489,16 @@ class PostgresStore:
 
     async def _listen(self) -> None:
         asyncpg = _asyncpg()
-        listener = await asyncpg.connect(self._dsn)
+        listener = await asyncpg.connect(self._dsn, **self.limits.connect_kwargs())
         try:
             await listener.add_listener(CHANNEL, self._on_notify)
+            listener.add_termination_listener(self._on_lost)
         except BaseException:
-            # Failed, or cancelled by a closing memory: nothing else holds it to close.
-            listener.terminate()
+            listener.terminate()  # cancelled (the store closing) or lost: not left open
             raise
-        listener.add_termination_listener(self._on_lost)
+        if self.closed:
+            listener.terminate()  # closed while this connected
+            return
         self._listener = listener
         # Whatever committed while nobody listened is only found by reading.
         self._notified.set()
@@ -494,7 +527,12 @@ class PostgresStore:
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement outside the batch path (inspection, tests); return its rows."""
         self._check_open()
-        return [tuple(row) for row in await self._pool.fetch(sql, *params)]
+        async with self._acquire() as conn:
+            return [tuple(row) for row in await conn.fetch(sql, *params)]
+
+    async def _value(self, sql: str) -> Any:
+        async with self._acquire() as conn:
+            return await conn.fetchval(sql)
 
     async def close(self) -> None:
         """Close the listening connection and the pool."""
@@ -507,35 +545,45 @@ class PostgresStore:
                 with contextlib.suppress(Exception):
                     await listener.close()
         finally:
-            await self._pool.close()
+            try:
+                # Gracefully, unless a connection is stuck past its own limits.
+                async with asyncio.timeout(self.limits.acquire_seconds):
+                    await self._pool.close()
+            except TimeoutError:
+                self._pool.terminate()
 
     # -- the operator's read-only view (``inspect.Inspector``) ------------------------
     @classmethod
     async def open_existing(
-        cls, dsn: str, *, lock_timeout_ms: int = 5000, require_current: bool = True
+        cls,
+        dsn: str,
+        *,
+        lock_timeout_ms: int = 5000,
+        statement_timeout_ms: int = 10_000,
+        require_current: bool = True,
     ) -> PostgresStore:
         """Connect read-only to a database that must already hold the short-term memory
         tables; never create or migrate them.
 
         Raises StoreError saying why it cannot serve: unreachable, missing, locked (past
-        ``lock_timeout_ms``), not a short-term memory schema, or (with
-        ``require_current``) an older schema; SchemaVersionError when a newer version of
-        the library wrote it.
+        ``lock_timeout_ms``), too slow (past ``statement_timeout_ms``), not a short-term
+        memory schema, or (with ``require_current``) an older schema; SchemaVersionError
+        when a newer version of the library wrote it.
         """
         asyncpg = _asyncpg()
-        settings = {
-            "default_transaction_read_only": "on",
-            "lock_timeout": str(int(lock_timeout_ms)),
-        }
+        limits = Limits(lock_timeout_ms, statement_timeout_ms)
+        name = redact_url(dsn)
         try:
-            pool = await asyncpg.create_pool(dsn, min_size=1, max_size=1, server_settings=settings)
+            pool = await asyncpg.create_pool(
+                dsn, min_size=1, max_size=1, **limits.connect_kwargs(read_only=True)
+            )
         except asyncpg.InvalidCatalogNameError as exc:
-            raise NoDatabase(_explain(_redacted(dsn), exc)) from exc
-        except (OSError, asyncpg.PostgresError, ValueError) as exc:
-            raise StoreError(_explain(_redacted(dsn), exc)) from exc
-        store = cls(pool, dsn)
+            raise NoDatabase(redact_text(_explain(name, exc), dsn)) from exc
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
+            raise StoreError(redact_text(_explain(name, exc), dsn)) from exc
+        store = cls(pool, dsn, limits)
         try:
-            await _check_existing(pool, store.path, require_current)
+            await _check_existing(store, require_current)
         except BaseException:
             await pool.close()
             raise
@@ -585,12 +633,12 @@ class PostgresStore:
         asyncpg = _asyncpg()
         try:
             async with (
-                self._pool.acquire() as conn,
-                conn.transaction(isolation="repeatable_read", readonly=True),
+                self._acquire() as conn,
+                transaction(conn, isolation="repeatable_read", readonly=True),
             ):
                 return await fn(conn, *args)
-        except (OSError, asyncpg.PostgresError) as exc:
-            raise StoreError(_explain(self.path, exc)) from exc
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(redact_text(_explain(self.path, exc), self._dsn)) from exc
 
 
 def _asyncpg() -> Any:
@@ -602,16 +650,6 @@ def _asyncpg() -> Any:
             "python -m pip install 'discord-stm[postgres]'"
         ) from exc
     return asyncpg
-
-
-def _redacted(dsn: str) -> str:
-    """The DSN without its password, for messages."""
-    head, sep, tail = dsn.partition("://")
-    if "@" not in tail:
-        return dsn
-    credentials, _, rest = tail.rpartition("@")
-    user = credentials.split(":", 1)[0]
-    return f"{head}{sep}{user}@{rest}"
 
 
 def _count(status: str) -> int:
@@ -631,7 +669,10 @@ async def migrate(conn: Any, name: str = "") -> int:
     """
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
-        await conn.execute("CREATE TABLE IF NOT EXISTS stm_schema (version INTEGER NOT NULL)")
+        if await conn.fetchval("SELECT to_regclass('stm_schema')") is None:
+            # Only when missing: a role that may write the tables but not create any in the
+            # schema (least privilege) still opens a database made for it.
+            await conn.execute("CREATE TABLE stm_schema (version INTEGER NOT NULL)")
         version = await conn.fetchval("SELECT version FROM stm_schema")
         if version is None:
             version = 0
@@ -1031,17 +1072,18 @@ _TABLES = (
 )
 
 
-async def _check_existing(pool: Any, name: str, require_current: bool) -> None:
+async def _check_existing(store: PostgresStore, require_current: bool) -> None:
     asyncpg = _asyncpg()
+    name = store.path
     try:
-        async with pool.acquire() as conn:
+        async with store._acquire() as conn:
             schema = await conn.fetchval("SELECT to_regclass('stm_schema')")
             tables = await conn.fetchval(
                 "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()"
             )
             version = 0 if schema is None else await conn.fetchval("SELECT version FROM stm_schema")
-    except (OSError, asyncpg.PostgresError) as exc:
-        raise StoreError(_explain(name, exc)) from exc
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise StoreError(redact_text(_explain(name, exc), store._dsn)) from exc
     if version is not None and version > len(MIGRATIONS):
         raise SchemaVersionError(
             f"{name} has schema version {version}, newer than this version of the library "
@@ -1065,6 +1107,11 @@ def _explain(name: str, exc: BaseException) -> str:
         return f"no short-term memory database at {name} (nothing was created): {exc}"
     if isinstance(exc, asyncpg.LockNotAvailableError):
         return f"short-term memory database {name} is locked by another process: {exc}"
+    if isinstance(exc, asyncpg.QueryCanceledError | TimeoutError):
+        return (
+            f"short-term memory database {name} did not answer in time "
+            f"(STM_STATEMENT_TIMEOUT_MS): {exc or type(exc).__name__}"
+        )
     if isinstance(exc, asyncpg.DataCorruptedError | asyncpg.IndexCorruptedError):
         return f"short-term memory database {name} is corrupt: {exc}"
     if isinstance(exc, OSError):
