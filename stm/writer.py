@@ -26,7 +26,6 @@ own when a reader holds the WAL, without holding up the queue.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -156,6 +155,7 @@ class Writer:
                 _Item(self._next(), SweepPurge(position), what=_describe(SweepPurge(position)))
             )
         self._task = asyncio.get_running_loop().create_task(self._run(), name="stm-writer")
+        self._task.add_done_callback(self._stopped)
 
     # -- submitting ---------------------------------------------------------
     def submit(self, op: Op, what: str = "") -> asyncio.Future[Any]:
@@ -301,11 +301,25 @@ class Writer:
             await self.flush(attempts=3)
         finally:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # A loop that died of a bug was logged when it stopped; closing still closes.
+            await asyncio.wait([self._task])
             for item in self._queue:
                 if item.future is not None and not item.future.done():
                     item.future.set_exception(DurabilityError([f"{item.what}: closed"]))
+
+    def _stopped(self, task: asyncio.Task[None]) -> None:
+        """The loop ended: by ``close`` or by a bug. Whoever waits hears it now rather
+        than never: a flush raises and every queued item's caller gets the error."""
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            log.error("short-term memory's writer stopped", exc_info=error)
+            for item in self._queue:
+                if item.future is not None and not item.future.done():
+                    item.future.set_exception(
+                        DurabilityError([f"{item.what}: the writer stopped ({error!r})"])
+                    )
+        progress, self._progress = self._progress, asyncio.Event()
+        progress.set()
 
     # -- the loop -----------------------------------------------------------
     def _finished_through(self) -> int:
@@ -447,15 +461,22 @@ class Writer:
             if several:
                 results = _per_item(items, results)
             for item, result in zip(items, results, strict=True):
-                if item.on_result is not None:
-                    self._tell(item, result)
                 if item.future is not None and not item.future.done():
                     item.future.set_result(result)
+                if item.on_result is not None:
+                    self._tell(item, result)
                 # Only a delete that removed something leaves anything to erase.
                 if isinstance(item.op, DeleteChannel | PurgeUser | DeleteExpired) and result:
                     erased = True
                 if isinstance(item.op, PurgeUser | SweepPurge):
-                    position, cleared, more = _progress(item.op, result)
+                    try:
+                        position, cleared, more = _progress(item.op, result)
+                    except Exception:
+                        # A store answering out of contract must not stop the writer: the
+                        # rest of the purge is left to the next open's pending sweeps.
+                        log.exception("%s: the store's answer cannot be read", item.what)
+                        erased = True
+                        continue
                     erased = erased or bool(cleared)
                     if more:
                         self._continue(item, position)

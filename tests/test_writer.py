@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -9,6 +10,7 @@ from conftest import Clock, ctx, turn
 from fakes import FaultyStore, ManualScheduler, faulty_memory
 
 from stm import DurabilityError, ShortTermMemory, STMConfig
+from stm.store.base import DeleteChannel as DeleteChannelOp
 
 
 @pytest.fixture
@@ -146,3 +148,65 @@ async def test_purges_and_clears_schedule_a_scrub_without_a_flush(
     scrubs = sum(batch.count("Scrub") for batch in store.batches)
     assert scrubs == 1
     await memory.close()
+
+
+async def test_a_store_answering_out_of_contract_does_not_stop_the_writer(
+    flaky: tuple[ShortTermMemory, FaultyStore],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A purge whose result cannot be read is logged; the writes after it still commit
+    and flush answers (upgrades in the purge's reach stay refused: its plan is unknown)."""
+    memory, store = flaky
+    await memory.capture(turn(ctx(user=1), "mine"))
+    await memory.flush()
+    inner = store.run
+
+    async def garbled(ops: list[object]) -> list[object]:
+        results = await inner(ops)  # type: ignore[arg-type]
+        return [
+            object() if type(op).__name__ == "PurgeUser" else r
+            for op, r in zip(ops, results, strict=True)
+        ]
+
+    monkeypatch.setattr(store, "run", garbled)
+    with caplog.at_level(logging.ERROR, logger="stm"):
+        await memory.clear_short_term_memory_for_user(1)
+        await memory.flush()
+    assert "cannot be read" in caplog.text
+    monkeypatch.setattr(store, "run", inner)
+    await memory.capture(turn(ctx(user=2, channel=11), "after"))
+    await memory.clear_short_term_memory_for_channel(12)
+    await memory.flush()
+    assert "DeleteChannel" in store.batches[-1] or "DeleteChannel" in store.batches[-2]
+    await memory.close()
+
+
+async def test_a_writer_that_dies_answers_every_waiter(
+    flaky: tuple[ShortTermMemory, FaultyStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug that ends the writer's loop is logged, and flush and every queued write hear
+    of it at once instead of waiting forever."""
+    memory, store = flaky
+    writer = memory.writer
+    store.hold()
+    c = ctx()
+    await memory.capture(turn(c, "x"))
+    upgrade = asyncio.ensure_future(memory.run_tool(c, {"summary": "queued"}))
+    await store.holding()
+
+    def broken() -> list[object]:
+        raise RuntimeError("a bug in the writer")
+
+    writer._next_batch = broken  # type: ignore[method-assign, assignment]
+    with caplog.at_level(logging.ERROR, logger="stm"):
+        store.release()
+        await asyncio.wait_for(upgrade, 10)
+        queued = writer.submit(DeleteChannelOp(10))
+        with pytest.raises(DurabilityError):
+            await asyncio.wait_for(queued, 10)
+        with pytest.raises(DurabilityError, match="stopped"):
+            await asyncio.wait_for(memory.flush(), 10)
+    assert "writer stopped" in caplog.text
+    with pytest.raises(DurabilityError):
+        await asyncio.wait_for(memory.close(), 10)
