@@ -9,9 +9,7 @@ import concurrent.futures
 import inspect
 import os
 import secrets
-import time
-import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,28 +22,11 @@ from checkout import (  # noqa: F401
     pytest_sessionstart,
     pytest_terminal_summary,
 )
+from helpers import Opener, StoreOpener
 from processes import processes_only_where_marked  # noqa: F401
 
-from stm import (
-    DialogueMessage,
-    GenerationFinished,
-    ShortTermMemory,
-    STMConfig,
-    TurnContext,
-)
-
-
-class Clock:
-    """A clock the test moves by hand (epoch seconds)."""
-
-    def __init__(self, start: float | None = None) -> None:
-        self.now = time.time() if start is None else start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float = 0.0, *, hours: float = 0.0, minutes: float = 0.0) -> None:
-        self.now += seconds + minutes * 60 + hours * 3600
+from stm import ShortTermMemory, STMConfig
+from stm.testing import Clock
 
 
 @pytest.fixture
@@ -61,9 +42,6 @@ def db_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def config(store_database: str) -> STMConfig:
     return STMConfig(database=store_database, write_behind_seconds=0.05, delete_retry_seconds=0.05)
-
-
-Opener = Callable[..., Awaitable[ShortTermMemory]]
 
 
 @pytest.fixture
@@ -85,56 +63,6 @@ async def open_memory(config: STMConfig, clock: Clock) -> AsyncIterator[Opener]:
 @pytest.fixture
 async def memory(open_memory: Opener) -> ShortTermMemory:
     return await open_memory()
-
-
-def ctx(
-    user: int = 1,
-    channel: int = 10,
-    server: int | None = 100,
-    persona: int | None = None,
-    **fields: object,
-) -> TurnContext:
-    """A turn context with small readable ids."""
-    return TurnContext(
-        user_id=user, channel_id=channel, server_id=server, persona_id=persona, **fields
-    )
-
-
-def turn(
-    context: TurnContext, user_text: str, reply: str = "ok", **fields: object
-) -> GenerationFinished:
-    """A finished generation: the user's message and the bot's reply."""
-    return GenerationFinished(
-        context=context,
-        messages=[
-            DialogueMessage(
-                role="user",
-                content=user_text,
-                author_id=context.user_id,
-                speaker_name=f"user{context.user_id}",
-            ),
-            DialogueMessage(role="assistant", content=reply, speaker_name="Bot"),
-        ],
-        **fields,
-    )
-
-
-# Deeper runs of the adversarial tests: STM_STRESS=1 multiplies kill cycles, interleavings
-# and fuzz cases; STM_SEED fixes the seed of the randomized tests to replay a failure.
-STRESS = os.environ.get("STM_STRESS", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def scaled(default: int, stress: int) -> int:
-    """The default count, or the stress count when STM_STRESS is set."""
-    return stress if STRESS else default
-
-
-def seed_for(name: str) -> int:
-    """The seed of one randomized test: STM_SEED if set, else fixed per test name."""
-    chosen = os.environ.get("STM_SEED")
-    if chosen:
-        return int(chosen)
-    return zlib.crc32(name.encode())
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------
@@ -260,9 +188,6 @@ def fresh_database(
             pytest.skip(POSTGRES_HOW)
         return lambda name: _new_schema(database)
     return lambda name: str(tmp_path / f"{name}.sqlite3")
-
-
-StoreOpener = Callable[[], Awaitable[Any]]
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Clock, Opener, ctx, turn
-from fakes import ManualScheduler, faulty_memory
+from helpers import Opener
 
 from stm import ShortTermMemory, STMConfig
 from stm.store.shred import readable
+from stm.testing import Clock, ManualScheduler, ctx, faulty_memory, turn
 
 STM_DIR = str(Path(__file__).parent.parent / "stm")
 

@@ -6,11 +6,12 @@ import gc
 import tracemalloc
 from collections import deque
 
-from conftest import Opener, ctx, turn
+from helpers import Opener
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stm.cache import Entry, MemoryCache, StoredMessage
+from stm.testing import ctx, turn
 
 
 def make(key_channel: int, server: int = 1, private: bool = False) -> Entry:

@@ -7,12 +7,13 @@ import os
 import sqlite3
 from pathlib import Path
 
-from conftest import Opener, ctx, turn
+from helpers import Opener
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig
 from stm.store.shred import readable
+from stm.testing import ctx, turn
 
 
 async def test_server_turn_is_captured_under_both_keys(memory: ShortTermMemory) -> None:

@@ -29,13 +29,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import Clock, ctx, turn
 
 from stm import ShortTermMemory, STMConfig
 from stm.cli import main
 from stm.store import sqlite as sqlite_store
 from stm.store.sqlite import MIGRATIONS
 from stm.tables import printable, table
+from stm.testing import Clock, ctx, turn
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = len(MIGRATIONS)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import ctx, turn
 
 from stm import ShortTermMemory, STMConfig
 from stm.cli import cli
+from stm.testing import ctx, turn
 
 
 @pytest.fixture

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import Clock, Opener, ctx, turn
+from helpers import Opener
 
 from stm import ConfigError, STMConfig
 from stm.config import MAX_TTL_HOURS
+from stm.testing import Clock, ctx, turn
 
 
 def test_defaults_match_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from conftest import Clock, Opener, ctx, turn
+from helpers import Opener
 
 from stm import ShortTermMemory
+from stm.testing import Clock, ctx, turn
 
 
 async def upgrade(memory: ShortTermMemory, text: str, **where: object) -> None:

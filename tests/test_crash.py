@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import scaled, seed_for
+from helpers import scaled, seed_for
 
 from stm.store.shred import readable
 

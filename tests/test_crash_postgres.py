@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import scaled, seed_for
+from helpers import scaled, seed_for
 from test_crash import (
     ROOT,
     WRITER,

@@ -6,11 +6,11 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from conftest import Clock, Opener, ctx, turn
-from fakes import faulty_memory
+from helpers import Opener
 from shredding import KeyWitness, plain_text
 
 from stm import ShortTermMemory, STMConfig
+from stm.testing import Clock, ctx, faulty_memory, turn
 
 # Each test that does not inspect the SQLite file runs on both stores.
 BOTH_STORES = True

@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ctx, turn
-from fakes import FaultyStore
 
 from stm import ShortTermMemory, STMConfig
 from stm.store import chains
 from stm.store.base import SweepPurge
 from stm.store.sqlite import SQLiteStore
+from stm.testing import FaultyStore, ctx, turn
 
 BOTH_STORES = True
 GENERAL, RANDOM, GAMES = 10, 11, 12

@@ -14,13 +14,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conftest import Clock, ctx, turn
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from stm import ShortTermMemory, STMConfig
 from stm.store import open_store
 from stm.store.base import LoadRows
+from stm.testing import Clock, ctx, turn
 
 BOTH_STORES = True
 HOUR = 3600.0

@@ -6,14 +6,14 @@ import contextlib
 import json
 import sqlite3
 
-from conftest import Clock, Opener, ctx, turn
-from fakes import ManualScheduler
+from helpers import Opener
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stm import ShortTermMemory, STMConfig
 from stm.cache import Entry, MemoryCache
 from stm.expiry import EXPIRED_SQL, row_expired
+from stm.testing import Clock, ManualScheduler, ctx, turn
 
 
 def row_count(db_path: object) -> int:

@@ -18,10 +18,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Opener, ctx, turn
+from helpers import Opener
 
 from stm import DurabilityError, SchemaVersionError, ShortTermMemory, StoreError
 from stm.store.shred import readable
+from stm.testing import ctx, turn
 
 NOT_SAVED = "Nothing was s"  # "saved" or "stored", as the tool words it
 

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ctx, turn
 from pgproxy import Proxy
 from test_faults import NOT_SAVED, remember
 
 from stm import DurabilityError, ShortTermMemory, STMConfig, StoreError
 from stm.store.shred import open_sealed_text
+from stm.testing import ctx, turn
 
 BOUND = 60.0
 

@@ -8,9 +8,10 @@ import asyncio
 import contextlib
 import time
 
-from conftest import Opener, ctx, turn
+from helpers import Opener
 
 from stm import ShortTermMemory
+from stm.testing import ctx, turn
 
 BOTH_STORES = True
 KEY = "shortterm:server:100:10"

@@ -8,9 +8,10 @@ not hold, and every missing key is read again.
 
 from __future__ import annotations
 
-from conftest import Clock, Opener, ctx, turn
+from helpers import Opener
 
 from stm.keys import user_key
+from stm.testing import Clock, ctx, turn
 
 
 async def test_new_keys_on_a_new_database_are_not_read(open_memory: Opener) -> None:

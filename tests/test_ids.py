@@ -7,12 +7,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from conftest import Opener, ctx, turn
+from helpers import Opener
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, TurnContext
 from stm.ids import MAX_NAME_LENGTH
+from stm.testing import ctx, turn
 from stm.text import LINE_BREAKS
 
 ID_FIELDS = ["user_id", "channel_id", "server_id", "persona_id", "parent_channel_id"]

@@ -9,10 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import Clock, ctx, turn
-from fakes import faulty_memory
 
 from stm import DurabilityError, ShortTermMemory, STMConfig
+from stm.testing import Clock, ctx, faulty_memory, turn
 
 ROOT = Path(__file__).resolve().parent.parent
 SAID = "WORDS-THE-USER-SAID-5e1f"

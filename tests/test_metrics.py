@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Clock, Opener, ctx, turn
-from fakes import faulty_memory
+from helpers import Opener
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from stm import ShortTermMemory, STMConfig
 from stm.metrics import REFUSAL_REASONS, MetricsSnapshot
 from stm.prometheus import MemoryCollector, exposition, register
+from stm.testing import Clock, ctx, faulty_memory, turn
 
 ROOT = Path(__file__).resolve().parent.parent
 

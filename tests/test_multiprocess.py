@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import scaled, seed_for
+from helpers import scaled, seed_for
 
 from stm import STMConfig
 from stm.store import open_store

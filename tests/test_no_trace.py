@@ -13,10 +13,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import Opener, ctx, turn
+from helpers import Opener
 from shredding import KeyWitness, file_bytes, plain_text
 
 from stm import DurabilityError, ShortTermMemory
+from stm.testing import ctx, turn
 
 USERS = (1, 2)
 CHANNELS = (10, 11, 12)

@@ -8,11 +8,11 @@ import re
 import tempfile
 from pathlib import Path
 
-from conftest import ctx, turn
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig
+from stm.testing import ctx, turn
 
 GENERAL, RANDOM = 10, 11
 ALICE, BOB, CAROL = 1, 2, 3

@@ -8,9 +8,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import ctx, turn
 
 from stm import ShortTermMemory, STMConfig
+from stm.testing import ctx, turn
 
 TEXTS = ("FIRST-VERSION-7f3a", "SECOND-VERSION-9c1d", "THIRD-VERSION-22e8")
 

@@ -16,12 +16,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import ctx, turn
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from shredding import KeyWitness, file_bytes, plain_text
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
+from stm.testing import ctx, turn
 
 GENERAL, RANDOM = 10, 11
 ALICE, BOB, CAROL = 1, 2, 3

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from conftest import Clock, Opener, ctx, turn
+from helpers import Opener
 from prometheus_client.parser import text_string_to_metric_families
 
 from stm import PurgeAlert, ShortTermMemory
@@ -19,6 +19,7 @@ from stm.purgewatch import (
     PurgeWatch,
     describe_alert,
 )
+from stm.testing import Clock, ctx, turn
 
 BOTH_STORES = True
 SERVER, OTHER = 100, 200

@@ -46,8 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import Clock, scaled, seed_for
-from fakes import FaultyStore
+from helpers import scaled, seed_for
 
 from stm import (
     DialogueMessage,
@@ -59,6 +58,7 @@ from stm import (
 )
 from stm.store.shred import readable
 from stm.store.sqlite import SQLiteStore
+from stm.testing import Clock, FaultyStore
 
 TOKEN = re.compile(r"qz(\d+)x")
 # A copy of token M held by the summary or reply H: ``qz{M}c{H}x``.

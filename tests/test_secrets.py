@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import ctx, turn
 from pgproxy import Proxy
 from test_faults_postgres import FEED_LOCK, held
 
@@ -31,6 +30,7 @@ from host.demo import make_bot
 from stm import DurabilityError, ShortTermMemory, STMConfig, StoreError
 from stm.cli.commands import cli
 from stm.prometheus import exposition
+from stm.testing import ctx, turn
 
 SECRET = "Pw7secretZq"
 

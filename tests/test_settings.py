@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import Opener, ctx, turn
+from helpers import Opener
 
 from stm import Category, InvalidInput, ServerSettings, ShortTermMemory
+from stm.testing import ctx, turn
 
 
 async def test_unconfigured_servers_and_dms_get_the_global_defaults(open_memory: Opener) -> None:

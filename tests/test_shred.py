@@ -10,8 +10,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from conftest import Clock, Opener, ctx, turn
-from fakes import faulty_memory
+from helpers import Opener
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shredding import file_bytes
@@ -21,6 +20,7 @@ from stm.lineage import Lineage
 from stm.store.base import DeleteChannel, DeleteExpired, PurgeUser, SaveDistilled, Scrub, StoredRow
 from stm.store.shred import DEAD_KEY
 from stm.store.sqlite import SQLiteStore
+from stm.testing import Clock, ctx, faulty_memory, turn
 
 
 async def test_a_purge_of_someone_who_holds_nothing_costs_no_erasure(config: STMConfig) -> None:

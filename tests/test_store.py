@@ -8,10 +8,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import Opener, ctx, turn
+from helpers import Opener
 
 from stm import SchemaVersionError, ShortTermMemory, STMConfig, StoreError
 from stm.store.sqlite import MIGRATIONS, SQLiteStore
+from stm.testing import ctx, turn
 
 
 async def test_new_file_is_wal_and_at_the_latest_version(db_path: Path) -> None:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from conftest import StoreOpener
+from helpers import StoreOpener
 
 from stm.keys import server_key, user_key
 from stm.lineage import Lineage, Pin, Range

@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 import pytest
-from conftest import StoreOpener, seed_for
+from helpers import StoreOpener, seed_for
 
 from stm.store.base import DeleteChannel
 

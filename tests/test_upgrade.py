@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-from conftest import Clock, Opener, ctx, turn
-from fakes import faulty_memory
+from helpers import Opener
 
 from stm import Category, ShortTermMemory, STMConfig
 from stm.store.shred import readable
+from stm.testing import Clock, ctx, faulty_memory, turn
 
 
 def durable_rows(db_path: object) -> dict[str, tuple[object, ...]]:

@@ -166,9 +166,8 @@ def test_packed_windows_answer_exactly_as_open_ones(script: list[Op]) -> None:
     import asyncio
     from datetime import UTC, datetime
 
-    from conftest import ctx
-
     from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig
+    from stm.testing import ctx
 
     async def play() -> None:
         config = STMConfig(database=":memory:", max_messages_per_channel=4)

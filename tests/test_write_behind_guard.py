@@ -8,10 +8,11 @@ import asyncio
 import random
 import time
 
-from conftest import ctx, seed_for, turn
+from helpers import seed_for
 
 from stm import ShortTermMemory, STMConfig
 from stm.store import open_store
+from stm.testing import ctx, turn
 
 BOTH_STORES = True
 USERS = (1, 2, 3)

@@ -6,11 +6,10 @@ import asyncio
 import logging
 
 import pytest
-from conftest import Clock, ctx, turn
-from fakes import FaultyStore, ManualScheduler, faulty_memory
 
 from stm import DurabilityError, ShortTermMemory, STMConfig
 from stm.store.base import DeleteChannel as DeleteChannelOp
+from stm.testing import Clock, FaultyStore, ManualScheduler, ctx, faulty_memory, turn
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from conftest import ctx, turn
-from fakes import faulty_memory
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +26,7 @@ from stm.store.base import (
     StoredRow,
 )
 from stm.store.sqlite import SQLiteStore
+from stm.testing import ctx, faulty_memory, turn
 from stm.writer import Writer
 
 # Values no SQLite column can hold: integers beyond 64 bits, text that is not UTF-8 (and,

@@ -1,17 +1,75 @@
-"""Test doubles that run the production paths: a store that fails or holds its
-transactions on demand, and a scheduler whose time the test moves."""
+"""Test doubles for hosts that test their own use of short-term memory, the same ones this
+project's own tests use: a clock and a scheduler the test moves by hand, a real store that
+fails or holds its transactions on demand, and builders of turns with small readable ids.
+
+    from stm.testing import Clock, ctx, turn
+
+    clock = Clock()
+    memory = await ShortTermMemory.open(STMConfig(database=path), clock=clock)
+    await memory.capture(turn(ctx(user=1, channel=10), "hello"))
+    clock.advance(hours=13)  # past the crude window's TTL
+
+They run the production paths: nothing here replaces the library's own logic.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from stm import ShortTermMemory, STMConfig
+from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 from stm.store import open_store
 from stm.store.base import LoadRows, Op, Store
 
-__all__ = ["FaultyStore", "ManualScheduler", "faulty_memory"]
+__all__ = ["Clock", "FaultyStore", "ManualScheduler", "ctx", "faulty_memory", "turn"]
+
+
+class Clock:
+    """A clock the test moves by hand (epoch seconds), for ``ShortTermMemory.open(clock=)``."""
+
+    def __init__(self, start: float | None = None) -> None:
+        self.now = time.time() if start is None else start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float = 0.0, *, hours: float = 0.0, minutes: float = 0.0) -> None:
+        self.now += seconds + minutes * 60 + hours * 3600
+
+
+def ctx(
+    user: int = 1,
+    channel: int = 10,
+    server: int | None = 100,
+    persona: int | None = None,
+    **fields: Any,
+) -> TurnContext:
+    """A turn context with small readable ids (``server=None`` for a DM)."""
+    return TurnContext(
+        user_id=user, channel_id=channel, server_id=server, persona_id=persona, **fields
+    )
+
+
+def turn(
+    context: TurnContext, user_text: str, reply: str = "ok", **fields: Any
+) -> GenerationFinished:
+    """A finished generation in ``context``: the user's message and the bot's reply."""
+    return GenerationFinished(
+        context=context,
+        messages=[
+            DialogueMessage(
+                role="user",
+                content=user_text,
+                author_id=context.user_id,
+                speaker_name=f"user{context.user_id}",
+            ),
+            DialogueMessage(role="assistant", content=reply, speaker_name="Bot"),
+        ],
+        **fields,
+    )
 
 
 class FaultyStore:
@@ -140,7 +198,7 @@ class ManualScheduler:
         self,
         deadline: float | None,
         event: asyncio.Event | None,
-        also: asyncio.Future[object] | None = None,
+        also: asyncio.Future[Any] | None = None,
     ) -> None:
         task = asyncio.current_task()
         name = task.get_name() if task is not None else ""

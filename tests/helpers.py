@@ -1,0 +1,35 @@
+"""What several test modules share that is not a fixture: how many cases a randomized
+test runs, its seed, and the types of the opener fixtures. Test doubles a host could use
+too live in ``stm.testing``."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from stm import ShortTermMemory
+
+Opener = Callable[..., Awaitable[ShortTermMemory]]
+"""The ``open_memory`` fixture: open a memory on the test's database (again: a restart)."""
+
+StoreOpener = Callable[[], Awaitable[Any]]
+"""The ``open_store_`` fixture: open the test's store directly."""
+
+# Deeper runs of the adversarial tests: STM_STRESS=1 multiplies kill cycles, interleavings
+# and fuzz cases; STM_SEED fixes the seed of the randomized tests to replay a failure.
+STRESS = os.environ.get("STM_STRESS", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def scaled(default: int, stress: int) -> int:
+    """The default count, or the stress count when STM_STRESS is set."""
+    return stress if STRESS else default
+
+
+def seed_for(name: str) -> int:
+    """The seed of one randomized test: STM_SEED if set, else fixed per test name."""
+    chosen = os.environ.get("STM_SEED")
+    if chosen:
+        return int(chosen)
+    return zlib.crc32(name.encode())
