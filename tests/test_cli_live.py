@@ -7,18 +7,14 @@ purged user within the coherence bound (``STM_COHERENCE_SECONDS``, default 2 s).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from test_cli import environment, stm_process_at
+from bot_client import BotProcess
+from test_cli import stm_process_at
 
-ROOT = Path(__file__).resolve().parent.parent
 BOUND = 2.0  # STM_COHERENCE_SECONDS' default
 PURGED = "WORDS-OF-USER-42-3b7e"
 PURGED_SUMMARY = "SUMMARY-HOLDING-USER-42-c1d9"
@@ -27,48 +23,17 @@ BOTH_STORES = True
 pytestmark = pytest.mark.process
 
 
-class Bot:
-    """``tests/memory_process.py`` as a running process."""
-
-    def __init__(self, database: str, cwd: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "memory_process.py")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=cwd,
-            env=environment(STM_DATABASE=database, STM_WRITE_BEHIND_SECONDS="0.05"),
-        )
-        assert self.readline() == "ready"
-
-    def readline(self) -> str:
-        assert self.proc.stdout is not None
-        return self.proc.stdout.readline().strip()
-
-    def ask(self, op: str, **fields: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
-        self.proc.stdin.flush()
-        answer = json.loads(self.readline())
-        assert isinstance(answer, dict)
-        return answer
+class Bot(BotProcess):
+    """A bot process on the database, with the default coherence bound."""
 
     def shows(self, words: str) -> bool:
         """Does any context or entry this process would serve hold ``words``?"""
         views = [
-            self.ask("context", user=7, channel=11, server=100),  # channel 10 as "other"
-            self.ask("context", user=7, channel=10, server=100),
-            self.ask("context", user=42, channel=10, server=100),
+            self.call(op="shown", user=7, channel=11, server=100),  # channel 10 as "other"
+            self.call(op="shown", user=7, channel=10, server=100),
+            self.call(op="shown", user=42, channel=10, server=100),
         ]
-        return any(words in view["text"] or words in "".join(view["entries"]) for view in views)
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        if self.proc.poll() is None:
-            self.proc.stdin.write(json.dumps({"op": "close"}) + "\n")
-            self.proc.stdin.close()
-            self.proc.wait(timeout=60)
-        self.proc.stdout.close()
+        return any(words in view["text"] for view in views)
 
 
 @pytest.fixture
@@ -84,9 +49,10 @@ def test_a_cli_purge_reaches_a_running_bot(bot: Bot, store_database: str, tmp_pa
     """After ``purge-user 42`` exits, the bot shows none of 42's words (crude messages held
     only in the bot, and the shared summary 42 contributed to) within the bound, and keeps
     the other user's words."""
-    assert bot.ask("turn", user=42, channel=10, server=100, text=PURGED)["ok"]
-    assert bot.ask("turn", user=7, channel=10, server=100, text=KEPT)["ok"]
-    assert bot.ask("upgrade", user=42, channel=10, server=100, summary=PURGED_SUMMARY)["ok"]
+    bot.call(op="capture", user=42, channel=10, server=100, text=PURGED)
+    bot.call(op="capture", user=7, channel=10, server=100, text=KEPT)
+    upgrade = bot.call(op="upgrade", user=42, channel=10, server=100, summary=PURGED_SUMMARY)
+    assert upgrade["success"], upgrade["message"]
     assert bot.shows(PURGED) and bot.shows(PURGED_SUMMARY) and bot.shows(KEPT)
 
     purge = stm_process_at(tmp_path, store_database, "purge-user", "42", "--yes")

@@ -1,22 +1,19 @@
 """Several OS processes on one database: what one deletes or replaces, every other stops
 showing within STM_COHERENCE_SECONDS (crude messages only it held included).
 
-Each process is ``tests/mp_worker.py``, driven over a pipe. Runs on SQLite and on
-PostgreSQL (skipped with how-to-run instructions when no server is reachable).
+Each process is ``tests/bot_process.py``, driven over a pipe (``tests/bot_client.py``).
+Runs on SQLite and on PostgreSQL (skipped with how-to-run instructions when no server is reachable).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bot_client import BotProcess
 from helpers import scaled, seed_for
 
 from stm import STMConfig
@@ -25,59 +22,24 @@ from stm.store.base import LoadRows
 
 BOTH_STORES = True
 pytestmark = pytest.mark.process
-ROOT = Path(__file__).resolve().parent.parent
 COHERENCE = 1.0
 SERVER = 100
 
 
-class Worker:
-    """One bot process on the shared database."""
+class Worker(BotProcess):
+    """One bot process on the shared database, following the feed within ``coherence``."""
 
-    def __init__(self, database: str, coherence: float = COHERENCE) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "mp_worker.py"), database, str(coherence)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=env,
-        )
-        assert self.read().get("ready"), "the worker did not start"
-
-    def send(self, **cmd: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-
-    def read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, f"the worker exited ({self.proc.poll()})"
-        answer: dict[str, Any] = json.loads(line)
-        assert "error" not in answer, answer["error"]
-        return answer
-
-    def call(self, **cmd: Any) -> dict[str, Any]:
-        self.send(**cmd)
-        return self.read()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.send(op="quit")
-            self.proc.wait(timeout=30)
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.close()
-        self.proc.stdout.close()
+    def __init__(self, database: str, cwd: Path, coherence: float = COHERENCE) -> None:
+        super().__init__(database, cwd, coherence_seconds=coherence)
 
 
 @pytest.fixture
-def workers(store_database: str) -> Any:
+def workers(store_database: str, tmp_path: Path) -> Any:
     """Start worker processes on the test's database; all are stopped at the end."""
     started: list[Worker] = []
 
     def start(coherence: float = COHERENCE) -> Worker:
-        worker = Worker(store_database, coherence)
+        worker = Worker(store_database, tmp_path, coherence)
         started.append(worker)
         return worker
 

@@ -1,6 +1,12 @@
-"""A bot process for the multi-process tests: one ShortTermMemory on a shared database,
-driven by JSON commands on stdin, one JSON answer per line on stdout (see
-tests/test_multiprocess.py)."""
+"""A bot-like process holding one ShortTermMemory open on a shared database, for every
+test that needs another process (tests/bot_client.py starts and drives it).
+
+    python tests/bot_process.py        (STM_* settings from the environment)
+
+Prints ``{"ready": true, "origin": ...}`` once open, then answers each JSON command on
+stdin with one JSON line (``{"error": ...}`` if it failed) until ``quit`` or end of
+input, and prints ``{"closed": true}`` after closing. Everything a turn captured lives
+only in this process, as in a bot."""
 
 from __future__ import annotations
 
@@ -152,14 +158,8 @@ async def _handle(memory: ShortTermMemory, cmd: dict[str, Any]) -> dict[str, Any
     raise ValueError(f"unknown op {op!r}")
 
 
-async def main(database: str, coherence: float) -> None:
-    config = STMConfig(
-        database=database,
-        coherence_seconds=coherence,
-        write_behind_seconds=0.05,
-        delete_retry_seconds=0.05,
-        busy_timeout_ms=20_000,
-    )
+async def main() -> None:
+    config = STMConfig()
     loop = asyncio.get_running_loop()
     async with ShortTermMemory.open(config) as memory:
         print(json.dumps({"ready": True, "origin": memory.store.origin}), flush=True)
@@ -179,4 +179,4 @@ async def main(database: str, coherence: float) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], float(sys.argv[2])))
+    asyncio.run(main())
