@@ -95,7 +95,8 @@ async def _check_database(config: STMConfig) -> None:
     schema; a missing file needs only a folder it can be created in. The memory's own
     open, in the cog, creates it, and so knows that it starts empty.
     """
-    from stm.store.inspect import NoDatabase, file_missing, open_inspector
+    from stm.errors import NoDatabase
+    from stm.store.inspect import file_missing, open_inspector
 
     if config.database == ":memory:":
         return

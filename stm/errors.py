@@ -5,6 +5,7 @@ STMError
  │                      written for them (a server setting, a category)
  ├── ConfigError        (also a ValueError): a setting is invalid
  ├── StoreError         the database could not be opened or used
+ │    ├── NoDatabase           there is no database where the settings point (none made)
  │    ├── SchemaVersionError   the file was written by a newer version
  │    └── RejectedWriteError   the store can never apply this operation
  └── DurabilityError    background work could not be made durable
@@ -16,6 +17,7 @@ __all__ = [
     "ConfigError",
     "DurabilityError",
     "InvalidInput",
+    "NoDatabase",
     "RejectedWriteError",
     "STMError",
     "SchemaVersionError",
@@ -37,6 +39,10 @@ class ConfigError(STMError, ValueError):
 
 class StoreError(STMError):
     """The durable store could not be opened or used."""
+
+
+class NoDatabase(StoreError):
+    """There is no short-term memory database where the settings point (none was made)."""
 
 
 class SchemaVersionError(StoreError):

@@ -9,8 +9,9 @@ import pytest
 from test_cli import make_database, summary_of
 
 from stm import STMConfig, StoreError
+from stm.errors import NoDatabase
 from stm.store import open_store
-from stm.store.inspect import NoDatabase, open_inspector
+from stm.store.inspect import open_inspector
 
 BOTH_STORES = True
 

@@ -18,7 +18,8 @@ from ..errors import DurabilityError, STMError
 from ..expiry import Expiry, Thresholds
 from ..memory import ShortTermMemory
 from ..metrics import MetricsSnapshot
-from ..store.inspect import Inspector, file_missing, open_inspector, shown
+from ..store.base import Inspector
+from ..store.inspect import file_missing, open_inspector, shown
 
 __all__ = [
     "CommandError",

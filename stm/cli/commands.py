@@ -11,13 +11,13 @@ from typing import Any
 
 import click
 
-from ..errors import DurabilityError
+from ..errors import DurabilityError, NoDatabase
 from ..expiry import HOUR
 from ..keys import parse_key
 from ..memory import ShortTermMemory
 from ..models import PurgeImpact
-from ..store.base import PurgePreview, StoredRow
-from ..store.inspect import CheckReport, NoDatabase, UserHoldings, open_migrating
+from ..store.base import CheckReport, PurgePreview, StoredRow, UserHoldings
+from ..store.inspect import open_migrating
 from ..tables import human_bytes, iso, printable
 from .access import (
     CommandError,

@@ -13,8 +13,7 @@ from ..config import STMConfig
 from ..expiry import Expiry
 from ..models import PurgeImpact
 from ..store import is_postgres_url
-from ..store.base import PurgePreview, StoredRow
-from ..store.inspect import UserHoldings
+from ..store.base import PurgePreview, StoredRow, UserHoldings
 from ..tables import ago, iso, printable, shorten, table, until
 from .access import Done, Options
 

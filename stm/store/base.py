@@ -63,7 +63,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..keys import Scope
 from ..lineage import Erasure, Lineage, Pin, Range
@@ -72,10 +72,12 @@ __all__ = [
     "PROVENANCE_TABLES",
     "Change",
     "ChangeKind",
+    "CheckReport",
     "DeleteChannel",
     "DeleteExpired",
     "FeedPage",
     "Guard",
+    "Inspector",
     "LoadRecent",
     "LoadRows",
     "Op",
@@ -90,9 +92,11 @@ __all__ = [
     "Saved",
     "Scrub",
     "Store",
+    "StoreStats",
     "StoredRow",
     "SweepPurge",
     "Touch",
+    "UserHoldings",
     "deleted_since",
     "overtaking",
 ]
@@ -600,6 +604,108 @@ class Store(Protocol):
 
     async def load_opt_outs(self) -> set[int]:
         """Every user who opted out."""
+        ...
+
+    async def close(self) -> None:
+        """Close the store."""
+        ...
+
+
+# -- what a store tells an operator (the read-only view ``inspect.open_inspector`` opens) --
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """What the database holds, counted."""
+
+    entries: int
+    entries_by_scope: dict[str, int]
+    distilled: int
+    servers: int
+    users: int
+    expired: int
+    near_expiry: int
+    opt_outs: int
+    server_settings: int
+    schema_version: int
+    database_bytes: int
+    feed_position: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UserHoldings:
+    """Everything a database holds about one user."""
+
+    user_id: int
+    own: list[StoredRow]
+    # Other rows whose notes may hold the user's words (what a purge would clear).
+    contributed: list[StoredRow]
+    opted_out_since: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    """The result of the database's own integrity and foreign-key checks."""
+
+    schema_version: int
+    code_version: int
+    integrity: list[str] = field(default_factory=list)
+    foreign_keys: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the file is sound and its schema is the one this code writes."""
+        return (
+            self.integrity == ["ok"]
+            and not self.foreign_keys
+            and self.schema_version == self.code_version
+        )
+
+
+@runtime_checkable
+class Inspector(Protocol):
+    """The operator's read-only view of a store."""
+
+    async def stats(self, thresholds: tuple[float, float], soon: tuple[float, float]) -> StoreStats:
+        """Counts; ``thresholds`` and ``soon`` are (crude_before, summary_before) for now and
+        for the end of the "near expiry" window."""
+        ...
+
+    async def row(self, key: str) -> StoredRow | None:
+        """The row under ``key``, expired or not."""
+        ...
+
+    async def rows_of_channel(self, channel_id: int) -> list[StoredRow]:
+        """Every row of a channel, any scope or persona."""
+        ...
+
+    async def holdings_of_user(self, user_id: int, erasure: Erasure = "complete") -> UserHoldings:
+        """The user's own rows, the other rows whose notes a purge of the user under
+        ``erasure`` would clear (they may hold the user's words), and the opt-out."""
+        ...
+
+    async def members(self, pin: Pin) -> list[int]:
+        """Everyone whose words a prompt of ``pin``'s chain showed directly, up to its
+        version."""
+        ...
+
+    async def preview_purge(
+        self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
+    ) -> PurgePreview:
+        """What a purge of the user (within ``server_id``, when given) would delete and
+        clear now, by server: what ``ShortTermMemory.preview_purge`` counts."""
+        ...
+
+    async def count_expired(self, thresholds: tuple[float, float]) -> int:
+        """Rows the janitor would delete now."""
+        ...
+
+    async def check(self) -> CheckReport:
+        """Integrity and foreign-key checks, and the schema version."""
+        ...
+
+    async def schema_version(self) -> int:
+        """The schema version the database records."""
         ...
 
     async def close(self) -> None:

@@ -39,7 +39,7 @@ from typing import Any, TypeVar, cast
 
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-from ..errors import SchemaVersionError, StoreError
+from ..errors import NoDatabase, SchemaVersionError, StoreError
 from ..expiry import DISTILLED_SQL, EXPIRED_SQL
 from ..lineage import Erasure, Pin, Range
 from ..redact import redact_text, redact_url
@@ -50,6 +50,7 @@ from .base import (
     SELECT_TAIL,
     Change,
     ChangeKind,
+    CheckReport,
     DeleteChannel,
     DeleteExpired,
     FeedPage,
@@ -67,14 +68,15 @@ from .base import (
     SaveServerSettings,
     Scrub,
     StoredRow,
+    StoreStats,
     SweepPurge,
     Touch,
+    UserHoldings,
     deleted_since,
     overtaking,
     row_from_columns,
 )
 from .chains import live_of, upgrades
-from .inspect import CheckReport, NoDatabase, StoreStats, UserHoldings
 from .pgconnect import Limits, pooled, transaction, unwritable_tables
 
 __all__ = ["CHANNEL", "MIGRATIONS", "PostgresStore"]

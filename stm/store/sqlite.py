@@ -37,7 +37,7 @@ from typing import Any, TypeVar, cast
 
 import aiosqlite
 
-from ..errors import SchemaVersionError, StoreError
+from ..errors import NoDatabase, SchemaVersionError, StoreError
 from ..expiry import DISTILLED_SQL, EXPIRED_SQL
 from ..lineage import Erasure, Pin, Range
 from . import chains, shred
@@ -46,6 +46,7 @@ from .base import (
     SELECT_TAIL,
     Change,
     ChangeKind,
+    CheckReport,
     DeleteChannel,
     DeleteExpired,
     FeedPage,
@@ -63,14 +64,15 @@ from .base import (
     SaveServerSettings,
     Scrub,
     StoredRow,
+    StoreStats,
     SweepPurge,
     Touch,
+    UserHoldings,
     deleted_since,
     overtaking,
     row_from_columns,
 )
 from .chains import live_of, upgrades
-from .inspect import CheckReport, NoDatabase, StoreStats, UserHoldings
 
 __all__ = [
     "MIGRATIONS",
