@@ -1,4 +1,4 @@
-"""``python -m stm``: the operator's command line (see ``stm/cli.py``)."""
+"""``python -m stm``: the operator's command line (see ``stm/cli/``)."""
 
 from .cli import main
 

@@ -55,7 +55,7 @@ class Follower:
         cache: MemoryCache,
         reads: ReadThrough,
         settings: SettingsBook,
-        writer: Callable[[], Writer],
+        writer: Writer,
         spawn: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]],
         *,
         coherence_seconds: float,
@@ -154,7 +154,7 @@ class Follower:
         purge = self._unplanned.pop(change.position, None)
         if purge is None:
             purge = forget_user(
-                self.cache, self.reads, self._writer(), change.user_id, change.server_id
+                self.cache, self.reads, self._writer, change.user_id, change.server_id
             )
         self._unplanned[change.position] = purge
         await self._planned()
@@ -172,7 +172,7 @@ class Follower:
 
     def _apply(self, change: Change) -> None:
         self.reads.rows_left_cache()
-        writer = self._writer()
+        writer = self._writer
         match change.kind:
             case "clear_channel" if change.channel_id is not None:
                 forget_channel(self.cache, self.reads, writer, change.channel_id)
@@ -199,6 +199,6 @@ class Follower:
         )
 
     def _drop_everything(self, why: str) -> None:
-        dropped = forget_everything(self.cache, self.reads, self._writer())
+        dropped = forget_everything(self.cache, self.reads, self._writer)
         self.dropped_caches += 1
         log.warning("short-term memory dropped its cache (%d keys): %s", dropped, why)

@@ -15,6 +15,7 @@ A turn goes through it in stages, each kept in its own module:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -118,29 +119,28 @@ class ShortTermMemory:
             clock=clock,
         )
         self.settings = SettingsBook(config)
-        self._writer: Writer | None = None
         self._background = Background(self.scheduler)
+        # Built inert, in the order each needs the one before; ``_start`` starts them.
+        self._closing = asyncio.Event()
+        self._writer = Writer(
+            store,
+            write_behind=config.write_behind_seconds,
+            retry_delay=config.delete_retry_seconds,
+            scrub_delay=config.scrub_delay_seconds,
+            scheduler=self.scheduler,
+            journal=Journal.for_config(config),
+            touch_guard=self._touch_guard,
+        )
         self._tally = Tally()
         self.purge_watch = PurgeWatch()
         self._on_purge_alert = on_purge_alert
         self._reads = ReadThrough(
             config,
             self.cache,
-            lambda: self.writer,
+            self._writer,
             self._background.spawn,
             clock,
             empty_at_open=store.empty_at_open,
-            tally=self._tally,
-        )
-        self._upgrades = Upgrades(
-            config,
-            self.cache,
-            self._reads,
-            self.settings,
-            lambda: self.writer,
-            clock,
-            self.intent_gate,
-            lambda: self.closed,
             tally=self._tally,
         )
         self.follower = Follower(
@@ -148,12 +148,23 @@ class ShortTermMemory:
             self.cache,
             self._reads,
             self.settings,
-            lambda: self.writer,
+            self._writer,
             self._background.spawn,
             coherence_seconds=config.coherence_seconds,
         )
-        self._upgrades.follower = self.follower
-        self._upgrades.origin = store.origin
+        self._upgrades = Upgrades(
+            config,
+            self.cache,
+            self._reads,
+            self.settings,
+            self._writer,
+            self.follower,
+            clock,
+            self.intent_gate,
+            self._closing,
+            origin=store.origin,
+            tally=self._tally,
+        )
         self.tool = MemoryTool(self)
         self._render_cache = RenderCache()
         self.closed = False
@@ -217,16 +228,7 @@ class ShortTermMemory:
         self.settings.load(
             await self.store.load_server_settings(), await self.store.load_opt_outs()
         )
-        self._writer = Writer(
-            self.store,
-            write_behind=self.config.write_behind_seconds,
-            retry_delay=self.config.delete_retry_seconds,
-            scrub_delay=self.config.scrub_delay_seconds,
-            scheduler=self.scheduler,
-            journal=Journal.for_config(self.config),
-            touch_guard=self._touch_guard,
-            sweeps=await self.store.pending_sweeps(),
-        )
+        self._writer.start(await self.store.pending_sweeps())
         self._background.every(
             self.config.janitor_interval_minutes * 60, self.run_janitor, "stm-janitor"
         )
@@ -251,10 +253,10 @@ class ShortTermMemory:
         if self.closed:
             return
         self.closed = True
+        self._closing.set()
         try:
             await self._background.stop()
-            if self._writer is not None:
-                await self._writer.close()
+            await self._writer.close()
         finally:
             await self.store.close()
 
@@ -270,7 +272,8 @@ class ShortTermMemory:
         await self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "closed", True) and getattr(self, "_writer", None) is not None:
+        writer = getattr(self, "_writer", None)
+        if not getattr(self, "closed", True) and writer is not None and writer.started:
             warnings.warn(
                 f"{self!r} was never closed: pending memory writes may be lost",
                 ResourceWarning,
@@ -279,9 +282,7 @@ class ShortTermMemory:
 
     @property
     def writer(self) -> Writer:
-        """The background writer (exists once opened)."""
-        if self._writer is None:
-            raise RuntimeError("short-term memory is not open: use 'await ShortTermMemory.open()'")
+        """The background writer (it commits once opened)."""
         return self._writer
 
     @property

@@ -132,7 +132,7 @@ class ReadThrough:
         self,
         config: STMConfig,
         cache: MemoryCache,
-        writer: Callable[[], Writer],
+        writer: Writer,
         spawn: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]],
         clock: Callable[[], float],
         *,
@@ -247,7 +247,7 @@ class ReadThrough:
         be planned soon); False when one still is."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        trouble = self._writer().trouble()
+        trouble = self._writer.trouble()
         while True:
             pending = [
                 p
@@ -267,7 +267,7 @@ class ReadThrough:
             return True
         if wait <= 0:
             return False
-        return await self._planned(purge, wait, self._writer().trouble())
+        return await self._planned(purge, wait, self._writer.trouble())
 
     @staticmethod
     async def _planned(purge: Purge, wait: float, trouble: asyncio.Event) -> bool:
@@ -331,7 +331,7 @@ class ReadThrough:
         and shares a round trip with what is queued with it); await the result for its rows,
         with the deletions made while it was in flight applied."""
         since = self.deletions.seq
-        future = self._writer().submit(op, what="read of " + ", ".join(keys[:3]))
+        future = self._writer.submit(op, what="read of " + ", ".join(keys[:3]))
         return self._read_result(future, since, keys)
 
     async def _read_result(
@@ -372,7 +372,7 @@ class ReadThrough:
             entry.turns_since_refresh += row.turns_since_refresh
             entry.last_refreshed_turn = max(entry.last_refreshed_turn, row.last_refreshed_turn)
         if not entry.deleted:
-            self._writer().mark_dirty(entry)
+            self._writer.mark_dirty(entry)
 
     async def live(self, key: str) -> Entry | None:
         """The hydrated entry under ``key`` (None when there is none), reading its row if

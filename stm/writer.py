@@ -140,6 +140,15 @@ class Writer:
         self._dirty_since = 0.0
         # Why the journal could not take the deletes last given to it (None: it could).
         self._journal_failure: OSError | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, sweeps: Sequence[int] = ()) -> None:
+        """Start committing: first the deletes the journal kept as pending before a restart
+        and the purges whose later chunks a stopped process left (``sweeps``, feed
+        positions), then whatever is submitted. Work submitted before this is refused."""
+        if self._task is not None:
+            raise RuntimeError("the writer is already started")
+        journal = self.journal
         if journal is not None:
             # Deletes acknowledged as pending before a restart go first, before any read.
             for pending in journal.load():
@@ -157,14 +166,28 @@ class Writer:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="stm-writer")
         self._task.add_done_callback(self._stopped)
 
+    @property
+    def started(self) -> bool:
+        """True once ``start`` ran (and until the end: a closed writer stays started)."""
+        return self._task is not None
+
+    def _refusal(self) -> str | None:
+        """Why nothing submitted now would ever be answered, or None."""
+        if self._task is None:
+            return "the memory is not open yet"
+        if self._task.done():
+            return "the memory is closed"
+        return None
+
     # -- submitting ---------------------------------------------------------
     def submit(self, op: Op, what: str = "") -> asyncio.Future[Any]:
         """Queue ``op``; the future answers with its result once committed, or the error."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         what = what or type(op).__name__
-        if self._task.done():
+        refusal = self._refusal()
+        if refusal is not None:
             # Nothing would ever answer it: the caller hears at once that it was not saved.
-            future.set_exception(DurabilityError([f"{what}: the memory is closed"]))
+            future.set_exception(DurabilityError([f"{what}: {refusal}"]))
             return future
         self._push(_Item(self._next(), op, future=future, what=what))
         if self._retry_at:
@@ -184,8 +207,9 @@ class Writer:
         with the list of their results once committed, or the error. ``on_result`` is
         called with them first, in commit order."""
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        if self._task.done():
-            future.set_exception(DurabilityError([f"{what}: the memory is closed"]))
+        refusal = self._refusal()
+        if refusal is not None:
+            future.set_exception(DurabilityError([f"{what}: {refusal}"]))
             return future
         item = _Item(self._next(), ops[0], more=tuple(ops[1:]), future=future, what=what)
         item.on_result = on_result
@@ -290,13 +314,16 @@ class Writer:
                 tries += 1
                 self._retry_at = 0.0  # try again now rather than after the backoff
                 self._wake.set()
-            if self._task.done():
-                raise self._durability_error(self.failing() or ["the writer has stopped"])
+            if self._task is None or self._task.done():
+                why = "the writer has stopped" if self._task else "the memory is not open yet"
+                raise self._durability_error(self.failing() or [why])
             progress = self._progress
             await progress.wait()
 
     async def close(self) -> None:
         """Finish everything (a few tries), then stop; raise DurabilityError if work is left."""
+        if self._task is None:
+            return
         try:
             await self.flush(attempts=3)
         finally:

@@ -423,6 +423,7 @@ async def test_a_value_no_constraint_lets_in_does_not_block_the_purge_behind_it(
 
     store = await PostgresStore.open(postgres_url)
     writer = Writer(store, write_behind=3600, retry_delay=3600)
+    writer.start()
     try:
         own = row(key="shortterm:user:7:10", scope="user", user_id=7)
         await writer.submit(SaveDistilled(own, lineage=Lineage(frozenset({7}))))

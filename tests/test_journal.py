@@ -309,12 +309,15 @@ class FailingJournal(Journal):
 
 async def stopped(writer: Writer) -> None:
     """The process dies: nothing of the writer's memory survives, nothing is finished."""
+    assert writer._task is not None
     writer._task.cancel()
     await asyncio.gather(writer._task, return_exceptions=True)
 
 
 def new_writer(store: RecordingStore, journal: Journal) -> Writer:
-    return Writer(store, write_behind=1000.0, retry_delay=1000.0, journal=journal)  # type: ignore[arg-type]
+    writer = Writer(store, write_behind=1000.0, retry_delay=1000.0, journal=journal)  # type: ignore[arg-type]
+    writer.start()
+    return writer
 
 
 async def test_a_journal_that_cannot_be_written_is_heard_by_the_caller(tmp_path: Path) -> None:

@@ -74,6 +74,7 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
 async def _poison_before_purge(poison: Any) -> None:
     store = await SQLiteStore.open(":memory:")
     writer = Writer(store, write_behind=3600, retry_delay=3600)
+    writer.start()
     try:
         own = row(key="shortterm:user:7:10", scope="user", user_id=7)
         await writer.submit(SaveDistilled(own, lineage=Lineage(frozenset({7}))))
@@ -121,6 +122,7 @@ async def test_operations_submitted_together_are_answered_together() -> None:
     is written) and what was queued around them still lands."""
     store = await SQLiteStore.open(":memory:")
     writer = Writer(store, write_behind=3600, retry_delay=3600)
+    writer.start()
     try:
         one = writer.submit(SaveDistilled(row(key="shortterm:server:100:1", channel_id=1)))
         both = writer.submit_all(

@@ -8,6 +8,7 @@ fails, every entry that nothing else changed meanwhile gets its snapshot back.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -161,11 +162,13 @@ class Upgrades:
         cache: MemoryCache,
         reads: ReadThrough,
         settings: SettingsBook,
-        writer: Callable[[], Writer],
+        writer: Writer,
+        follower: _Follows,
         clock: Callable[[], float],
         intent_gate: IntentGate,
-        closed: Callable[[], bool],
+        closing: asyncio.Event,
         *,
+        origin: str,
         tally: Tally | None = None,
     ) -> None:
         self.config = config
@@ -175,10 +178,12 @@ class Upgrades:
         self._writer = writer
         self.clock = clock
         self.intent_gate = intent_gate
-        self._closed = closed
-        # Set by the memory: the feed position a turn's view was current with.
-        self.follower: _Follows | None = None
-        self.origin = ""
+        # Set once the memory begins to close: no upgrade starts after that.
+        self._closing = closing
+        # The feed position a turn's view was current with, and this process's own origin
+        # in the feed (its own changes are not deletions that overtake it).
+        self.follower = follower
+        self.origin = origin
         self._tally = tally or Tally()
         self._in_flight = _InFlight()
 
@@ -189,7 +194,7 @@ class Upgrades:
 
     def _why_blocked(self, ctx: TurnContext, settings: ServerSettings) -> tuple[str, str] | None:
         """(the refusal's reason for the metrics, its text), or None when not blocked."""
-        if self._closed():
+        if self._closing.is_set():
             return "shut_down", "short-term memory is shut down"
         if not settings.enabled:
             return "disabled", "short-term memory is turned off in this server"
@@ -257,11 +262,10 @@ class Upgrades:
         self, ctx: TurnContext, settings: ServerSettings, values: dict[str, str]
     ) -> ToolResult:
         self.reads.mark_turn_start(ctx)
-        if self.follower is not None:
-            self.follower.mark_turn_start(ctx)
+        self.follower.mark_turn_start(ctx)
         # A purge that may reach this memory must be planned first (what the upgrade keeps
         # must not be what it clears); a store being retried will not plan it soon.
-        wait = PURGE_WAIT_SECONDS if self._writer().healthy else 0.0
+        wait = PURGE_WAIT_SECONDS if self._writer.healthy else 0.0
         if not await self.reads.planned(ctx.server_id, wait):
             return self._refused(
                 "busy",
@@ -335,9 +339,9 @@ class Upgrades:
 
     def _checked(self, ctx: TurnContext, entries: list[Entry]) -> list[Entry] | ToolResult | Again:
         """``entries``, once read; a refusal, or AGAIN when the cache no longer holds one."""
-        if self._closed() or ctx.disable_short_term_memory_update:
+        if self._closing.is_set() or ctx.disable_short_term_memory_update:
             return self._refused(
-                "shut_down" if self._closed() else "already_updated",
+                "shut_down" if self._closing.is_set() else "already_updated",
                 f"{TOOL_NAME} is not available any more in this turn.",
             )
         if any(e.deleted for e in entries) or self.reads.overtaken(ctx):
@@ -407,7 +411,7 @@ class Upgrades:
             snapshot.version = entry.version
             snapshot.wrote = (entry.summary, entry.categories)
             self._in_flight.add(snapshot)
-        writer = self._writer()
+        writer = self._writer
         started = time.perf_counter()
         # Write in the order the turn made its changes: identity rows from capture first,
         # then the upgrade (as when every new key was read first, which queued them).
