@@ -82,6 +82,14 @@ def sizes(report: dict[str, Any]) -> list[str]:
         out.append(f"W4 {rows} rows")
     if (w5 := ran(r.get("W5", {}))) and (c := next(iter(w5.values()))):
         out.append(f"W5 {med(c['keys_created']):,.0f} keys")
+    if w6 := ran(r.get("W6", {})):
+        users = sorted({c["users"] for c in w6.values() if "users" in c})
+        turns = sorted({p["turns"] for c in w6.values() for p in c.get("checkpoints", [])})
+        swept = sorted({c["members"] for c in w6.values() if "checkpoints" not in c})
+        out.append(
+            f"W6 {', '.join(f'{u:,}' for u in users)} members to "
+            f"{max(turns, default=0):,} turns, membership {', '.join(f'{m:,}' for m in swept)}"
+        )
     return out
 
 
@@ -314,6 +322,10 @@ def markdown(report: dict[str, Any]) -> str:
                 )
             )
         lines.append("")
+    if w6 := ran(r.get("W6", {})):
+        from .w6_server import tables
+
+        lines += [*tables(list(w6.values())), *skip_notes("W6", r["W6"])]
     checks = targets(r)
     if checks:
         lines += ["**Targets**", "", _row("target", "goal", "measured", "met"), _row(*["---"] * 4)]
@@ -331,6 +343,8 @@ def chart(report: dict[str, Any], path: Path) -> None:
 
     r = report["results"]
     panels = [w for w in ("W1", "W2", "W3", "W4", "W5") if ran(r.get(w, {}))]
+    if not panels:  # W6 alone: its results are tables only
+        return
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), squeeze=False)
 
     def bars(ax: Any, names: list[str], cells: list[Any], title: str, unit: str) -> None:

@@ -4,6 +4,7 @@
     python -m benchmarks.run --quick         # small sizes, a smoke test of the suite
     python -m benchmarks.run --only W1,W3 --reps 3
     python -m benchmarks.run --database postgresql://postgres@127.0.0.1:5432/postgres
+    python -m benchmarks.run --only W6 --database postgresql://...   # realistic servers
 
 Writes ``results.json``, ``results.md`` and ``results.png`` to
 ``benchmarks/results/`` (or ``--out``). Figures are medians over the
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import RESULTS
+from .w6_server import SYSTEMS as W6_SYSTEMS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,6 +52,7 @@ PLAN: list[tuple[str, list[str]]] = [
     ("W3", ["stm"]),
     ("W4", ["stm-small", "stm-medium", "stm-large", "stm-postgresql"]),
     ("W5", ["stm", "stm-tracemalloc", "stm-cap", "deque"]),
+    ("W6", list(W6_SYSTEMS)),
 ]
 # Peers are slow (milliseconds per turn), purges at millions of rows take seconds, and
 # memory readings barely vary: fewer repetitions keep the run short.
@@ -59,6 +62,8 @@ SLOW = {
     *(("W4", s) for s in dict(PLAN)["W4"]),
     *(("W5", s) for s in dict(PLAN)["W5"]),
 }
+# A W6 run is a whole simulation with its own checkpoints and purges: one each.
+ONCE = {"W6"}
 
 
 def run_one(workload: str, system: str, quick: bool) -> dict[str, Any]:
@@ -115,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
         results[workload] = {}
         for system in systems:
             count = args.slow_reps if (workload, system) in SLOW else args.reps
+            if workload in ONCE:
+                count = 1
             reps = []
             for i in range(count):
                 print(f"{workload} {system} rep {i + 1}/{count}", file=sys.stderr, flush=True)

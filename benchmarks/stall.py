@@ -5,6 +5,8 @@ path (this tree, or another checkout for a before/after comparison)::
 
     PYTHONPATH=. python benchmarks/stall.py --rows 100000 1000000 3000000
     PYTHONPATH=. python benchmarks/stall.py --rows 1000000 --blast 10000
+    PYTHONPATH=. python benchmarks/stall.py --rows 1000000 --blast 10000 \
+        --database postgresql://postgres@127.0.0.1:5432/postgres
 
 For each size it builds a database of that many rows (one in five holding a
 ~200-character summary and its contributor) with the library's own schema,
@@ -16,6 +18,9 @@ each purge + flush took. With ``--blast N`` one more user's words are in the not
 entries (spread over the servers), and that user is purged first: its purge reaches all
 of them, and the longest upgrade during it is reported apart (the upgrader works in a
 server of its own, so it waits only for the purge's transactions, never for its rows).
+With ``--database postgresql://...`` the same rows are loaded (``COPY``, with the
+library's schema, keys and sealed text as it writes them) into a scratch database on
+that server, dropped afterwards.
 """
 
 from __future__ import annotations
@@ -96,11 +101,115 @@ def build(path: Path, rows: int, blast: int = 0) -> int:
     return users
 
 
+def _rows(rows: int, blast: int) -> tuple[int, list[tuple[object, ...]], list[tuple[int, int]]]:
+    """The rows ``build`` writes, as tuples (ids from 1), and the (user, row id) credits."""
+    users = max(1, rows // (2 * ROWS_PER_USER))
+    rng = random.Random(7)
+    now = time.time()
+    text = " ".join(["lorem ipsum dolor sit amet"] * 8)
+    out: list[tuple[object, ...]] = []
+    contributors: list[tuple[int, int]] = []
+    row_id = 0
+    for user in range(1, users + 1):
+        server = 1 + user // USERS_PER_SERVER
+        for n in range(ROWS_PER_USER):
+            channel = server * 1000 + (user + n) % 500
+            for scope in ("user", "server"):
+                row_id += 1
+                summary = None
+                if row_id % 5 == 0:
+                    summary = f"{text} {row_id}"
+                    contributors.append((user, row_id))
+                key = (
+                    f"shortterm:user:{user}:{channel}:{row_id}"
+                    if scope == "user"
+                    else f"shortterm:server:{server}:{channel}:{row_id}"
+                )
+                out.append((
+                    key, scope, server, user if scope == "user" else None, channel,
+                    "general", summary, 0, now - rng.uniform(0, 3600),
+                ))  # fmt: skip
+    distilled = [row_id for _, row_id in contributors]
+    contributors += [(users + 1, row_id) for row_id in distilled[:blast]]
+    return users, out, contributors
+
+
+async def build_postgres(url: str, rows: int, blast: int = 0) -> int:
+    """``build`` on PostgreSQL: the schema made by the library, then the rows copied in with
+    their keys and sealed text as the library stores them; returns the number of users."""
+    import asyncpg
+    from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+    from stm.store import shred
+
+    memory = await ShortTermMemory.open(STMConfig(database=url))  # migrations only
+    await memory.close()
+    users, records, contributors = _rows(rows, blast)
+    sealer = shred.TextSealer()
+    keys: list[tuple[int, bytes]] = []
+    sealed: list[tuple[object, ...]] = []
+    for row_id, (key, *fields) in enumerate(records, start=1):
+        summary = fields[5]
+        slot = None
+        if summary is not None:
+            secret = shred.new_key()
+            keys.append((row_id, secret))
+            slot = row_id
+            fields[5] = sealer.seal(ChaCha20Poly1305(secret), str(key), str(summary))
+        sealed.append((row_id, key, *fields, slot))
+    conn = await asyncpg.connect(url)
+    try:
+        async with conn.transaction():
+            await conn.execute("SET LOCAL statement_timeout = 0")
+            await conn.copy_records_to_table("stm_keys", records=keys, columns=["slot", "key"])
+            await conn.execute(
+                "SELECT setval(pg_get_serial_sequence('stm_keys', 'slot'), $1)", len(records) + 1
+            )
+            # ``id`` is GENERATED ALWAYS: copied through a staging table with OVERRIDING.
+            await conn.execute(
+                "CREATE TEMP TABLE staged (id BIGINT, key TEXT, scope TEXT, server_id BIGINT, "
+                "user_id BIGINT, channel_id BIGINT, channel_name TEXT, summary TEXT, "
+                "turns_since_refresh INT, updated_at DOUBLE PRECISION, key_slot BIGINT) "
+                "ON COMMIT DROP"
+            )
+            await conn.copy_records_to_table("staged", records=sealed)
+            await conn.execute(
+                "INSERT INTO short_term_memories (id, key, scope, server_id, user_id, channel_id, "
+                "channel_name, summary, turns_since_refresh, updated_at, key_slot) "
+                "OVERRIDING SYSTEM VALUE SELECT * FROM staged"
+            )
+            await conn.execute(
+                "SELECT setval(pg_get_serial_sequence('short_term_memories', 'id'), $1)",
+                len(records) + 1,
+            )
+            # Each distilled row the first version of a chain of its own, its credits members.
+            await conn.execute(
+                "INSERT INTO stm_chains (id, live_key, server_id, head) "
+                "SELECT id, key, server_id, 1 FROM short_term_memories WHERE summary IS NOT NULL"
+            )
+            await conn.execute(
+                "SELECT setval(pg_get_serial_sequence('stm_chains', 'id'), $1)", len(records) + 1
+            )
+            await conn.execute(
+                "UPDATE short_term_memories SET chain_id = id, chain_version = 1 "
+                "WHERE summary IS NOT NULL"
+            )
+            await conn.copy_records_to_table(
+                "stm_chain_members",
+                records=[(user, row_id, 1) for user, row_id in contributors],
+                columns=["member", "chain_id", "first"],
+            )
+        await conn.execute("VACUUM ANALYZE")
+    finally:
+        await conn.close()
+    return users
+
+
 def ctx(n: int) -> TurnContext:
     return TurnContext(user_id=10**9 + n % 50, channel_id=10**9 + n % 50, server_id=10**9)
 
 
-async def measure(path: Path, users: int, purges: int, blast: int = 0) -> dict[str, float]:
+async def measure(path: Path | str, users: int, purges: int, blast: int = 0) -> dict[str, float]:
     config = STMConfig(database=str(path))
     memory = await ShortTermMemory.open(config)
     latencies: list[tuple[float, float]] = []  # (start, seconds)
@@ -182,10 +291,16 @@ def main() -> None:
         "--blast", type=int, default=0, help="entries whose notes hold one user's words"
     )
     parser.add_argument("--dir", default=None, help="where to build the databases")
+    parser.add_argument(
+        "--database", default="", help="a postgresql:// server: measure PostgreSQL there"
+    )
     args = parser.parse_args()
     import stm
 
     print(f"library: {Path(stm.__file__).parent}  sqlite {sqlite3.sqlite_version}")
+    if args.database:
+        asyncio.run(_postgres(args.database, args.rows, args.purges, args.blast))
+        return
     folder = Path(args.dir or tempfile.mkdtemp(prefix="stm-stall-"))
     for rows in args.rows:
         path = folder / f"stall-{rows}.sqlite3"
@@ -204,6 +319,25 @@ def main() -> None:
             Path(f"{path}{suffix}").unlink(missing_ok=True)
     if args.dir is None:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+async def _postgres(server: str, sizes: list[int], purges: int, blast: int) -> None:
+    import os
+
+    os.environ["STM_BENCH_DATABASE"] = server
+    from benchmarks.database import postgres_scratch
+
+    for rows in sizes:
+        async with postgres_scratch(f"stall{rows}") as url:
+            t0 = time.perf_counter()
+            users = await build_postgres(url, rows, blast)
+            built = time.perf_counter() - t0
+            result = await measure(url, users, purges, blast)
+        print(
+            f"{rows:>9,} rows on PostgreSQL (built in {built:.0f} s): "
+            + ", ".join(f"{k} {v:,.1f}" for k, v in result.items()),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

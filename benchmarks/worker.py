@@ -18,6 +18,7 @@ WORKLOADS = {
     "W3": "benchmarks.w3_restart",
     "W4": "benchmarks.w4_purge",
     "W5": "benchmarks.w5_memory",
+    "W6": "benchmarks.w6_server",
 }
 
 
