@@ -418,8 +418,10 @@ class ReadThrough:
         if group in self._warmed:
             return None
         self._warmed.add(group)
-        if self.no_row_elsewhere():
-            return None  # every row of the group is already in the cache
+        if self.no_row_elsewhere() or group[0] != "server":
+            # Every row of the group is already in the cache, or it is a DM user's, which
+            # nothing recalls (``Cache.recall``).
+            return None
         scope, owner, server_id, persona = group
         op = LoadRecent(
             scope,

@@ -36,7 +36,8 @@ async def test_other_channels_newest_first_and_bounded(
 
 
 async def test_scoping_rules(memory: ShortTermMemory) -> None:
-    """Same server and persona only; never private channels, other servers or DMs."""
+    """Same server and persona only; never private channels, other servers or DMs; a DM
+    recalls nothing, not even the same user's other DMs (other people may be in one)."""
     await upgrade(memory, "PUBLIC-SAME-SERVER", channel=11)
     await upgrade(memory, "PRIVATE-CHANNEL", channel=12, channel_is_private=True)
     await upgrade(memory, "OTHER-SERVER", channel=13, server=200)
@@ -50,7 +51,9 @@ async def test_scoping_rules(memory: ShortTermMemory) -> None:
     persona_text = str(await memory.build_context(ctx(channel=10, persona=7)))
     assert "PERSONA-7" in persona_text and "PUBLIC-SAME-SERVER" not in persona_text
     dm_text = str(await memory.build_context(ctx(channel=99, server=None)))
-    assert "A-DM" in dm_text and "PUBLIC-SAME-SERVER" not in dm_text
+    assert "A-DM" not in dm_text and "PUBLIC-SAME-SERVER" not in dm_text
+    own_dm = str(await memory.build_context(ctx(channel=14, server=None)))
+    assert "A-DM" in own_dm
     other_user_dm = str(await memory.build_context(ctx(user=2, channel=98, server=None)))
     assert "A-DM" not in other_user_dm
 
