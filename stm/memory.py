@@ -57,7 +57,6 @@ from .readthrough import (
     ReadThrough,
     Unavailable,
     Unsettled,
-    describe,
     settle,
     turn_scope,
 )
@@ -105,6 +104,7 @@ class ShortTermMemory:
         intent_gate: IntentGate | None = None,
         scheduler: Scheduler | None = None,
         on_purge_alert: Callable[[PurgeAlert], None] | None = None,
+        channel_is_private: Callable[[TurnContext], bool] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -131,6 +131,7 @@ class ShortTermMemory:
             clock,
             empty_at_open=store.empty_at_open,
             tally=self._tally,
+            channel_is_private=channel_is_private,
         )
         self._upgrades = Upgrades(
             config,
@@ -169,15 +170,26 @@ class ShortTermMemory:
         intent_gate: IntentGate | None = None,
         scheduler: Scheduler | None = None,
         on_purge_alert: Callable[[PurgeAlert], None] | None = None,
+        channel_is_private: Callable[[TurnContext], bool] | None = None,
     ) -> Opening[ShortTermMemory]:
         """Open the memory: ``await`` it, or use it as ``async with``.
 
         Without ``store``, the store named by ``config.database`` is opened; a given
         store is closed with the memory. ``on_purge_alert`` is told of every purge that
         clears too much of a server's memory, or repeats (``stm.purgewatch``); without
-        it they are logged as warnings on the ``stm`` logger."""
+        it they are logged as warnings on the ``stm`` logger. ``channel_is_private`` is
+        asked about a server channel a turn's context calls public; its True (or an
+        error) makes the channel's memory private (the cog asks Discord)."""
         return Opening(
-            cls._open(config or STMConfig(), store, clock, intent_gate, scheduler, on_purge_alert)
+            cls._open(
+                config or STMConfig(),
+                store,
+                clock,
+                intent_gate,
+                scheduler,
+                on_purge_alert,
+                channel_is_private,
+            )
         )
 
     @classmethod
@@ -189,6 +201,7 @@ class ShortTermMemory:
         gate: IntentGate | None,
         scheduler: Scheduler | None,
         on_purge_alert: Callable[[PurgeAlert], None] | None,
+        channel_is_private: Callable[[TurnContext], bool] | None = None,
     ) -> ShortTermMemory:
         if store is None:
             store = await open_store(config)
@@ -200,6 +213,7 @@ class ShortTermMemory:
                 intent_gate=gate,
                 scheduler=scheduler,
                 on_purge_alert=on_purge_alert,
+                channel_is_private=channel_is_private,
             )
             await memory._start()
         except BaseException:
@@ -430,7 +444,7 @@ class ShortTermMemory:
                 if not known:
                     cold.append(key)
             else:
-                describe(entry, ctx)
+                self._reads.describe(entry, ctx)
             entry.remember(messages, window)
             if entry.scrolled is not None:
                 cache.unindex_scrolled(entry)

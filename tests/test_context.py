@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import Clock, Opener, ctx, turn
 
-from stm import ShortTermMemory
+from stm import ShortTermMemory, STMConfig, TurnContext
 
 
 async def upgrade(memory: ShortTermMemory, text: str, **where: object) -> None:
@@ -117,3 +117,27 @@ async def test_first_turn_after_restart_sees_memory(open_memory: Opener) -> None
     assert "SURVIVES" in text and "OTHER-SURVIVES" in text
     entry = await second.get_entry("shortterm:server:100:10")
     assert entry is not None and entry.messages == [] and entry.summary == "SURVIVES"
+
+
+async def test_channel_is_private_hook_makes_an_unflagged_channel_private(
+    config: STMConfig, clock: Clock
+) -> None:
+    """The hook is asked about a server channel the context calls public: its True, or
+    its failure, keeps the channel's memory out of other channels; DMs and flagged
+    channels are not asked."""
+    asked: list[int] = []
+
+    def is_private(context: TurnContext) -> bool:
+        asked.append(context.channel_id)
+        if context.channel_id == 13:
+            raise RuntimeError("no idea")
+        return context.channel_id == 12
+
+    async with ShortTermMemory.open(config, clock=clock, channel_is_private=is_private) as memory:
+        for channel in (11, 12, 13):
+            await upgrade(memory, f"NOTES-{channel}", channel=channel, parent_channel_id=10)
+        await upgrade(memory, "FLAGGED", channel=14, channel_is_private=True)
+        await upgrade(memory, "A-DM", channel=15, server=None)
+        text = str(await memory.build_context(ctx(channel=10)))
+        assert "NOTES-11" in text and "NOTES-12" not in text and "NOTES-13" not in text
+        assert 14 not in asked and 15 not in asked and {11, 12, 13} <= set(asked)
