@@ -720,8 +720,11 @@ class ShortTermMemory:
 
     # -- inspection -----------------------------------------------------------
     async def get_entry(self, key: str) -> MemoryEntry | None:
-        """A snapshot of what is held under a scope key, or None (expired entries too)."""
+        """A snapshot of what is held under a scope key, or None (expired entries too, and
+        entries of a server whose memory is turned off, ``enabled=False``)."""
         scope = parse_key(key)
+        if scope.scope == "server" and not self.settings_for(scope.owner_id).enabled:
+            return None
         # A user key does not name its server: any pending purge may reach it.
         server = scope.owner_id if scope.scope == "server" else ANY_SERVER
         if self._reads.deletions.pending and self.writer.healthy:
@@ -739,4 +742,6 @@ class ShortTermMemory:
             and not entry.last_refreshed_turn
         ):
             return None
+        if entry.server_id is not None and not self.settings_for(entry.server_id).enabled:
+            return None  # a user's own entry in a server that turned memory off
         return snapshot(entry, entry.expires_at(self.cache.expiry))
