@@ -114,7 +114,7 @@ class Entry:
 def group_of(
     scope: Scope, server_id: int | None, user_id: int | None, persona_id: int | None
 ) -> GroupKey:
-    """Server scope recalls across the server; user scope only within the user's own DMs."""
+    """Server scope recalls across the server; user scope (DMs) recalls nothing (``recall``)."""
     if scope == "server":
         assert server_id is not None
         return ("server", server_id, None, persona_id)
@@ -465,7 +465,11 @@ class MemoryCache:
 
     def recall(self, group: GroupKey, exclude_channel: int, limit: int, now: float) -> list[Entry]:
         """Up to ``limit`` live entries of ``group`` other than ``exclude_channel``, newest first,
-        never private channels, never empty ones."""
+        never private channels, never empty ones; nothing for a user's group (DMs)."""
+        if group[0] != "server":
+            # A DM channel may hold other people (a group DM, a user-installed bot in a DM
+            # between friends): a user's notes of one DM must never show in another.
+            return []
         held = self._groups.get(group)
         if held is None or limit <= 0:
             return []

@@ -58,7 +58,6 @@ from .readthrough import (
     ReadThrough,
     Unavailable,
     Unsettled,
-    describe,
     settle,
     turn_scope,
 )
@@ -106,6 +105,7 @@ class ShortTermMemory:
         intent_gate: IntentGate | None = None,
         scheduler: Scheduler | None = None,
         on_purge_alert: Callable[[PurgeAlert], None] | None = None,
+        channel_is_private: Callable[[TurnContext], bool] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -142,6 +142,7 @@ class ShortTermMemory:
             clock,
             empty_at_open=store.empty_at_open,
             tally=self._tally,
+            channel_is_private=channel_is_private,
         )
         self.follower = Follower(
             store,
@@ -180,15 +181,26 @@ class ShortTermMemory:
         intent_gate: IntentGate | None = None,
         scheduler: Scheduler | None = None,
         on_purge_alert: Callable[[PurgeAlert], None] | None = None,
+        channel_is_private: Callable[[TurnContext], bool] | None = None,
     ) -> Opening[ShortTermMemory]:
         """Open the memory: ``await`` it, or use it as ``async with``.
 
         Without ``store``, the store named by ``config.database`` is opened; a given
         store is closed with the memory. ``on_purge_alert`` is told of every purge that
         clears too much of a server's memory, or repeats (``stm.purgewatch``); without
-        it they are logged as warnings on the ``stm`` logger."""
+        it they are logged as warnings on the ``stm`` logger. ``channel_is_private`` is
+        asked about a server channel a turn's context calls public; its True (or an
+        error) makes the channel's memory private (the cog asks Discord)."""
         return Opening(
-            cls._open(config or STMConfig(), store, clock, intent_gate, scheduler, on_purge_alert)
+            cls._open(
+                config or STMConfig(),
+                store,
+                clock,
+                intent_gate,
+                scheduler,
+                on_purge_alert,
+                channel_is_private,
+            )
         )
 
     @classmethod
@@ -200,6 +212,7 @@ class ShortTermMemory:
         gate: IntentGate | None,
         scheduler: Scheduler | None,
         on_purge_alert: Callable[[PurgeAlert], None] | None,
+        channel_is_private: Callable[[TurnContext], bool] | None = None,
     ) -> ShortTermMemory:
         if store is None:
             store = await open_store(config)
@@ -211,6 +224,7 @@ class ShortTermMemory:
                 intent_gate=gate,
                 scheduler=scheduler,
                 on_purge_alert=on_purge_alert,
+                channel_is_private=channel_is_private,
             )
             await memory._start()
         except BaseException:
@@ -431,7 +445,7 @@ class ShortTermMemory:
                 if not known:
                     cold.append(key)
             else:
-                describe(entry, ctx)
+                self._reads.describe(entry, ctx)
             entry.remember(messages, window)
             if entry.scrolled is not None:
                 cache.unindex_scrolled(entry)
@@ -707,8 +721,11 @@ class ShortTermMemory:
 
     # -- inspection -----------------------------------------------------------
     async def get_entry(self, key: str) -> MemoryEntry | None:
-        """A snapshot of what is held under a scope key, or None (expired entries too)."""
+        """A snapshot of what is held under a scope key, or None (expired entries too, and
+        entries of a server whose memory is turned off, ``enabled=False``)."""
         scope = parse_key(key)
+        if scope.scope == "server" and not self.settings_for(scope.owner_id).enabled:
+            return None
         # A user key does not name its server: any pending purge may reach it.
         server = scope.owner_id if scope.scope == "server" else ANY_SERVER
         if self._reads.deletions.pending and self.writer.healthy:
@@ -726,4 +743,6 @@ class ShortTermMemory:
             and not entry.last_refreshed_turn
         ):
             return None
+        if entry.server_id is not None and not self.settings_for(entry.server_id).enabled:
+            return None  # a user's own entry in a server that turned memory off
         return snapshot(entry, entry.expires_at(self.cache.expiry))

@@ -18,7 +18,7 @@ from pydantic import (
 
 from .config import RenderMode
 from .inputs import DialogueMessage, GenerationFinished, TurnContext
-from .text import clean_name
+from .text import clean_name, visible
 
 __all__ = [
     "DEFAULT_CATEGORY",
@@ -117,8 +117,11 @@ class Category:
     description: Annotated[str, Field(max_length=1000), BeforeValidator(_one_line)] = ""
 
     def __post_init__(self) -> None:
-        if not self.label.strip():
-            raise ValueError("a category label must not be blank")
+        if not visible(self.label):
+            raise ValueError(
+                "a category label must not be blank (spaces and invisible characters alone "
+                "count as blank)"
+            )
 
 
 DEFAULT_CATEGORY = Category(

@@ -96,12 +96,13 @@ async def settle(attempt: Callable[[], Awaitable[_T | Again]], tries: int = ATTE
     raise Unsettled
 
 
-def describe(entry: Entry, ctx: TurnContext) -> None:
-    """Update the names and placement of ``entry``'s channel from this turn."""
+def describe(entry: Entry, ctx: TurnContext, private: bool | None = None) -> None:
+    """Update the names and placement of ``entry``'s channel from this turn (``private``:
+    whether the channel is private, when known better than ``ctx`` says)."""
     entry.channel_name = ctx.channel_name or entry.channel_name
     entry.server_name = ctx.server_name or entry.server_name
     entry.parent_channel_id = ctx.parent_channel_id
-    entry.channel_private = ctx.channel_is_private
+    entry.channel_private = ctx.channel_is_private if private is None else private
 
 
 def turn_scope(ctx: TurnContext) -> tuple[str, str | None, GroupKey]:
@@ -138,8 +139,11 @@ class ReadThrough:
         *,
         empty_at_open: bool,
         tally: Tally | None = None,
+        channel_is_private: Callable[[TurnContext], bool] | None = None,
     ) -> None:
         self.config = config
+        # Asked about a server channel the host's context calls public (see describe).
+        self._channel_is_private = channel_is_private
         self.cache = cache
         self.expiry = Expiry.hours(config.crude_ttl_hours, config.summary_ttl_hours)
         self._writer = writer
@@ -158,6 +162,21 @@ class ReadThrough:
         self._tally = tally or Tally()
 
     # -- entries --------------------------------------------------------------
+    def describe(self, entry: Entry, ctx: TurnContext) -> None:
+        """``describe(entry, ctx)``, with the channel private when the host's context says
+        so or, in a server, when ``channel_is_private`` (the cog: Discord's own view, a
+        thread's parent included) does: a host that forgets the flag leaks nothing."""
+        ask = self._channel_is_private
+        if ask is None or ctx.channel_is_private or ctx.server_id is None:
+            describe(entry, ctx)
+            return
+        try:
+            private = bool(ask(ctx))
+        except Exception:
+            log.exception("channel_is_private failed for channel %s", ctx.channel_id)
+            private = True  # not knowing must not leak the channel into others
+        describe(entry, ctx, private)
+
     def new_entry(self, key: str, ctx: TurnContext, now: float, *, hydrated: bool) -> Entry:
         """Put a new, empty entry for ``key`` of this turn into the cache."""
         scope = parse_key(key).scope
@@ -172,7 +191,7 @@ class ReadThrough:
             updated_at=now,
             hydrated=hydrated,
         )
-        describe(entry, ctx)
+        self.describe(entry, ctx)
         self.put(entry)
         return entry
 
@@ -418,8 +437,10 @@ class ReadThrough:
         if group in self._warmed:
             return None
         self._warmed.add(group)
-        if self.no_row_elsewhere():
-            return None  # every row of the group is already in the cache
+        if self.no_row_elsewhere() or group[0] != "server":
+            # Every row of the group is already in the cache, or it is a DM user's, which
+            # nothing recalls (``Cache.recall``).
+            return None
         scope, owner, server_id, persona = group
         op = LoadRecent(
             scope,

@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["LINE_BREAKS", "clean_name", "clean_value", "neutralize", "one_line", "quote_lines"]
+__all__ = [
+    "LINE_BREAKS",
+    "clean_name",
+    "clean_value",
+    "neutralize",
+    "one_line",
+    "quote_lines",
+    "visible",
+]
 
 # Bidirectional overrides and isolates can make a rendered line read differently
 # from what it is; they carry no meaning in a summary.
@@ -32,6 +40,26 @@ def clean_value(text: str, limit: int) -> str:
     if len(cleaned) > limit:
         cleaned = cleaned[:limit].rstrip()
     return cleaned
+
+
+# What shows nothing on its own: controls, format characters (zero-width space and
+# joiners, word joiner, byte-order mark, soft hyphen, tags), surrogates, separators and
+# spaces, and combining marks (variation selectors included) without a letter to sit on.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp", "Mn", "Me"})
+# Letters and symbols that render as blanks: Hangul fillers, the braille blank, the
+# Khmer inherent vowels.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800\u17b4\u17b5")
+
+
+def visible(text: str) -> bool:
+    """True when ``text`` shows something: a value of only spaces, zero-width and other
+    invisible characters counts as blank."""
+    if text.isascii():
+        return any("!" <= ch <= "~" for ch in text)
+    return any(
+        ch not in _BLANK_LETTERS and unicodedata.category(ch) not in _INVISIBLE_CATEGORIES
+        for ch in text
+    )
 
 
 def clean_name(text: str, limit: int) -> str:

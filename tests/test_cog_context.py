@@ -9,7 +9,9 @@ from discord_fakes import harness
 from cogs.testing import channel_payload, guild_payload
 from cogs.utils.context import turn_context_from_interaction
 from cogs.utils.formatting import chunk_text, truncate
+from host.demo import settle
 from host.world import Place
+from stm import DialogueMessage, GenerationFinished, TurnContext
 
 
 async def test_server_channel_and_dm(tmp_path: Path):
@@ -68,3 +70,46 @@ def test_chunk_text_respects_the_limit_and_keeps_words():
     assert chunk_text("x" * 4500, 2000) == ["x" * 2000, "x" * 2000, "x" * 500]
     assert chunk_text("short") == ["short"]
     assert truncate("abcdef", 4) == "abc…" and truncate("abc", 4) == "abc"
+
+
+async def test_a_thread_of_a_private_channel_stays_private_when_the_host_forgets(
+    tmp_path: Path,
+):
+    """A host that builds its own context without the flag: the cog asks Discord, so a
+    thread of a private channel (and a thread the client has not cached) is not
+    recalled elsewhere, live or after a restart; a thread of a public one is."""
+    channels = [
+        channel_payload(3201, "open", 3200),
+        channel_payload(3202, "hidden", 3200, private=True),
+        channel_payload(3203, "open-thread", 3200, kind=11, parent_id=3201),
+        channel_payload(3204, "hidden-thread", 3200, kind=11, parent_id=3202),
+    ]
+    threads = {"open-thread": (3203, 3201), "hidden-thread": (3204, 3202), "unknown": (3299, 3201)}
+
+    def unflagged(channel: int, parent: int | None) -> TurnContext:
+        return TurnContext(
+            user_id=501, channel_id=channel, server_id=3200, parent_channel_id=parent
+        )
+
+    async with harness(tmp_path) as h:
+        h.world.offline.add_guild(guild_payload(3200, "Threads", channels))
+        for name, (channel, parent) in threads.items():
+            ctx = unflagged(channel, parent)
+            result = await h.memory.run_tool(ctx, {"summary": f"NOTES-{name}"})
+            assert result.success, result.message
+            event = GenerationFinished(
+                context=unflagged(channel, parent),
+                messages=[DialogueMessage(role="user", content=f"WORDS-{name}", author_id=501)],
+            )
+            h.bot.dispatch("generation_finished", event)
+        await settle()
+        shown = str(await h.memory.build_context(unflagged(3201, None)))
+        assert "NOTES-open-thread" in shown and "WORDS-open-thread" in shown
+        for name in ("hidden-thread", "unknown"):
+            assert f"NOTES-{name}" not in shown and f"WORDS-{name}" not in shown, name
+        await h.memory.flush()
+    async with harness(tmp_path) as h:
+        h.world.offline.add_guild(guild_payload(3200, "Threads", channels))
+        shown = str(await h.memory.build_context(unflagged(3201, None)))
+        assert "NOTES-open-thread" in shown
+        assert "NOTES-hidden-thread" not in shown and "NOTES-unknown" not in shown

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from helpers import Opener
 
-from stm import ShortTermMemory
+from stm import ShortTermMemory, STMConfig, TurnContext
 from stm.testing import Clock, ctx, turn
 
 
@@ -37,7 +37,8 @@ async def test_other_channels_newest_first_and_bounded(
 
 
 async def test_scoping_rules(memory: ShortTermMemory) -> None:
-    """Same server and persona only; never private channels, other servers or DMs."""
+    """Same server and persona only; never private channels, other servers or DMs; a DM
+    recalls nothing, not even the same user's other DMs (other people may be in one)."""
     await upgrade(memory, "PUBLIC-SAME-SERVER", channel=11)
     await upgrade(memory, "PRIVATE-CHANNEL", channel=12, channel_is_private=True)
     await upgrade(memory, "OTHER-SERVER", channel=13, server=200)
@@ -51,7 +52,9 @@ async def test_scoping_rules(memory: ShortTermMemory) -> None:
     persona_text = str(await memory.build_context(ctx(channel=10, persona=7)))
     assert "PERSONA-7" in persona_text and "PUBLIC-SAME-SERVER" not in persona_text
     dm_text = str(await memory.build_context(ctx(channel=99, server=None)))
-    assert "A-DM" in dm_text and "PUBLIC-SAME-SERVER" not in dm_text
+    assert "A-DM" not in dm_text and "PUBLIC-SAME-SERVER" not in dm_text
+    own_dm = str(await memory.build_context(ctx(channel=14, server=None)))
+    assert "A-DM" in own_dm
     other_user_dm = str(await memory.build_context(ctx(user=2, channel=98, server=None)))
     assert "A-DM" not in other_user_dm
 
@@ -115,3 +118,27 @@ async def test_first_turn_after_restart_sees_memory(open_memory: Opener) -> None
     assert "SURVIVES" in text and "OTHER-SURVIVES" in text
     entry = await second.get_entry("shortterm:server:100:10")
     assert entry is not None and entry.messages == [] and entry.summary == "SURVIVES"
+
+
+async def test_channel_is_private_hook_makes_an_unflagged_channel_private(
+    config: STMConfig, clock: Clock
+) -> None:
+    """The hook is asked about a server channel the context calls public: its True, or
+    its failure, keeps the channel's memory out of other channels; DMs and flagged
+    channels are not asked."""
+    asked: list[int] = []
+
+    def is_private(context: TurnContext) -> bool:
+        asked.append(context.channel_id)
+        if context.channel_id == 13:
+            raise RuntimeError("no idea")
+        return context.channel_id == 12
+
+    async with ShortTermMemory.open(config, clock=clock, channel_is_private=is_private) as memory:
+        for channel in (11, 12, 13):
+            await upgrade(memory, f"NOTES-{channel}", channel=channel, parent_channel_id=10)
+        await upgrade(memory, "FLAGGED", channel=14, channel_is_private=True)
+        await upgrade(memory, "A-DM", channel=15, server=None)
+        text = str(await memory.build_context(ctx(channel=10)))
+        assert "NOTES-11" in text and "NOTES-12" not in text and "NOTES-13" not in text
+        assert 14 not in asked and 15 not in asked and {11, 12, 13} <= set(asked)

@@ -1,7 +1,9 @@
 """Isolation matrix: what one context writes, every other context sees only as the rules allow.
 
 Contexts: two users x (a public and a private channel of server A, a thread
-of each, a channel of server B, the user's DM) x (no persona, a persona).
+of each, a channel of server B and a thread of it, the user's own DM with the bot,
+a DM both users are in: a group DM, or a user-installed bot in a DM between two
+friends) x (no persona, a persona).
 For every writer, distinctive text is written (a captured turn and an
 upgrade); every reader's build_context and tool schema are then checked
 against a predicate written from the scoping rules of the contract, both
@@ -40,7 +42,9 @@ PLACES = [
     Place("A-thread", SERVER_A, 13, parent=11),
     Place("A-private-thread", SERVER_A, 14, private=True, parent=12),
     Place("B-public", SERVER_B, 21),
+    Place("B-thread", SERVER_B, 22, parent=21),
     Place("DM", None, 0),  # each user's own DM channel: 900 + user
+    Place("DM-shared", None, 950),  # one DM channel both users are in
 ]
 USERS = (1, 2)
 PERSONAS = (None, 7)
@@ -55,7 +59,7 @@ class Who:
 
     @property
     def channel(self) -> int:
-        return 900 + self.user if self.place.server is None else self.place.channel
+        return 900 + self.user if self.place.name == "DM" else self.place.channel
 
     @property
     def server(self) -> int | None:
@@ -98,11 +102,12 @@ def same_channel_allowed(writer: Who, reader: Who) -> bool:
 
 def other_channel_allowed(writer: Who, reader: Who) -> bool:
     """Other-channel memory: same server only (never across servers, never between a DM
-    and a server), same persona only, never from a private channel."""
+    and a server), same persona only, never from a private channel; a DM recalls nothing
+    (other people may be in it), and a DM's notes are recalled nowhere."""
     if writer.channel == reader.channel or writer.persona != reader.persona:
         return False
-    if reader.server is None:
-        return writer.server is None and writer.user == reader.user
+    if reader.server is None or writer.server is None:
+        return False
     return writer.server == reader.server and not writer.place.private
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -61,6 +62,11 @@ def test_definition_is_a_fresh_copy() -> None:
         ('{"summary": "x", "extra": "y"}', "unknown field 'extra'"),
         ("{}", "missing required field 'summary'"),
         ('{"summary": "   "}', "at least one field"),
+        ('{"summary": "\u200b\u200d \u2060\ufeff\u3164"}', "invisible characters"),
+        ({"summary": "\u200b\u00ad\ufe0f\U000e0041"}, "invisible characters"),
+        ('{"summary": "a", "summary": "b"}', "'summary' appears more than once"),
+        (b'{"summary": "a", "summary": "b"}', "'summary' appears more than once"),
+        ('{"summary": "a", "x": {"k": 1, "k": 2}}', "'k' appears more than once"),
         ("not json at all", "not valid JSON"),
         ("[1, 2]", "must be a JSON object"),
         ("42", "must be a JSON object"),
@@ -92,6 +98,22 @@ def test_category_mode_drops_blank_fields_and_needs_one() -> None:
     assert parse_arguments(model, {"mood": "calm", "current_topic": " "}, 100) == {"mood": "calm"}
     message = parse_arguments(model, {"mood": "", "current_topic": "\n"}, 100)
     assert isinstance(message, str) and "at least one field" in message
+    invisible = {"mood": "calm", "current_topic": "\u200b\u200c"}
+    assert parse_arguments(model, invisible, 100) == {"mood": "calm"}
+    message = parse_arguments(model, '{"mood": "a", "mood": "b"}', 100)
+    assert isinstance(message, str) and "'mood' appears more than once" in message
+
+
+async def test_invisible_or_repeated_arguments_store_nothing(tmp_path: Path) -> None:
+    """The tool refuses a summary of only invisible characters and a repeated field:
+    nothing is stored, and the refusal says why."""
+    config = STMConfig(database=str(tmp_path / "stm.sqlite3"))
+    ctx = TurnContext(user_id=1, channel_id=10, server_id=100)
+    async with ShortTermMemory.open(config) as memory:
+        for arguments in ('{"summary": "\u200b\u200b"}', '{"summary": "a", "summary": "b"}'):
+            result = await memory.run_tool(ctx, arguments)
+            assert not result.success and "not applied" in result.message
+        assert await memory.get_entry("shortterm:server:100:10") is None
 
 
 # Names the pydantic model class holds: a label slugged to one of them once broke the tool.

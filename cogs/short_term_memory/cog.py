@@ -30,7 +30,7 @@ from stm.render import category_labels
 from stm.store import is_postgres_url
 
 from ..utils.checks import NotOwner, has_server_permission_or_owner, is_owner, server_only
-from ..utils.context import turn_context_from_interaction
+from ..utils.context import channel_privacy, turn_context_from_interaction
 from ..utils.replies import NO_PINGS, reply
 from .confirm import CONFIRM_SECONDS, PurgeConfirmation
 from .describe import (
@@ -208,7 +208,11 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
             self._config_source = (
                 self._config_source or "from the STM_* environment (no config was passed)"
             )
-        self.memory = await ShortTermMemory.open(self.config, on_purge_alert=self._purge_alert)
+        self.memory = await ShortTermMemory.open(
+            self.config,
+            on_purge_alert=self._purge_alert,
+            channel_is_private=channel_privacy(self.bot),
+        )
         try:
             if self.tools is not None:
                 self.tools.register(self.memory.tool)

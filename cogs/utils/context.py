@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import discord
 
 from stm import TurnContext
 
-__all__ = ["channel_is_private", "turn_context_from_interaction", "turn_context_from_message"]
+__all__ = [
+    "channel_is_private",
+    "channel_privacy",
+    "turn_context_from_interaction",
+    "turn_context_from_message",
+]
 
 
 def channel_is_private(channel: Any) -> bool:
@@ -38,6 +44,22 @@ def channel_is_private(channel: Any) -> bool:
         return not channel.permissions_for(everyone).view_channel
     except (discord.ClientException, AttributeError):
         return True
+
+
+def channel_privacy(client: discord.Client) -> Callable[[TurnContext], bool]:
+    """What the cog tells the memory about a server channel a turn's context calls public:
+    Discord's own view, so a host that built its context without the flag (a thread of a
+    private channel above all) leaks nothing. A thread is private when its parent is; a
+    thread the client has not cached counts as private; another channel it has not
+    cached is left to the host."""
+
+    def is_private(ctx: TurnContext) -> bool:
+        channel = client.get_channel(ctx.channel_id)
+        if channel is None:
+            return ctx.parent_channel_id is not None
+        return channel_is_private(channel)
+
+    return is_private
 
 
 def _channel_name(channel: Any) -> str | None:

@@ -19,10 +19,17 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, c
 
 from ..models import Category, is_summary_mode
 from ..slugs import slugs_for
-from ..text import clean_value
+from ..text import clean_value, one_line, visible
 from . import TOOL_NAME
 
-__all__ = ["MAX_RAW_ARGUMENTS", "arguments_model", "parse_arguments", "tool_definition"]
+__all__ = [
+    "MAX_RAW_ARGUMENTS",
+    "DuplicateKeyError",
+    "arguments_model",
+    "loads_strict",
+    "parse_arguments",
+    "tool_definition",
+]
 
 # Anything larger is refused before parsing: a summary is at most a few kilobytes.
 MAX_RAW_ARGUMENTS = 256 * 1024
@@ -100,6 +107,32 @@ def tool_definition(
     return loaded
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice: which value was meant cannot be told."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {key!r} appears more than once")
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return found
+
+
+def loads_strict(text: str | bytes | bytearray) -> Any:
+    """``json.loads``, refusing an object that names a key twice (``DuplicateKeyError``):
+    the standard parser keeps the last value, pydantic's too, and the model may have
+    meant the first."""
+    return json.loads(text, object_pairs_hook=_unique_pairs)
+
+
 def _explain(exc: ValidationError, model: type[BaseModel]) -> str:
     problems = []
     for error in exc.errors()[:5]:
@@ -142,7 +175,24 @@ def parse_arguments(
                     f"({len(arguments)} characters). Send at most {max_length} characters "
                     "per field."
                 )
-            parsed = model.model_validate_json(arguments)
+            try:
+                loaded = loads_strict(arguments)
+            except DuplicateKeyError as exc:
+                return (
+                    f"{TOOL_NAME} was not applied: the field {one_line(exc.key)[:100]!r} "
+                    "appears more than once in the arguments. Send each field once."
+                )
+            except json.JSONDecodeError:
+                return (
+                    f"{TOOL_NAME} was not applied: the arguments are not valid JSON. "
+                    "Send a JSON object of string values."
+                )
+            except RecursionError:
+                return (
+                    f"{TOOL_NAME} was not applied: the arguments are not valid JSON (nested "
+                    "too deeply). Send a JSON object of string values."
+                )
+            parsed = model.model_validate(loaded)
         elif isinstance(arguments, dict):
             parsed = model.model_validate(arguments)
         else:
@@ -163,11 +213,13 @@ def parse_arguments(
     for name, value in zip(_names(model), (value for _, value in parsed), strict=True):
         if isinstance(value, str):
             cleaned = clean_value(value, max_length)
-            if cleaned:
+            if visible(cleaned):
                 values[name] = cleaned
     if not values:
         fields = ", ".join(f"'{name}'" for name in _names(model))
         return (
-            f"{TOOL_NAME} was not applied: at least one field must have non-blank text ({fields})."
+            f"{TOOL_NAME} was not applied: at least one field must have non-blank text "
+            f"({fields}); spaces and invisible characters (zero-width spaces, joiners) alone "
+            "count as blank."
         )
     return values

@@ -32,7 +32,6 @@ from ..readthrough import (
     ReadThrough,
     Unavailable,
     Unsettled,
-    describe,
     settle,
     turn_scope,
 )
@@ -404,7 +403,7 @@ class Upgrades:
             entry.turns_since_refresh = 0
             entry.last_refreshed_turn += 1
             entry.version += 1
-            describe(entry, ctx)
+            self.reads.describe(entry, ctx)
             self.cache.touch(entry, now)
         for snapshot in snapshots:
             entry = snapshot.entry
