@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from helpers import Opener
-from stm.testing import ctx, turn
 
 from stm import ShortTermMemory
 from stm.keys import server_key, user_key
+from stm.testing import ctx, turn
 
 BOTH_STORES = True
 
