@@ -127,10 +127,17 @@ async def populate(h: Harness) -> None:
 
 
 async def snapshot(h: Harness) -> State:
+    # What is held, whether or not a server's memory is turned on: get_entry answers None
+    # for a server with enabled=False, which is the setting's effect, not a deletion.
+    real = h.memory.settings_for
+    h.memory.settings_for = lambda server: real(server).model_copy(update={"enabled": True})  # type: ignore[method-assign]
     entries: dict[str, dict[str, Any] | None] = {}
-    for key in keys(h):
-        entry = await h.memory.get_entry(key)
-        entries[key] = None if entry is None else entry.model_dump()
+    try:
+        for key in keys(h):
+            entry = await h.memory.get_entry(key)
+            entries[key] = None if entry is None else entry.model_dump()
+    finally:
+        del h.memory.settings_for
     settings = {
         s: (await h.memory.get_server_settings(s)).model_dump() for s in (HARBOR, LIGHTHOUSE)
     }
