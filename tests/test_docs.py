@@ -317,3 +317,25 @@ def test_the_extras_check_can_fail(tmp_path: Path) -> None:
         "postgre",
         "metric",
     ]
+
+
+# -- the guide's example of stm.testing -----------------------------------------------
+def _example(page: Path, importing: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    (block,) = [b for b in blocks if importing in b]
+    return block
+
+
+async def test_the_guides_stm_testing_example_passes(tmp_path: Path) -> None:
+    """The example of ``stm.testing`` in docs/guide.md runs, as written, and passes."""
+    namespace: dict[str, object] = {}
+    exec(
+        compile(_example(ROOT / "docs" / "guide.md", "from stm.testing"), "guide", "exec"),
+        namespace,
+    )
+    tests = {name: fn for name, fn in namespace.items() if name.startswith("test_")}
+    assert len(tests) == 2, sorted(tests)
+    for name, test in tests.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        await test(folder)  # type: ignore[operator]
