@@ -1,5 +1,6 @@
 """The exceptions the library raises.
 
+```text
 STMError
  ├── InvalidInput       (also a ValueError): a value a person chose is refused; the message is
  │                      written for them (a server setting, a category)
@@ -9,6 +10,7 @@ STMError
  │    ├── SchemaVersionError   the file was written by a newer version
  │    └── RejectedWriteError   the store can never apply this operation
  └── DurabilityError    background work could not be made durable
+```
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ class Clock:
         return self.now
 
     def advance(self, seconds: float = 0.0, *, hours: float = 0.0, minutes: float = 0.0) -> None:
+        """Move the clock on by ``seconds`` plus ``minutes`` and ``hours``."""
         self.now += seconds + minutes * 60 + hours * 3600
 
 

@@ -1,13 +1,18 @@
 """The documentation names only what exists: every ``STM_*`` setting, ``python -m stm``
 command and option, slash command and extra it names is in the code, and every setting
-and slash command of the code is documented.
+and slash command of the code is documented; the architecture page's walk-throughs name
+only functions and methods that exist, and the guide's ``stm.testing`` example passes.
 
-Read statically from the Markdown (docs/, the README, the changelog and the benchmarks'
-README, which the site shows); each check is also run on a wrong name, so it can fail.
+Read statically from the Markdown (docs/, the README and the benchmarks' README, which
+the site shows; not the changelog, whose history may name what is gone); each check is
+also run on a wrong name, so it can fail.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib
 import re
 import tomllib
 from collections.abc import Iterable, Iterator
@@ -26,7 +31,6 @@ PAGES = sorted(
     [
         *(ROOT / "docs").rglob("*.md"),
         ROOT / "README.md",
-        ROOT / "CHANGELOG.md",
         ROOT / "benchmarks" / "README.md",
     ]
 )
@@ -317,3 +321,136 @@ def test_the_extras_check_can_fail(tmp_path: Path) -> None:
         "postgre",
         "metric",
     ]
+
+
+# -- the guide's example of stm.testing -----------------------------------------------
+def _example(page: Path, importing: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    (block,) = [b for b in blocks if importing in b]
+    return block
+
+
+async def test_the_guides_stm_testing_example_passes(tmp_path: Path) -> None:
+    """The example of ``stm.testing`` in docs/guide.md runs, as written, and passes."""
+    namespace: dict[str, object] = {}
+    exec(
+        compile(_example(ROOT / "docs" / "guide.md", "from stm.testing"), "guide", "exec"),
+        namespace,
+    )
+    tests = {name: fn for name, fn in namespace.items() if name.startswith("test_")}
+    assert len(tests) == 2, sorted(tests)
+    for name, test in tests.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        await test(folder)  # type: ignore[operator]
+
+
+# -- the code the architecture page names ---------------------------------------------
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+SOURCES = ("stm", "cogs", "host")
+
+
+@dataclass
+class CodeIndex:
+    names: set[str]  # functions, classes, module-level names, parameters
+    members: set[str]  # Class.method, Class.attribute (self.x included)
+    text: str  # every string constant, for SQL words and change kinds
+
+
+@functools.cache
+def code_index() -> CodeIndex:
+    index = CodeIndex(set(), set(), "")
+    strings: list[str] = []
+    for folder in SOURCES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    index.names.add(node.name)
+                if isinstance(node, ast.arg):
+                    index.names.add(node.arg)
+                if isinstance(node, ast.Assign | ast.AnnAssign):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    index.names.update(t.id for t in targets if isinstance(t, ast.Name))
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    strings.append(node.value)
+                if isinstance(node, ast.ClassDef):
+                    index.members.update(f"{node.name}.{m}" for m in _members(node))
+    index.text = "\n".join(strings)
+    return index
+
+
+def _members(cls: ast.ClassDef) -> Iterator[str]:
+    for node in ast.walk(cls):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield node.name
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Name):
+                yield target.id
+            elif (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            ):
+                yield target.attr
+
+
+def missing_code(text: str, index: CodeIndex) -> list[str]:
+    """The code spans of ``text`` that name a method (``Class.method``), a function
+    (``name(...)``, or a name with an underscore) or a module path (``stm.x.y``) the
+    code does not have."""
+    missing = []
+    for span in sorted(set(re.findall(r"`([^`\n]+)`", text))):
+        name = re.sub(r"\(.*\)$", "", span)
+        if re.fullmatch(r"stm(\.\w+)+", name):
+            known = _importable(name)
+        elif re.fullmatch(r"[A-Z]\w*\.\w+", name):
+            known = name in index.members
+        elif re.fullmatch(r"[a-z_]\w*", name) and ("_" in name or span != name):
+            known = _defined(name, index)
+        else:
+            continue  # not a name of the code (a setting, SQL, a command)
+        if not known:
+            missing.append(span)
+    return missing
+
+
+def _defined(name: str, index: CodeIndex) -> bool:
+    return name in index.names or re.search(rf"\b{name}\b", index.text) is not None
+
+
+def _importable(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def test_the_code_the_architecture_page_names_exists() -> None:
+    """The walk-throughs name functions and methods; a rename must update them."""
+    index = code_index()
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    assert len(re.findall(r"`[A-Z]\w*\.\w+", text)) > 40, "the walk-throughs were not found"
+    assert not missing_code(text, index), missing_code(text, index)
+
+
+def test_the_architecture_check_can_fail() -> None:
+    index = code_index()
+    named = "`Writer.submit_delete`, `forget_user`, `settle(read)`, `stm.store.open_store`"
+    assert not missing_code(named, index)
+    assert missing_code("`Writer.submit_deletes`", index) == ["Writer.submit_deletes"]
+    assert missing_code("`forget_users`", index) == ["forget_users"]
+    assert missing_code("`settles(read)`", index) == ["settles(read)"]
+    assert missing_code("`stm.store.open_stores`", index) == ["stm.store.open_stores"]
