@@ -154,13 +154,20 @@ STORE_KINDS = ["sqlite", "postgres"]
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A module that sets ``BOTH_STORES = True`` runs each of its tests once per store:
     those that use ``store`` or ``config`` (and so ``open_memory`` and ``memory``). A
-    test that asks for ``db_path`` inspects the SQLite file itself and runs on SQLite."""
+    test that asks for ``db_path`` inspects the SQLite file itself and runs on SQLite.
+    ``SLOW_ON_POSTGRES = True`` marks the PostgreSQL cases ``slow`` (out of the quick loop)."""
     if (
         getattr(metafunc.module, "BOTH_STORES", False)
         and "store_kind" in metafunc.fixturenames
         and "db_path" not in inspect.signature(metafunc.function).parameters
     ):
-        metafunc.parametrize("store_kind", STORE_KINDS, indirect=True)
+        kinds: list[Any] = list(STORE_KINDS)
+        if getattr(metafunc.module, "SLOW_ON_POSTGRES", False):
+            # Much slower on PostgreSQL (a database per case): the full run only.
+            kinds = [
+                k if k != "postgres" else pytest.param(k, marks=pytest.mark.slow) for k in kinds
+            ]
+        metafunc.parametrize("store_kind", kinds, indirect=True)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import scaled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -153,7 +154,7 @@ def _glue_text(alphabet: str) -> st.SearchStrategy[str]:
     return st.lists(bit, max_size=10).map("".join)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=scaled(400, 4000), deadline=None)
 @given(
     st.one_of(
         _glue_text(TRICKS),
