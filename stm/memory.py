@@ -411,6 +411,7 @@ class ShortTermMemory:
                         m.author_id,
                         m._epoch,
                         user_id,
+                        m.message_id,
                     )
                 )
                 for m in event.messages
