@@ -45,6 +45,7 @@ from ..lineage import Erasure, Pin, Range
 from ..redact import redact_text, redact_url
 from . import chains, shred
 from .base import (
+    GUARD_KINDS_SQL,
     PROVENANCE_TABLES,
     ROW_COLUMNS,
     SELECT_TAIL,
@@ -54,6 +55,7 @@ from .base import (
     DeleteChannel,
     DeleteExpired,
     FeedPage,
+    ForgetMessages,
     LoadRecent,
     LoadRows,
     Op,
@@ -846,7 +848,7 @@ async def _save_many(conn: Any, saves: list[SaveDistilled], feed: _Feed) -> list
         )
         rows = await conn.fetch(
             f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > $1 "
-            "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
+            f"AND kind IN {GUARD_KINDS_SQL} ORDER BY position",
             after,
         )
         deletes = [Change(*row) for row in rows]
@@ -896,6 +898,10 @@ async def _apply(conn: Any, op: Op, feed: _Feed) -> object:
             return await _touch(conn, op, feed)
         case SaveDistilled():  # pragma: no cover - runs of upgrades go to _save_many
             return (await _save_many(conn, [op], feed))[0]
+        case ForgetMessages(channel_id):
+            kind: ChangeKind = "edit_messages" if op.edited else "delete_messages"
+            feed.append((kind, op.feed_key(), None, channel_id, None, None))
+            return len(op.message_ids)
         case DeleteChannel(channel_id):
             gone = await conn.fetch(
                 "DELETE FROM short_term_memories WHERE channel_id = $1 RETURNING key, chain_id",

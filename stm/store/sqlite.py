@@ -42,6 +42,7 @@ from ..expiry import DISTILLED_SQL, EXPIRED_SQL
 from ..lineage import Erasure, Pin, Range
 from . import chains, shred
 from .base import (
+    GUARD_KINDS_SQL,
     ROW_COLUMNS,
     SELECT_TAIL,
     Change,
@@ -50,6 +51,7 @@ from .base import (
     DeleteChannel,
     DeleteExpired,
     FeedPage,
+    ForgetMessages,
     LoadRecent,
     LoadRows,
     Op,
@@ -770,6 +772,10 @@ def apply(
             if not isinstance(feed, _Feed):
                 feed.extend(own.pending)
             return results[0]
+        case ForgetMessages(channel_id):
+            kind: ChangeKind = "edit_messages" if op.edited else "delete_messages"
+            feed.append((kind, op.feed_key(), None, channel_id, None, None))
+            return len(op.message_ids)
         case DeleteChannel(channel_id):
             gone = db.execute(
                 "DELETE FROM short_term_memories WHERE channel_id = ? RETURNING key, chain_id",
@@ -887,7 +893,7 @@ def _save_many(
         pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
         rows = db.execute(
             f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
-            "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
+            f"AND kind IN {GUARD_KINDS_SQL} ORDER BY position",
             (after,),
         )
         deletes = [Change(*row) for row in rows]

@@ -1,0 +1,117 @@
+"""What Discord tells the bot, applied to the memory: messages deleted and edited, channels
+and threads deleted (the base of the cog, which provides ``memory``).
+
+Raw events, so they work without discord.py's message cache. Each event applied is
+counted (``memory.metrics.discord_events``) and logged; a failure is logged, never
+raised into discord.py's dispatch. What each event removes is listed in docs/data.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+import discord
+from discord.ext import commands
+
+from stm import ShortTermMemory
+
+__all__ = ["DiscordEvents", "readable_content"]
+
+log = logging.getLogger("discord_stm")
+
+
+def readable_content(data: Any, bot_id: int | None) -> str | None:
+    """The text of a MESSAGE_UPDATE payload as the memory holds a message: the bot's
+    mention taken out (hosts strip it from what they capture) and blanks trimmed; None
+    when there is no readable text (an empty content: the Message Content intent missing,
+    or only attachments left)."""
+    content = data.get("content") if isinstance(data, dict) else None
+    if not isinstance(content, str):
+        return None
+    if bot_id is not None:
+        for form in (f"<@{bot_id}>", f"<@!{bot_id}>"):
+            content = content.replace(form, "")
+    content = content.strip()
+    return content or None
+
+
+class DiscordEvents(commands.Cog):
+    """Listeners for Discord's own deletes and edits."""
+
+    memory: ShortTermMemory
+    bot: commands.Bot
+
+    def _open(self) -> bool:
+        memory = getattr(self, "memory", None)
+        return memory is not None and not memory.closed
+
+    async def _apply(self, kind: str, what: str, work: Awaitable[Any]) -> Any:
+        """Run ``work`` for one event of ``kind``, count it and log a failure."""
+        try:
+            result = await work
+        except Exception:
+            log.exception("short-term memory could not apply %s (%s)", kind, what)
+            return None
+        self.memory.count_event(kind)
+        return result
+
+    @commands.Cog.listener()
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        """A message deleted: it leaves every window that holds it, in every process."""
+        if not self._open():
+            return
+        await self._apply(
+            "message_delete",
+            f"message {payload.message_id} in channel {payload.channel_id}",
+            self.memory.forget_messages(payload.channel_id, [payload.message_id]),
+        )
+
+    @commands.Cog.listener()
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        """Messages deleted at once (a moderator's purge): as many single deletes."""
+        if not self._open():
+            return
+        await self._apply(
+            "bulk_message_delete",
+            f"{len(payload.message_ids)} messages in channel {payload.channel_id}",
+            self.memory.forget_messages(payload.channel_id, sorted(payload.message_ids)),
+        )
+
+    @commands.Cog.listener()
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        """A message edited: its held text is replaced, or it leaves the windows when the
+        new text cannot be read. An update without content (an embed appearing, a pin)
+        changes nothing."""
+        if not self._open() or not isinstance(payload.data, dict) or "content" not in payload.data:
+            return
+        me = self.bot.user
+        text = readable_content(payload.data, me.id if me is not None else None)
+        await self._apply(
+            "message_edit",
+            f"message {payload.message_id} in channel {payload.channel_id}",
+            self.memory.edit_message(payload.channel_id, payload.message_id, text),
+        )
+
+    @commands.Cog.listener()
+    async def on_guild_channel_delete(self, channel: discord.abc.GuildChannel) -> None:
+        """A channel deleted: its memory is cleared, as ``/refresh`` does."""
+        if not self._open():
+            return
+        await self._apply(
+            "channel_delete",
+            f"channel {channel.id}",
+            self.memory.clear_short_term_memory_for_channel(channel.id),
+        )
+
+    @commands.Cog.listener()
+    async def on_raw_thread_delete(self, payload: discord.RawThreadDeleteEvent) -> None:
+        """A thread deleted: its memory is cleared, as ``/refresh`` does."""
+        if not self._open():
+            return
+        await self._apply(
+            "thread_delete",
+            f"thread {payload.thread_id}",
+            self.memory.clear_short_term_memory_for_channel(payload.thread_id),
+        )
