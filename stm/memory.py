@@ -75,12 +75,16 @@ from .store.base import (
     DeleteChannel,
     DeleteExpired,
     ForgetMessages,
+    ForgetServer,
+    LoadDepartures,
+    MarkDeparture,
     PreviewPurge,
     PurgePreview,
     PurgeResult,
     PurgeUser,
     SaveOptOut,
     SaveServerSettings,
+    ServerChannels,
     Store,
 )
 from .timing import LoopScheduler, Scheduler
@@ -807,6 +811,75 @@ class ShortTermMemory:
                 )
 
         future.add_done_callback(done)
+
+    # -- servers that removed the bot ---------------------------------------------
+    async def server_removed(self, server_id: int) -> bool:
+        """The bot was removed from a server (not an outage): record it durably; its memory
+        and settings are cleared ``STMConfig.server_removal_grace_minutes`` later (at once
+        when 0) by ``clear_departed_servers``, unless ``server_returned`` comes first.
+        Returns True when it was cleared at once."""
+        check_id(server_id, "server_id")
+        await self.writer.submit(
+            MarkDeparture(server_id, self.clock()), what=f"recording removal from {server_id}"
+        )
+        log.info(
+            "removed from server %s: its memory is cleared in %g minutes unless re-invited",
+            server_id,
+            self.config.server_removal_grace_minutes,
+        )
+        if self.config.server_removal_grace_minutes <= 0:
+            await self.clear_server(server_id)
+            return True
+        return False
+
+    async def server_returned(self, server_id: int) -> bool:
+        """The bot is in the server again: a removal recorded for it is forgotten. Returns
+        True when one was."""
+        check_id(server_id, "server_id")
+        if server_id not in await self.departures():
+            return False
+        await self.writer.submit(
+            MarkDeparture(server_id, None), what=f"recording return to {server_id}"
+        )
+        log.info("back in server %s: its memory is kept", server_id)
+        return True
+
+    async def departures(self) -> dict[int, float]:
+        """Servers the bot was removed from whose memory is not cleared yet, with when."""
+        found: dict[int, float] = await self.writer.submit(LoadDepartures(), what="departures")
+        return found
+
+    async def clear_departed_servers(
+        self, present: Callable[[int], bool] = lambda server_id: False
+    ) -> list[int]:
+        """Clear every server removed from longer ago than the grace period; one for which
+        ``present`` says the bot is back is kept (its record goes). Returns those cleared."""
+        grace = self.config.server_removal_grace_minutes * 60
+        now = self.clock()
+        cleared = []
+        for server_id, left_at in sorted((await self.departures()).items()):
+            if present(server_id):
+                await self.server_returned(server_id)
+            elif left_at <= now - grace:
+                await self.clear_server(server_id)
+                cleared.append(server_id)
+        return cleared
+
+    async def clear_server(self, server_id: int) -> int:
+        """Clear a server's memory (every channel and thread of it, as ``/refresh``) and its
+        settings, here and in every process; returns the channels cleared."""
+        check_id(server_id, "server_id")
+        stored = await self.writer.submit(
+            ServerChannels(server_id), what=f"channels of server {server_id}"
+        )
+        channels = set(stored) | {e.channel_id for e in self.cache if e.server_id == server_id}
+        for channel_id in sorted(channels):
+            await self.clear_short_term_memory_for_channel(channel_id)
+        await self.writer.submit(ForgetServer(server_id), what=f"forgetting server {server_id}")
+        self.settings.drop(server_id)
+        self._tally.discord_events["guild_cleared"] += 1
+        log.info("cleared server %s: %d channels and its settings", server_id, len(channels))
+        return len(channels)
 
     def count_event(self, kind: str) -> None:
         """Count one Discord event a host applied to the memory (``metrics.discord_events``,

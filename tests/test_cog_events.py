@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from discord_fakes import Harness, harness
 
-from cogs.testing import snowflake
+from cogs.testing import guild_payload, member_payload, snowflake
 from host.world import Person, Place
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 from stm.keys import server_key, user_key
@@ -245,3 +246,87 @@ async def test_another_process_upgrade_whose_prompt_showed_the_channel_is_refuse
     await h.memory.flush()
     result = await other.run_tool(turn_ctx, {"summary": "Alice lives at 5 Elm St"})
     assert not result.success
+
+
+async def test_a_server_that_removed_the_bot_is_cleared_at_once_when_no_grace(
+    store_database: str, tmp_path: Path
+):
+    """GUILD_DELETE (the bot kicked) with a grace of 0: every channel's memory of the
+    server and its settings go at once, in every process; the other server keeps its."""
+    async with harness(tmp_path, database=store_database, server_removal_grace_minutes=0) as h:
+        ctx, _ = await said(h, h.alice, h.general, "harbor talk")
+        await said(h, h.alice, h.elsewhere, "lighthouse talk")
+        assert (await h.memory.run_tool(ctx, {"summary": "harbor notes"})).success
+        await h.memory.update_server_settings(HARBOR, refresh_cadence=9)
+        await h.memory.flush()
+        await h.world.offline.gateway("GUILD_DELETE", {"id": str(HARBOR)})
+        assert await h.memory.get_entry(server_key(HARBOR, h.general.id)) is None
+        assert await h.memory.get_entry(user_key(h.alice.id, h.general.id)) is None
+        assert (await h.memory.get_server_settings(HARBOR)).refresh_cadence == 5
+        assert await h.memory.get_entry(server_key(1200, h.elsewhere.id)) is not None
+        await h.memory.flush()
+        async with ShortTermMemory.open(STMConfig(database=store_database)) as later:
+            assert await later.get_entry(server_key(HARBOR, h.general.id)) is None
+            assert (await later.get_server_settings(HARBOR)).refresh_cadence == 5
+            assert await later.departures() == {}
+        events = h.memory.metrics.discord_events
+        assert events["guild_remove"] == 1 and events["guild_cleared"] == 1
+
+
+async def test_an_outage_clears_nothing(store_database: str, tmp_path: Path):
+    """GUILD_DELETE with unavailable: true is an outage: nothing is recorded or cleared."""
+    async with harness(tmp_path, database=store_database, server_removal_grace_minutes=0) as h:
+        await said(h, h.alice, h.general, "harbor talk")
+        await h.world.offline.gateway("GUILD_DELETE", {"id": str(HARBOR), "unavailable": True})
+        assert "harbor talk" in await held(h.memory, h.general, h.alice)
+        assert await h.memory.departures() == {}
+
+
+async def test_a_reinvite_within_the_grace_period_keeps_everything(
+    store_database: str, tmp_path: Path
+):
+    """Removed, then invited again before the grace period is over: nothing is cleared,
+    even once it would have been over."""
+    async with harness(tmp_path, database=store_database, server_removal_grace_minutes=60) as h:
+        ctx, _ = await said(h, h.alice, h.general, "harbor talk")
+        assert (await h.memory.run_tool(ctx, {"summary": "harbor notes"})).success
+        guild = h.bot.get_guild(HARBOR)
+        assert guild is not None
+        await h.world.offline.gateway("GUILD_DELETE", {"id": str(HARBOR)})
+        assert set(await h.memory.departures()) == {HARBOR}
+        assert await h.cog.clear_departed_servers() == []  # still within the grace period
+        channels = [{k: v for k, v in h.general.payload.items() if k != "guild_id"}]
+        invited = guild_payload(HARBOR, "Harbor", channels)
+        invited["members"] = [member_payload(h.world.offline.me.payload)]
+        del invited["unavailable"]  # a server joining, as Discord sends it: GUILD_JOIN
+        await h.world.offline.gateway("GUILD_CREATE", invited)  # invited again
+        assert await h.memory.departures() == {}
+        h.memory.config = h.memory.config.model_copy(update={"server_removal_grace_minutes": 0})
+        assert await h.cog.clear_departed_servers() == []
+        entry = await h.memory.get_entry(server_key(HARBOR, h.general.id))
+        assert entry is not None and entry.summary == "harbor notes"
+        assert h.memory.metrics.discord_events["guild_return"] == 1
+
+
+async def test_a_removal_survives_a_restart(store_database: str):
+    """The removal is recorded in the database: a process that opens it after the grace
+    period clears the server, though the one that saw the removal is gone."""
+    first = await ShortTermMemory.open(
+        STMConfig(database=store_database, server_removal_grace_minutes=60)
+    )
+    ctx = TurnContext(user_id=5, channel_id=77, server_id=HARBOR, message_id=1)
+    await first.capture(finished(ctx, "said before", "ok", 2))
+    assert (await first.run_tool(ctx, {"summary": "notes before"})).success
+    await first.server_removed(HARBOR)
+    await first.close()
+    clock = [time.time() + 3601]
+    later = await ShortTermMemory.open(
+        STMConfig(database=store_database, server_removal_grace_minutes=60),
+        clock=lambda: clock[0],
+    )
+    try:
+        assert await later.clear_departed_servers() == [HARBOR]
+        assert await later.get_entry(server_key(HARBOR, 77)) is None
+        assert await later.departures() == {}
+    finally:
+        await later.close()

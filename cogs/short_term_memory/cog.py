@@ -215,6 +215,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             channel_is_private=channel_privacy(self.bot),
         )
         try:
+            self.start_departures()
             if self.tools is not None:
                 self.tools.register(self.memory.tool)
         except BaseException:

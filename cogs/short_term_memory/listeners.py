@@ -1,5 +1,6 @@
 """What Discord tells the bot, applied to the memory: messages deleted and edited, channels
-and threads deleted (the base of the cog, which provides ``memory``).
+and threads deleted, servers that removed the bot (the base of the cog, which provides
+``memory``).
 
 Raw events, so they work without discord.py's message cache. Each event applied is
 counted (``memory.metrics.discord_events``) and logged; a failure is logged, never
@@ -20,6 +21,9 @@ from stm import ShortTermMemory
 __all__ = ["DiscordEvents", "readable_content"]
 
 log = logging.getLogger("discord_stm")
+
+# How often servers past their grace period are looked for, at most.
+DEPARTURES_CHECK_SECONDS = 60.0
 
 
 def readable_content(data: Any, bot_id: int | None) -> str | None:
@@ -115,3 +119,71 @@ class DiscordEvents(commands.Cog):
             f"thread {payload.thread_id}",
             self.memory.clear_short_term_memory_for_channel(payload.thread_id),
         )
+
+    # -- servers ------------------------------------------------------------------------
+    def start_departures(self) -> None:
+        """Look for servers past their grace period now and then (the cog, once open)."""
+        grace = self.memory.config.server_removal_grace_minutes * 60
+        every = max(1.0, min(DEPARTURES_CHECK_SECONDS, grace / 4 or DEPARTURES_CHECK_SECONDS))
+        self.memory.background.every(every, self._departures_due, "stm-departures")
+
+    async def _departures_due(self) -> None:
+        # Before the gateway said which servers the bot is in, every server looks left.
+        if self.bot.is_ready():
+            await self.clear_departed_servers()
+
+    async def clear_departed_servers(self) -> list[int]:
+        """Clear the servers removed from longer ago than the grace period (a restart in
+        between included); a server the bot is in again keeps its memory."""
+        if not self._open():
+            return []
+        cleared: list[int] = await self.memory.clear_departed_servers(
+            present=lambda server_id: self.bot.get_guild(server_id) is not None
+        )
+        return cleared
+
+    @commands.Cog.listener()
+    async def on_guild_remove(self, guild: discord.Guild) -> None:
+        """The bot was removed from a server (kicked, banned, the server deleted): its memory
+        and settings are cleared after the grace period. An outage is not a removal:
+        discord.py then dispatches ``guild_unavailable``, which clears nothing."""
+        if not self._open():
+            return
+        await self._apply(
+            "guild_remove", f"server {guild.id}", self.memory.server_removed(guild.id)
+        )
+
+    @commands.Cog.listener()
+    async def on_guild_join(self, guild: discord.Guild) -> None:
+        """Invited (again): a removal of this server still in its grace period is forgotten."""
+        await self._returned(guild)
+
+    @commands.Cog.listener()
+    async def on_guild_available(self, guild: discord.Guild) -> None:
+        await self._returned(guild)
+
+    @commands.Cog.listener()
+    async def on_ready(self) -> None:
+        """After a (re)start: servers the bot is in again keep their memory."""
+        if not self._open():
+            return
+        try:
+            departed = await self.memory.departures()
+        except Exception:
+            log.exception("short-term memory could not read the servers that removed the bot")
+            return
+        for server_id in departed:
+            guild = self.bot.get_guild(server_id)
+            if guild is not None:
+                await self._returned(guild)
+
+    async def _returned(self, guild: discord.Guild) -> None:
+        if not self._open():
+            return
+        try:
+            back = await self.memory.server_returned(guild.id)
+        except Exception:
+            log.exception("short-term memory could not note its return to server %s", guild.id)
+            return
+        if back:
+            self.memory.count_event("guild_return")

@@ -78,10 +78,13 @@ __all__ = [
     "DeleteExpired",
     "FeedPage",
     "ForgetMessages",
+    "ForgetServer",
     "Guard",
     "Inspector",
+    "LoadDepartures",
     "LoadRecent",
     "LoadRows",
+    "MarkDeparture",
     "Op",
     "Overtaken",
     "PreviewPurge",
@@ -93,6 +96,7 @@ __all__ = [
     "SaveServerSettings",
     "Saved",
     "Scrub",
+    "ServerChannels",
     "Store",
     "StoreStats",
     "StoredRow",
@@ -353,6 +357,35 @@ class ForgetMessages:
 
 
 @dataclass(frozen=True, slots=True)
+class MarkDeparture:
+    """Record that the bot was removed from a server at ``left_at`` (epoch seconds), or, with
+    None, that it is back (the record goes). Kept until the server's memory is cleared."""
+
+    server_id: int
+    left_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadDepartures:
+    """Every recorded departure: server id -> when the bot was removed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerChannels:
+    """The channels (threads included) that have rows in a server: what clearing it deletes."""
+
+    server_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetServer:
+    """Delete a server's settings (a ``settings`` change) and its departure record; its
+    rows are deleted channel by channel (:class:`DeleteChannel`)."""
+
+    server_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class PurgeUser:
     """Delete the user's own rows, and clear every version of notes that may hold the
     user's words under ``erasure`` (see ``lineage.py``).
@@ -495,6 +528,10 @@ Op = (
     | SaveOptOut
     | Scrub
     | ForgetMessages
+    | MarkDeparture
+    | LoadDepartures
+    | ServerChannels
+    | ForgetServer
 )
 
 

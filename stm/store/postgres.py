@@ -56,8 +56,11 @@ from .base import (
     DeleteExpired,
     FeedPage,
     ForgetMessages,
+    ForgetServer,
+    LoadDepartures,
     LoadRecent,
     LoadRows,
+    MarkDeparture,
     Op,
     Overtaken,
     PreviewPurge,
@@ -69,6 +72,7 @@ from .base import (
     SaveOptOut,
     SaveServerSettings,
     Scrub,
+    ServerChannels,
     StoredRow,
     StoreStats,
     SweepPurge,
@@ -242,6 +246,13 @@ MIGRATIONS: tuple[str, ...] = (
         cursor BIGINT NOT NULL
     );
     CREATE INDEX stm_purges_unplanned ON stm_purges (position) WHERE planned = 0;
+    """,
+    # Servers that removed the bot, cleared once their grace period is over.
+    """
+    CREATE TABLE stm_departures (
+        server_id BIGINT PRIMARY KEY,
+        left_at DOUBLE PRECISION NOT NULL
+    );
     """,
 )
 # The migration after which rows stored in the clear are sealed.
@@ -902,6 +913,31 @@ async def _apply(conn: Any, op: Op, feed: _Feed) -> object:
             kind: ChangeKind = "edit_messages" if op.edited else "delete_messages"
             feed.append((kind, op.feed_key(), None, channel_id, None, None))
             return len(op.message_ids)
+        case MarkDeparture(server_id, left_at):
+            if left_at is None:
+                await conn.execute("DELETE FROM stm_departures WHERE server_id = $1", server_id)
+            else:
+                await conn.execute(
+                    "INSERT INTO stm_departures (server_id, left_at) VALUES ($1, $2) "
+                    "ON CONFLICT (server_id) DO NOTHING",
+                    server_id,
+                    left_at,
+                )
+            return None
+        case LoadDepartures():
+            rows = await conn.fetch("SELECT server_id, left_at FROM stm_departures")
+            return {int(row[0]): float(row[1]) for row in rows}
+        case ServerChannels(server_id):
+            rows = await conn.fetch(
+                "SELECT DISTINCT channel_id FROM short_term_memories WHERE server_id = $1",
+                server_id,
+            )
+            return sorted(int(row[0]) for row in rows)
+        case ForgetServer(server_id):
+            await conn.execute("DELETE FROM stm_server_settings WHERE server_id = $1", server_id)
+            await conn.execute("DELETE FROM stm_departures WHERE server_id = $1", server_id)
+            feed.append(("settings", None, None, None, None, server_id))
+            return None
         case DeleteChannel(channel_id):
             gone = await conn.fetch(
                 "DELETE FROM short_term_memories WHERE channel_id = $1 RETURNING key, chain_id",

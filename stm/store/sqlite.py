@@ -52,8 +52,11 @@ from .base import (
     DeleteExpired,
     FeedPage,
     ForgetMessages,
+    ForgetServer,
+    LoadDepartures,
     LoadRecent,
     LoadRows,
+    MarkDeparture,
     Op,
     Overtaken,
     PreviewPurge,
@@ -65,6 +68,7 @@ from .base import (
     SaveOptOut,
     SaveServerSettings,
     Scrub,
+    ServerChannels,
     StoredRow,
     StoreStats,
     SweepPurge,
@@ -214,6 +218,12 @@ MIGRATIONS: tuple[str, ...] = (
         cursor INTEGER NOT NULL
     );
     CREATE INDEX stm_purges_unplanned ON stm_purges (position) WHERE planned = 0;
+    """,  # Servers that removed the bot, cleared once their grace period is over.
+    """
+    CREATE TABLE stm_departures (
+        server_id INTEGER PRIMARY KEY,
+        left_at REAL NOT NULL
+    );
     """,
 )
 
@@ -776,6 +786,30 @@ def apply(
             kind: ChangeKind = "edit_messages" if op.edited else "delete_messages"
             feed.append((kind, op.feed_key(), None, channel_id, None, None))
             return len(op.message_ids)
+        case MarkDeparture(server_id, left_at):
+            if left_at is None:
+                db.execute("DELETE FROM stm_departures WHERE server_id = ?", (server_id,))
+            else:
+                db.execute(
+                    "INSERT INTO stm_departures (server_id, left_at) VALUES (?, ?) "
+                    "ON CONFLICT (server_id) DO NOTHING",
+                    (server_id, left_at),
+                )
+            return None
+        case LoadDepartures():
+            rows = db.execute("SELECT server_id, left_at FROM stm_departures").fetchall()
+            return {int(server): float(at) for server, at in rows}
+        case ServerChannels(server_id):
+            rows = db.execute(
+                "SELECT DISTINCT channel_id FROM short_term_memories WHERE server_id = ?",
+                (server_id,),
+            ).fetchall()
+            return sorted(int(row[0]) for row in rows)
+        case ForgetServer(server_id):
+            db.execute("DELETE FROM stm_server_settings WHERE server_id = ?", (server_id,))
+            db.execute("DELETE FROM stm_departures WHERE server_id = ?", (server_id,))
+            feed.append(("settings", None, None, None, None, server_id))
+            return None
         case DeleteChannel(channel_id):
             gone = db.execute(
                 "DELETE FROM short_term_memories WHERE channel_id = ? RETURNING key, chain_id",
