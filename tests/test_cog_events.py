@@ -330,3 +330,33 @@ async def test_a_removal_survives_a_restart(store_database: str):
         assert await later.departures() == {}
     finally:
         await later.close()
+
+
+@pytest.mark.parametrize("event", ["GUILD_MEMBER_REMOVE", "GUILD_BAN_ADD"])
+async def test_a_member_who_leaves_is_purged_where_the_server_asks(bot: Harness, event: str):
+    """Off by default: a member who leaves (or is banned) keeps their memory. Once an admin
+    turns ``/memory-settings purge-leavers`` on, they are purged in that server as
+    /purge-memory does, and kept in the other server."""
+    h = bot
+    await said(h, h.alice, h.general, "alice in harbor")
+    await said(h, h.alice, h.elsewhere, "alice in lighthouse")
+    await said(h, h.bob, h.general, "bob in harbor")
+    gone = {"guild_id": str(HARBOR), "user": h.alice.payload}
+    await h.world.offline.gateway(event, gone)
+    assert "alice in harbor" in await held(h.memory, h.general, h.alice)
+    from cogs.testing import option, subcommand
+
+    (answer,) = await h.run(
+        "memory-settings",
+        subcommand("purge-leavers", option("purge", True, 5)),
+        person=h.carol,
+        place=h.general,
+    )
+    assert "erased" in answer.content
+    await h.world.offline.gateway(event, gone)
+    assert "alice in harbor" not in await held(h.memory, h.general, h.alice)
+    assert "bob in harbor" in await held(h.memory, h.general, h.bob)
+    lighthouse = await h.memory.get_entry(server_key(1200, h.elsewhere.id))
+    assert "alice in lighthouse" in texts(lighthouse)
+    kind = "member_remove" if event == "GUILD_MEMBER_REMOVE" else "member_ban"
+    assert h.memory.metrics.discord_events[kind] == 1

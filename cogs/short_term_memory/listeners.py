@@ -1,6 +1,6 @@
 """What Discord tells the bot, applied to the memory: messages deleted and edited, channels
-and threads deleted, servers that removed the bot (the base of the cog, which provides
-``memory``).
+and threads deleted, servers that removed the bot, members who left or were banned (the
+base of the cog, which provides ``memory``).
 
 Raw events, so they work without discord.py's message cache. Each event applied is
 counted (``memory.metrics.discord_events``) and logged; a failure is logged, never
@@ -176,6 +176,32 @@ class DiscordEvents(commands.Cog):
             guild = self.bot.get_guild(server_id)
             if guild is not None:
                 await self._returned(guild)
+
+    # -- members ------------------------------------------------------------------------
+    @commands.Cog.listener()
+    async def on_raw_member_remove(self, payload: discord.RawMemberRemoveEvent) -> None:
+        """A member left or was kicked (needs the members intent): purged in that server
+        when its ``purge_leavers`` setting is on, as ``/purge-memory`` does."""
+        await self._member_gone("member_remove", payload.guild_id, payload.user.id)
+
+    @commands.Cog.listener()
+    async def on_member_ban(
+        self, guild: discord.Guild, user: discord.User | discord.Member
+    ) -> None:
+        """A member banned: as a member who left."""
+        await self._member_gone("member_ban", guild.id, user.id)
+
+    async def _member_gone(self, kind: str, server_id: int, user_id: int) -> None:
+        me = self.bot.user
+        if not self._open() or (me is not None and user_id == me.id):
+            return
+        if not self.memory.settings_for(server_id).purge_leavers:
+            return
+        await self._apply(
+            kind,
+            f"user {user_id} in server {server_id}",
+            self.memory.purge(user_id, server_id),
+        )
 
     async def _returned(self, guild: discord.Guild) -> None:
         if not self._open():
