@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -360,3 +361,25 @@ async def test_a_member_who_leaves_is_purged_where_the_server_asks(bot: Harness,
     assert "alice in lighthouse" in texts(lighthouse)
     kind = "member_remove" if event == "GUILD_MEMBER_REMOVE" else "member_ban"
     assert h.memory.metrics.discord_events[kind] == 1
+
+
+async def test_each_event_is_logged_and_exposed_by_kind(
+    bot: Harness, caplog: pytest.LogCaptureFixture
+):
+    """An event applied is a log line naming its kind, and a Prometheus sample by kind."""
+    from stm.prometheus import exposition
+
+    h = bot
+    ctx, _ = await said(h, h.alice, h.general, "to be deleted")
+    assert ctx.message_id is not None
+    with caplog.at_level(logging.DEBUG, logger="discord_stm"):
+        await h.world.offline.gateway("MESSAGE_DELETE", delete_payload(h.general, ctx.message_id))
+        thread = {"id": str(h.games.id), "guild_id": str(HARBOR), "parent_id": "1101", "type": 11}
+        await h.world.offline.gateway("THREAD_DELETE", thread)
+    said_lines = [r.getMessage() for r in caplog.records if r.name == "discord_stm"]
+    assert any("applied message_delete" in line for line in said_lines)
+    assert any("applied thread_delete" in line for line in said_lines)
+    text = exposition(h.memory)
+    assert 'stm_discord_events_total{kind="message_delete"} 1.0' in text
+    assert 'stm_discord_events_total{kind="thread_delete"} 1.0' in text
+    assert "stm_messages_deleted_total 2.0" in text

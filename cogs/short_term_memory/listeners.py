@@ -22,6 +22,7 @@ __all__ = ["DiscordEvents", "readable_content"]
 
 log = logging.getLogger("discord_stm")
 
+_MESSAGE_EVENTS = frozenset({"message_delete", "bulk_message_delete", "message_edit"})
 # How often servers past their grace period are looked for, at most.
 DEPARTURES_CHECK_SECONDS = 60.0
 
@@ -59,6 +60,10 @@ class DiscordEvents(commands.Cog):
             log.exception("short-term memory could not apply %s (%s)", kind, what)
             return None
         self.memory.count_event(kind)
+        # Deletes and edits come for every message the bot can see: the memory logs those
+        # that changed something; the rest are counted, and logged at DEBUG.
+        level = logging.DEBUG if kind in _MESSAGE_EVENTS else logging.INFO
+        log.log(level, "short-term memory applied %s (%s)", kind, what)
         return result
 
     @commands.Cog.listener()
