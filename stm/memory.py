@@ -460,7 +460,7 @@ class ShortTermMemory:
             if paused:
                 messages = tuple([m for m in messages if m.author_id not in paused])
                 users -= paused
-        if self._forgotten:
+        if self._forgotten.ids:
             # Deleted or edited on Discord while the turn was answered.
             messages = self._forgotten.applied(messages, limit)
         if not messages:

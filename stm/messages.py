@@ -59,7 +59,9 @@ class RecentlyForgotten:
 
     def __init__(self, size: int = REMEMBERED) -> None:
         self.size = size
-        self._ids: OrderedDict[int, str | None] = OrderedDict()
+        # Read on every capture (an empty dict is false without a call).
+        self.ids: OrderedDict[int, str | None] = OrderedDict()
+        self._ids = self.ids
 
     def __bool__(self) -> bool:
         return bool(self._ids)
