@@ -49,3 +49,32 @@ async def test_turn_context_from_message_carries_the_message_id(tmp_path: Path) 
         from cogs.utils.context import turn_context_from_message
 
         assert turn_context_from_message(message).message_id == message.id
+
+
+async def test_the_bundled_bot_passes_both_ids_and_a_deleted_reply_goes(tmp_path: Path) -> None:
+    """The bundled bot captures its turn with the user's message id and its reply's; when
+    a moderator deletes the reply on Discord, it leaves the memory."""
+    from cogs.short_term_memory import COG_NAME
+    from cogs.testing import offline_bot
+    from host.discord_bot import ChatBot
+    from host.models import ScriptedModel
+    from stm.keys import server_key
+
+    bot = ChatBot(ScriptedModel(), stm_config=STMConfig(database=str(tmp_path / "m.sqlite3")))
+    async with offline_bot(bot, bot_name="Helper") as offline:
+        general = offline.server("Harbor", ["general"], guild_id=4100)["general"]
+        ann = offline.person("Ann")
+        (reply,) = await offline.say(ann, general, f"{offline.mention} hello there")
+        memory = bot.get_cog(COG_NAME).memory  # type: ignore[union-attr]
+        entry = await memory.get_entry(server_key(4100, general.id))
+        assert entry is not None
+        user_message, answer = entry.messages
+        assert user_message.content == "hello there" and user_message.message_id is not None
+        assert answer.message_id == reply.message_id is not None
+        await offline.gateway(
+            "MESSAGE_DELETE",
+            {"id": str(reply.message_id), "channel_id": str(general.id), "guild_id": "4100"},
+        )
+        entry = await memory.get_entry(server_key(4100, general.id))
+        assert entry is not None and [m.content for m in entry.messages] == ["hello there"]
+        await memory.flush()
