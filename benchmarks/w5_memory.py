@@ -6,7 +6,8 @@ the message text" subtracts the UTF-8 bytes of the message contents held.
 The capped run creates the same keys with ``cache_max_keys`` at a fifth of
 them: least recently used entries are evicted and memory stays bounded. The
 floor is a dict of bounded deques holding the same fields per key and per
-message as the library's cache entries.
+message as the library's cache entries. ``stm-ids`` is the first run with every
+message carrying its Discord message id, as a host that passes them does.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _contents(key: int) -> list[tuple[str, str]]:
     return [(text(f"u{key}.{t}", 120), text(f"r{key}.{t}", 240)) for t in range(TURNS)]
 
 
-async def run_stm(keys: int, cap: int | None, trace: bool) -> dict[str, Any]:
+async def run_stm(keys: int, cap: int | None, trace: bool, ids: bool = False) -> dict[str, Any]:
     from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 
     with scratch_dir() as folder:
@@ -55,16 +56,22 @@ async def run_stm(keys: int, cap: int | None, trace: bool) -> dict[str, Any]:
                 for k in range(first, min(keys, first + batch)):
                     user = 1_000_000 + k
                     ctx = TurnContext(user_id=user, channel_id=2_000_000 + k, user_name=f"u{k}")
-                    for user_text, reply in _contents(k):
+                    for t, (user_text, reply) in enumerate(_contents(k)):
+                        # Snowflake-sized ids, as Discord's are.
+                        said = 10**18 + (k * TURNS + t) * 2 if ids else None
+                        answer = said + 1 if said is not None else None
                         await memory.capture(
                             GenerationFinished(
                                 context=ctx,
                                 messages=[
                                     DialogueMessage(
                                         role="user", content=user_text, author_id=user,
-                                        speaker_name=ctx.user_name,
+                                        speaker_name=ctx.user_name, message_id=said,
                                     ),
-                                    DialogueMessage(role="assistant", content=reply, author_id=1),
+                                    DialogueMessage(
+                                        role="assistant", content=reply, author_id=1,
+                                        message_id=answer,
+                                    ),
                                 ],
                             )
                         )  # fmt: skip
@@ -130,7 +137,7 @@ async def run_deque(keys: int) -> dict[str, Any]:
     }
 
 
-SYSTEMS = {"stm": None, "stm-tracemalloc": None, "stm-cap": None, "deque": None}
+SYSTEMS = {"stm": None, "stm-ids": None, "stm-tracemalloc": None, "stm-cap": None, "deque": None}
 
 
 def run(system: str, quick: bool) -> dict[str, Any]:
@@ -138,6 +145,7 @@ def run(system: str, quick: bool) -> dict[str, Any]:
     if system == "deque":
         return asyncio.run(run_deque(keys))
     cap = keys // 5 if system == "stm-cap" else None
-    result = asyncio.run(run_stm(keys, cap, trace=system == "stm-tracemalloc"))
+    trace = system == "stm-tracemalloc"
+    result = asyncio.run(run_stm(keys, cap, trace=trace, ids=system == "stm-ids"))
     result["cache_max_keys"] = cap
     return result

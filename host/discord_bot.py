@@ -98,7 +98,14 @@ class ChatBot(commands.Bot):
         try:
             for index, chunk in enumerate(chunk_text(record.outcome.reply)):
                 if index == 0:
-                    await message.reply(chunk, allowed_mentions=NO_PINGS, mention_author=False)
+                    sent = await message.reply(
+                        chunk, allowed_mentions=NO_PINGS, mention_author=False
+                    )
+                    # The reply's id, so that deleting or editing it reaches the memory.
+                    record.event.messages = [
+                        m.model_copy(update={"message_id": sent.id}) if m.role == "assistant" else m
+                        for m in record.event.messages
+                    ]
                 else:
                     await message.channel.send(chunk, allowed_mentions=NO_PINGS)
         except discord.HTTPException:

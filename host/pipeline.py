@@ -87,7 +87,11 @@ class ChatPipeline:
             context=ctx,
             messages=[
                 DialogueMessage(
-                    role="user", content=text, author_id=ctx.user_id, speaker_name=ctx.user_name
+                    role="user",
+                    content=text,
+                    author_id=ctx.user_id,
+                    speaker_name=ctx.user_name,
+                    message_id=ctx.message_id,
                 ),
                 DialogueMessage(
                     role="assistant",

@@ -104,6 +104,13 @@ class STMConfig(BaseSettings):
         description="How soon a change committed by another process on the same database "
         "(a purge, a clear, an upgrade) is honoured by this one.",
     )
+    server_removal_grace_minutes: float = Field(
+        60.0,
+        ge=0,
+        le=525_600,
+        description="How long after the bot is removed from a server its memory and settings "
+        "there are cleared (0: at once); a re-invite within it keeps them.",
+    )
 
     def __init__(self, **values: Any) -> None:
         try:

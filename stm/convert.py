@@ -69,6 +69,7 @@ def snapshot(entry: Entry, expires_at: float) -> MemoryEntry:
                 author_id=m.author_id,
                 speaker_name=m.speaker_name,
                 timestamp=datetime.fromtimestamp(m.timestamp, UTC),
+                message_id=m.message_id,
             )
             for m in entry.messages
         ],

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from .lineage import Pin, Range, covers
 from .provenance import Shown
-from .store.base import DeleteChannel, PurgePreview, PurgeUser, StoredRow
+from .store.base import DeleteChannel, ForgetMessages, PurgePreview, PurgeUser, StoredRow
 
 __all__ = [
     "Deletion",
@@ -73,8 +73,9 @@ def with_own(
     return replace(reach, own=own, distilled_by_server=distilled)
 
 
-# A deletion as the log holds it: a channel clear with the keys it changed, or a purge.
-Logged = tuple[DeleteChannel, frozenset[str]] | Purge
+# A deletion as the log holds it: a channel clear, or messages deleted or edited on
+# Discord, with the keys it changed; or a purge.
+Logged = tuple[DeleteChannel | ForgetMessages, frozenset[str]] | Purge
 _NOTHING: frozenset[str] = frozenset()
 
 
@@ -87,8 +88,11 @@ class DeletionLog:
         # Purges not planned yet, oldest first: what they may reach is hidden meanwhile.
         self.pending: list[Purge] = []
 
-    def record(self, deletion: DeleteChannel, keys: frozenset[str] = _NOTHING) -> None:
-        """Note a channel clear and the cached keys it changed; ``seq`` counts deletions."""
+    def record(
+        self, deletion: DeleteChannel | ForgetMessages, keys: frozenset[str] = _NOTHING
+    ) -> None:
+        """Note a channel clear (or messages deleted or edited on Discord) and the cached
+        keys it changed; ``seq`` counts deletions."""
         self.seq += 1
         self._recent.append((self.seq, (deletion, keys)))
 
@@ -129,6 +133,8 @@ def apply_to_row(row: StoredRow, logged: Logged) -> StoredRow | None:
     applied to the cache once known, whatever entered it meanwhile)."""
     if isinstance(logged, tuple):
         deletion = logged[0]
+        if isinstance(deletion, ForgetMessages):
+            return row  # rows hold no crude messages
         return None if row.channel_id == deletion.channel_id else row
     purge = logged.deletion
     if purge.server_id is not None and row.server_id != purge.server_id:
@@ -150,7 +156,8 @@ def overtakes(
     """Did any of ``deletions`` erase words a turn could have put in its summary or reply?
 
     A turn is overtaken by a clear of any channel its prompt showed (its own among
-    them), by a purge (in its server, or everywhere) of any user whose words its
+    them), by a message deleted or edited on Discord that a window of such a channel (or
+    its own) held, by a purge (in its server, or everywhere) of any user whose words its
     prompt showed directly, by a purge that cleared a version of notes it showed
     (or, while the purge is pending, that may have: any it showed), and by a purge
     that changed the turn's own entries (the model sees its own channel's history
@@ -159,7 +166,11 @@ def overtakes(
     """
     for logged in deletions:
         if isinstance(logged, tuple):
+            # A clear, or a message deleted or edited on Discord that a window of the
+            # channel held (it may be in what the prompt showed of it).
             if logged[0].channel_id in shown.channels:
+                return True
+            if any(key in logged[1] for key in own_keys):
                 return True
             continue
         if not in_scope(logged.deletion, server_id):

@@ -12,7 +12,9 @@ each change that another process made:
   deletion log, so reads in flight and turns that began earlier are overtaken
   exactly as by a local delete; a purge's ranges are read with it
   (``Store.purge_ranges``), so this cache drops the same notes the store cleared;
-- settings and opt-outs: reloaded; a janitor's deletion: the entry is evicted.
+- settings and opt-outs: reloaded; a janitor's deletion: the entry is evicted;
+- messages deleted or edited on Discord (``messages.py``): they leave this
+  process's windows (an edit's new text is not in the feed).
 
 It reads when woken (SQLite's ``data_version`` moved, a PostgreSQL NOTIFY) and
 at least every quarter of the coherence bound, so a lost wake-up costs at most
@@ -32,6 +34,7 @@ from typing import Any
 from .cache import MemoryCache
 from .deletions import Purge
 from .forget import clear_ranges, forget_channel, forget_everything, forget_key, forget_user
+from .messages import RecentlyForgotten, forget_messages, nudge_rewrite
 from .models import TurnContext
 from .readthrough import ReadThrough
 from .settings import SettingsBook
@@ -79,6 +82,9 @@ class Follower:
         self._failing = False
         # Purges applied to the cache whose ranges could not be read yet, by position.
         self._unplanned: dict[int, Purge] = {}
+        # Message ids deleted or edited lately (the facade's), for captures in flight.
+        self.forgotten = RecentlyForgotten()
+        self.messages_forgotten = 0
 
     async def start(self) -> None:
         """Take the feed's position; call before the cache serves anything."""
@@ -180,6 +186,16 @@ class Follower:
                 self._replaced(change.key)
             case "expire" if change.key is not None:
                 forget_key(self.cache, self.reads, writer, change.key)
+            case "delete_messages" | "edit_messages" if change.channel_id is not None:
+                # Deleted, or edited (the feed never holds the new text): gone from windows.
+                ids = change.message_ids
+                for message_id in ids:
+                    self.forgotten.note(message_id, None)
+                done = forget_messages(self.cache, self.reads, change.channel_id, ids)
+                self.messages_forgotten += done.messages
+                cadence = self.settings.for_server
+                for entry in nudge_rewrite(done, lambda s: cadence(s).refresh_cadence):
+                    writer.mark_dirty(entry)
             case "settings" | "opt_out":
                 self._spawn(self._reload_settings(), "stm-reload-settings")
             case _:

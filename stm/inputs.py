@@ -155,6 +155,8 @@ class TurnContext(_Plain):
     user_text: str
     explicit_memory_intent: bool
     disable_short_term_memory_update: bool
+    # The Discord message that triggered the turn, when there was one.
+    message_id: int | None
     # The library's own notes about this turn: private attributes, defaults here, set on
     # the instance when first noted (and copied with it, as pydantic copied them).
     # How many deletions the memory had made when this turn first reached it.
@@ -187,6 +189,7 @@ class TurnContext(_Plain):
         "user_text": _text,
         "explicit_memory_intent": _flag,
         "disable_short_term_memory_update": _flag,
+        "message_id": _optional_id,
     }
 
     def __init__(
@@ -205,10 +208,13 @@ class TurnContext(_Plain):
         user_text: str = "",
         explicit_memory_intent: bool = False,
         disable_short_term_memory_update: bool = False,
+        message_id: int | None = None,
         **unknown: object,
     ) -> None:
         if unknown:
             raise _unknown(TurnContext, unknown)
+        if message_id is not None:
+            _id(message_id, "message_id")
         # The checks of _checks, inlined for the common case: this runs on every turn.
         if type(user_id) is not int or not 0 <= user_id < ID_LIMIT:
             _id(user_id, "user_id")
@@ -267,6 +273,7 @@ class TurnContext(_Plain):
                 "user_text": user_text,
                 "explicit_memory_intent": explicit_memory_intent,
                 "disable_short_term_memory_update": disable_short_term_memory_update,
+                "message_id": message_id,
             },
         )
 
@@ -314,6 +321,9 @@ class DialogueMessage(_Plain):
     content: str
     author_id: int | None
     speaker_name: str
+    # The Discord message it was (the user's message, the bot's reply once sent), so that
+    # deleting or editing it on Discord reaches the memory; None when not known.
+    message_id: int | None
     # Epoch seconds; ``timestamp`` is made from it when first read, so that a message
     # built without one (every host's) costs a clock read, not a datetime.
     _epoch: float
@@ -325,6 +335,7 @@ class DialogueMessage(_Plain):
         "author_id": _optional_id,
         "speaker_name": _name,
         "timestamp": _aware,
+        "message_id": _optional_id,
     }
     _frozen: ClassVar[bool] = True
 
@@ -336,10 +347,15 @@ class DialogueMessage(_Plain):
         author_id: int | None = None,
         speaker_name: str = "",
         timestamp: datetime | None = None,
+        message_id: int | None = None,
         **unknown: object,
     ) -> None:
         if unknown:
             raise _unknown(DialogueMessage, unknown)
+        if message_id is not None and (
+            type(message_id) is not int or not 0 <= message_id < ID_LIMIT
+        ):
+            _id(message_id, "message_id")
         if (role != "user" and role != "assistant") or type(role) is not str:
             _role(role, "role")
         if type(content) is not str:
@@ -362,6 +378,7 @@ class DialogueMessage(_Plain):
                 "content": content,
                 "author_id": author_id,
                 "speaker_name": speaker_name,
+                "message_id": message_id,
                 "_epoch": epoch,
                 "_timestamp": timestamp,
             },

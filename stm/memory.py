@@ -36,7 +36,14 @@ from .intent import IntentGate
 from .journal import Journal
 from .keys import parse_key
 from .lineage import Range
-from .metrics import MetricsSnapshot, Tally
+from .messages import (
+    Forgotten,
+    RecentlyForgotten,
+    edit_message,
+    forget_messages,
+    nudge_rewrite,
+)
+from .metrics import DISCORD_EVENTS, MetricsSnapshot, Tally
 from .models import (
     Category,
     GenerationFinished,
@@ -67,12 +74,17 @@ from .store import open_store
 from .store.base import (
     DeleteChannel,
     DeleteExpired,
+    ForgetMessages,
+    ForgetServer,
+    LoadDepartures,
+    MarkDeparture,
     PreviewPurge,
     PurgePreview,
     PurgeResult,
     PurgeUser,
     SaveOptOut,
     SaveServerSettings,
+    ServerChannels,
     Store,
 )
 from .timing import LoopScheduler, Scheduler
@@ -85,6 +97,19 @@ __all__ = ["MemoryTool", "ShortTermMemory"]
 
 # A StoredMessage from a tuple of its fields, without the named constructor's own call.
 _message = functools.partial(tuple.__new__, StoredMessage)
+
+
+# The most message ids one delete names (Discord's bulk delete takes 100).
+MAX_MESSAGE_IDS = 1000
+
+
+def _message_ids(message_ids: Iterable[int]) -> tuple[int, ...]:
+    if isinstance(message_ids, str | bytes) or not isinstance(message_ids, Iterable):
+        raise ValueError("message_ids must be an iterable of message ids")
+    ids = tuple(dict.fromkeys(check_id(i, "message_id") for i in message_ids))
+    if len(ids) > MAX_MESSAGE_IDS:
+        raise ValueError(f"at most {MAX_MESSAGE_IDS} message ids at once, not {len(ids)}")
+    return ids
 
 
 # How long the change feed keeps a change at least.
@@ -166,6 +191,9 @@ class ShortTermMemory:
             origin=store.origin,
             tally=self._tally,
         )
+        # Message ids deleted or edited on Discord lately, for captures still in flight.
+        self._forgotten = RecentlyForgotten()
+        self.follower.forgotten = self._forgotten
         self.tool = MemoryTool(self)
         self._render_cache = RenderCache()
         self.closed = False
@@ -343,6 +371,9 @@ class ShortTermMemory:
             commit_seconds=writer.store_seconds,
             durable_write_failures=writer.failures,
             durable_write_retries=writer.retries,
+            messages_deleted=t.messages_deleted,
+            messages_edited=t.messages_edited,
+            discord_events=dict(t.discord_events),
         )
 
     # -- settings -----------------------------------------------------------
@@ -411,6 +442,7 @@ class ShortTermMemory:
                         m.author_id,
                         m._epoch,
                         user_id,
+                        m.message_id,
                     )
                 )
                 for m in event.messages
@@ -428,6 +460,9 @@ class ShortTermMemory:
             if paused:
                 messages = tuple([m for m in messages if m.author_id not in paused])
                 users -= paused
+        if self._forgotten.ids:
+            # Deleted or edited on Discord while the turn was answered.
+            messages = self._forgotten.applied(messages, limit)
         if not messages:
             return
         self._tally.captures += 1
@@ -696,6 +731,162 @@ class ShortTermMemory:
                 dropped,
             )
         return purge
+
+    # -- messages deleted or edited on Discord -----------------------------------
+    async def forget_messages(self, channel_id: int, message_ids: Iterable[int]) -> int:
+        """Messages deleted on Discord: remove them (by their ids) from every window of the
+        channel, here and, through the change feed, in every other process; returns how
+        many messages left this process's windows. Notes written while a window held one
+        are marked for the model to rewrite at the next turn there."""
+        check_id(channel_id, "channel_id")
+        ids = _message_ids(message_ids)
+        for message_id in ids:
+            self._forgotten.note(message_id, None)
+        done = forget_messages(self.cache, self._reads, channel_id, ids)
+        self._after_forget(done, "deleted")
+        self._share(ForgetMessages(channel_id, ids))
+        self._tally.messages_deleted += done.messages
+        if done.messages:
+            log.info(
+                "%d message(s) deleted on Discord left %d key(s) of channel %s",
+                done.messages,
+                len(done.keys),
+                channel_id,
+            )
+        return done.messages
+
+    async def edit_message(self, channel_id: int, message_id: int, content: str | None) -> int:
+        """A message edited on Discord: its text in every window of the channel becomes
+        ``content`` (bounded as a captured message is), or, when ``content`` is None or
+        blank (the new text cannot be read), the message leaves the windows. Other
+        processes drop it (the feed never holds message text). Returns how many windows
+        changed here."""
+        check_id(channel_id, "channel_id")
+        check_id(message_id, "message_id")
+        limit = self.config.max_message_length
+        if content is not None and type(content) is not str:
+            raise ValueError(f"content must be a string or None, not {type(content).__name__}")
+        if content is None or not content or content.isspace():
+            self._forgotten.note(message_id, None)
+            done = forget_messages(self.cache, self._reads, channel_id, (message_id,))
+        else:
+            text = content if len(content) <= limit else content[:limit]
+            self._forgotten.note(message_id, text)
+            done = edit_message(self.cache, self._reads, channel_id, message_id, text)
+        self._after_forget(done, "edited")
+        self._share(ForgetMessages(channel_id, (message_id,), edited=True))
+        self._tally.messages_edited += len(done.keys)
+        if done.keys:
+            log.info(
+                "a message edited on Discord changed %d key(s) of channel %s",
+                len(done.keys),
+                channel_id,
+            )
+        return len(done.keys)
+
+    def _after_forget(self, done: Forgotten, why: str) -> None:
+        if not done.stale_notes:
+            return
+        marked = nudge_rewrite(done, lambda server: self.settings_for(server).refresh_cadence)
+        for entry in marked:
+            self.writer.mark_dirty(entry)
+        if marked:
+            log.info(
+                "notes of %d key(s) marked for rewriting: a message they may hold was %s",
+                len(marked),
+                why,
+            )
+
+    def _share(self, op: ForgetMessages) -> None:
+        """Tell other processes, through the change feed (not retried: nothing durable)."""
+        future = self.writer.submit(op, what=f"sharing messages of channel {op.channel_id}")
+
+        def done(future: Any) -> None:
+            if not future.cancelled() and future.exception() is not None:
+                log.warning(
+                    "could not tell other processes of messages deleted or edited in "
+                    "channel %s: %s",
+                    op.channel_id,
+                    future.exception(),
+                )
+
+        future.add_done_callback(done)
+
+    # -- servers that removed the bot ---------------------------------------------
+    async def server_removed(self, server_id: int) -> bool:
+        """The bot was removed from a server (not an outage): record it durably; its memory
+        and settings are cleared ``STMConfig.server_removal_grace_minutes`` later (at once
+        when 0) by ``clear_departed_servers``, unless ``server_returned`` comes first.
+        Returns True when it was cleared at once."""
+        check_id(server_id, "server_id")
+        await self.writer.submit(
+            MarkDeparture(server_id, self.clock()), what=f"recording removal from {server_id}"
+        )
+        log.info(
+            "removed from server %s: its memory is cleared in %g minutes unless re-invited",
+            server_id,
+            self.config.server_removal_grace_minutes,
+        )
+        if self.config.server_removal_grace_minutes <= 0:
+            await self.clear_server(server_id)
+            return True
+        return False
+
+    async def server_returned(self, server_id: int) -> bool:
+        """The bot is in the server again: a removal recorded for it is forgotten. Returns
+        True when one was."""
+        check_id(server_id, "server_id")
+        if server_id not in await self.departures():
+            return False
+        await self.writer.submit(
+            MarkDeparture(server_id, None), what=f"recording return to {server_id}"
+        )
+        log.info("back in server %s: its memory is kept", server_id)
+        return True
+
+    async def departures(self) -> dict[int, float]:
+        """Servers the bot was removed from whose memory is not cleared yet, with when."""
+        found: dict[int, float] = await self.writer.submit(LoadDepartures(), what="departures")
+        return found
+
+    async def clear_departed_servers(
+        self, present: Callable[[int], bool] = lambda server_id: False
+    ) -> list[int]:
+        """Clear every server removed from longer ago than the grace period; one for which
+        ``present`` says the bot is back is kept (its record goes). Returns those cleared."""
+        grace = self.config.server_removal_grace_minutes * 60
+        now = self.clock()
+        cleared = []
+        for server_id, left_at in sorted((await self.departures()).items()):
+            if present(server_id):
+                await self.server_returned(server_id)
+            elif left_at <= now - grace:
+                await self.clear_server(server_id)
+                cleared.append(server_id)
+        return cleared
+
+    async def clear_server(self, server_id: int) -> int:
+        """Clear a server's memory (every channel and thread of it, as ``/refresh``) and its
+        settings, here and in every process; returns the channels cleared."""
+        check_id(server_id, "server_id")
+        stored = await self.writer.submit(
+            ServerChannels(server_id), what=f"channels of server {server_id}"
+        )
+        channels = set(stored) | {e.channel_id for e in self.cache if e.server_id == server_id}
+        for channel_id in sorted(channels):
+            await self.clear_short_term_memory_for_channel(channel_id)
+        await self.writer.submit(ForgetServer(server_id), what=f"forgetting server {server_id}")
+        self.settings.drop(server_id)
+        self._tally.discord_events["guild_cleared"] += 1
+        log.info("cleared server %s: %d channels and its settings", server_id, len(channels))
+        return len(channels)
+
+    def count_event(self, kind: str) -> None:
+        """Count one Discord event a host applied to the memory (``metrics.discord_events``,
+        by kind: one of ``stm.metrics.DISCORD_EVENTS``)."""
+        if kind not in DISCORD_EVENTS:
+            raise ValueError(f"unknown Discord event kind {kind!r:.40}")
+        self._tally.discord_events[kind] += 1
 
     # -- expiry ---------------------------------------------------------------
     async def run_janitor(self) -> int:

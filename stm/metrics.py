@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["REFUSAL_REASONS", "MetricsSnapshot", "Tally"]
+__all__ = ["DISCORD_EVENTS", "REFUSAL_REASONS", "MetricsSnapshot", "Tally"]
 
 # Why ``run_tool`` answered success=False, one word each (the label of the refusal count).
 REFUSAL_REASONS = (
@@ -24,6 +24,20 @@ REFUSAL_REASONS = (
     "cleared",  # the conversation was cleared or purged during the turn
     "busy",  # the cache kept evicting the turn's entries
     "not_saved",  # the commit failed
+)
+
+# The Discord events the cog applies to the memory, one word each (the label of their count).
+DISCORD_EVENTS = (
+    "message_delete",  # on_raw_message_delete
+    "bulk_message_delete",  # on_raw_bulk_message_delete
+    "message_edit",  # on_raw_message_edit
+    "channel_delete",  # on_guild_channel_delete: the channel cleared
+    "thread_delete",  # on_raw_thread_delete: the thread cleared
+    "guild_remove",  # on_guild_remove: the server's removal due after the grace period
+    "guild_return",  # the bot back in a server whose removal was due: nothing cleared
+    "guild_cleared",  # a server's memory and settings cleared, its grace period over
+    "member_remove",  # on_raw_member_remove: purged where the server asks for it
+    "member_ban",  # on_member_ban: purged where the server asks for it
 )
 
 
@@ -44,6 +58,9 @@ class Tally:
     hydrations: int = 0
     hydrated_keys: int = 0
     hydration_failures: int = 0
+    messages_deleted: int = 0
+    messages_edited: int = 0
+    discord_events: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DISCORD_EVENTS, 0))
 
     def refused(self, reason: str) -> None:
         """Count one refusal of the tool."""
@@ -82,6 +99,12 @@ class MetricsSnapshot:
     durable_write_failures: int
     durable_write_retries: int
     feed_lag_seconds: float | None = None
+    # Messages that left this process's windows because Discord said they were deleted
+    # (or edited to something unreadable), windows whose text an edit replaced, and the
+    # Discord events the cog applied, by kind (``DISCORD_EVENTS``).
+    messages_deleted: int = 0
+    messages_edited: int = 0
+    discord_events: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """The snapshot as a plain dict (JSON-ready)."""

@@ -152,6 +152,8 @@ class ServerSettings(BaseModel):
     nudge_depth: StrictInt = Field(2, ge=-1, le=100)
     content_depth: StrictInt = Field(-1, ge=-1, le=100)
     enabled: StrictBool = True
+    # Purge a member who leaves the server or is banned from it, as /purge-memory does.
+    purge_leavers: StrictBool = False
 
     @property
     def summary_mode(self) -> bool:

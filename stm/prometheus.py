@@ -67,6 +67,22 @@ class MemoryCollector:
         yield refusals
         yield counter("channel_clears", "Channel clears (/refresh).", m.channel_clears)
         yield counter("user_purges", "User purges.", m.user_purges)
+        events = core.CounterMetricFamily(
+            f"{p}_discord_events", "Discord events applied to the memory.", labels=["kind"]
+        )
+        for kind, count in sorted(m.discord_events.items()):
+            events.add_metric([kind], count)
+        yield events
+        yield counter(
+            "messages_deleted",
+            "Messages removed from windows because they were deleted on Discord.",
+            m.messages_deleted,
+        )
+        yield counter(
+            "messages_edited",
+            "Windows whose text a message edited on Discord replaced.",
+            m.messages_edited,
+        )
         yield counter(
             "purged_shared_entries",
             "Shared entries whose notes user purges cleared, beyond the users' own.",

@@ -46,13 +46,20 @@ class SettingsBook:
         self._opted_out: set[int] = set()
 
     def load(self, stored: dict[int, str], opted_out: set[int]) -> None:
-        """Take what the store holds; unreadable settings fall back to the defaults."""
+        """Take what the store holds (a server it no longer holds gets the defaults again);
+        unreadable settings fall back to the defaults."""
+        servers: dict[int, ServerSettings] = {}
         for server_id, raw in stored.items():
             try:
-                self._servers[server_id] = ServerSettings.model_validate_json(raw)
+                servers[server_id] = ServerSettings.model_validate_json(raw)
             except ValidationError as exc:
                 log.warning("ignoring unreadable settings of server %s: %s", server_id, exc)
+        self._servers = servers
         self._opted_out = set(opted_out)
+
+    def drop(self, server_id: int) -> None:
+        """The server's settings were deleted: the defaults are in force again."""
+        self._servers.pop(server_id, None)
 
     def for_server(self, server_id: int | None) -> ServerSettings:
         """The settings in force for a server (the defaults for DMs and new servers)."""

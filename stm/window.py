@@ -8,17 +8,20 @@ interface:
 - **packed**, once its entry has gone quiet (the cache packs the windows of all
   but its most recently active entries): every message's content in one UTF-8
   ``bytes``, a fixed-size record per message (role, whether it has an author,
-  author id, timestamp, the user whose turn it was, its length), and the
-  speaker names. As a tuple of tuples each message cost about 200 bytes besides
-  its text (the tuple, its timestamp float, the text's own object header); packed
-  it costs 29 bytes and a pointer. A packed window is opened again when its
-  entry is next captured.
+  author id, timestamp, the user whose turn it was, its length, its speaker as
+  an index into the window's distinct speaker names), and those names. As a
+  tuple of tuples each message cost about 200 bytes besides its text (the tuple,
+  its timestamp float, the text's own object header); packed it costs 31 bytes.
+  A window one of whose messages carries its Discord message id packs every
+  message with an 8-byte id as well (39 bytes), so windows without ids cost
+  nothing more. A packed window is opened again when its entry is next captured.
 
 ``first`` numbers a window's oldest message in the life of its entry, so a
 message keeps its position as the window moves on (rendering reuses the lines
 of positions it has rendered). Removing messages (a purge) numbers the kept
 ones anew, past every position used before, so a position never stands for two
-different messages.
+different messages; so does removing or editing a message by its Discord id
+(``without_messages``, ``edited``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ __all__ = ["EMPTY", "StoredMessage", "Window"]
 
 
 class StoredMessage(NamedTuple):
-    """A crude message as the cache keeps it; ``turn_user_id`` is who triggered its turn."""
+    """A crude message as the cache keeps it; ``turn_user_id`` is who triggered its turn,
+    ``message_id`` the Discord message it was (None when the host did not say)."""
 
     role: str
     content: str
@@ -39,14 +43,24 @@ class StoredMessage(NamedTuple):
     author_id: int | None
     timestamp: float
     turn_user_id: int
+    message_id: int | None = None
 
 
 # flags (bit 0: the assistant's; bit 1: has an author), author id, timestamp, turn user,
-# content length in UTF-8 bytes. Ids are below 2**63 (``stm.ids``): signed 64-bit fits.
-_RECORD = struct.Struct("<Bqdqi")
+# content length in UTF-8 bytes, the speaker's name (an index into the window's distinct
+# names: most windows have two or three). Ids are below 2**63 (``stm.ids``): signed 64-bit
+# fits, and a window holds at most 1,000 messages, so 2**16 names do.
+_RECORD = struct.Struct("<BqdqiH")
 _SIZE = _RECORD.size
+# The same with the Discord message id after it, for windows where any message has one:
+# bit 3 of every record's flags says the window is in this form, bit 2 that the message
+# has an id.
+_RECORD_IDS = struct.Struct("<BqdqiHq")
+_SIZE_IDS = _RECORD_IDS.size
 _ASSISTANT = 1
 _AUTHORED = 2
+_HAS_ID = 4
+_ID_FORM = 8
 _new = object.__new__
 
 
@@ -67,29 +81,41 @@ class Window(Sequence[StoredMessage]):
     # -- reading ------------------------------------------------------------
     def __len__(self) -> int:
         items = self._items
-        return len(items) if items is not None else len(self._names)
+        if items is not None:
+            return len(items)
+        meta = self._meta
+        return len(meta) // (_SIZE_IDS if meta and meta[0] & _ID_FORM else _SIZE)
 
     def __bool__(self) -> bool:
         items = self._items
-        return bool(items) if items is not None else bool(self._names)
+        return bool(items) if items is not None else bool(self._meta)
 
     @property
     def packed_form(self) -> bool:
         """True when the window is packed."""
         return self._items is None
 
+    def _record(self) -> tuple[struct.Struct, int]:
+        """The record format of this packed window, and its size."""
+        meta = self._meta
+        if meta and meta[0] & _ID_FORM:
+            return _RECORD_IDS, _SIZE_IDS
+        return _RECORD, _SIZE
+
     def _unpack(self, start: int, stop: int) -> list[StoredMessage]:
         meta, text, names = self._meta, self._text, self._names
-        records = _RECORD.iter_unpack(meta[start * _SIZE : stop * _SIZE])
+        record, size_of = self._record()
+        records = record.iter_unpack(meta[start * size_of : stop * size_of])
         # Offsets are counted from the nearer end: reads are mostly of the newest messages.
-        if start > len(names) - stop:
-            tail = _RECORD.iter_unpack(meta[start * _SIZE :])
-            offset = len(text) - sum(record[4] for record in tail)
+        if start > len(meta) // size_of - stop:
+            tail = record.iter_unpack(meta[start * size_of :])
+            offset = len(text) - sum(fields[4] for fields in tail)
         else:
-            offset = sum(record[4] for record in _RECORD.iter_unpack(meta[: start * _SIZE]))
+            offset = sum(fields[4] for fields in record.iter_unpack(meta[: start * size_of]))
         out = []
         new = tuple.__new__
-        for i, (flags, author, timestamp, turn_user, size) in enumerate(records, start):
+        for fields in records:
+            flags, author, timestamp, turn_user, size, name = fields[:6]
             end = offset + size
             out.append(
                 new(
@@ -97,10 +123,11 @@ class Window(Sequence[StoredMessage]):
                     (
                         "assistant" if flags & _ASSISTANT else "user",
                         text[offset:end].decode("utf-8", "surrogatepass"),
-                        names[i],
+                        names[name],
                         author if flags & _AUTHORED else None,
                         timestamp,
                         turn_user,
+                        fields[6] if flags & _HAS_ID else None,
                     ),
                 )
             )
@@ -109,7 +136,7 @@ class Window(Sequence[StoredMessage]):
 
     def _all(self) -> tuple[StoredMessage, ...]:
         items = self._items
-        return items if items is not None else tuple(self._unpack(0, len(self._names)))
+        return items if items is not None else tuple(self._unpack(0, len(self)))
 
     @overload
     def __getitem__(self, index: int) -> StoredMessage: ...
@@ -121,7 +148,7 @@ class Window(Sequence[StoredMessage]):
         items = self._items
         if items is not None:
             return items[index]
-        n = len(self._names)
+        n = len(self)
         if isinstance(index, slice):
             start, stop, step = index.indices(n)
             if step != 1:
@@ -162,11 +189,22 @@ class Window(Sequence[StoredMessage]):
                 if message.author_id is not None:
                     users.add(message.author_id)
             return users
-        for flags, author, _, turn_user, _ in _RECORD.iter_unpack(self._meta[start * _SIZE :]):
-            users.add(turn_user)
-            if flags & _AUTHORED:
-                users.add(author)
+        record, size_of = self._record()
+        for fields in record.iter_unpack(self._meta[start * size_of :]):
+            users.add(fields[3])
+            if fields[0] & _AUTHORED:
+                users.add(fields[1])
         return users
+
+    def message_ids(self) -> set[int]:
+        """The Discord message ids the window's messages carry."""
+        items = self._items
+        if items is not None:
+            return {m[6] for m in items if m[6] is not None}
+        record = self._record()[0]
+        if record is _RECORD:
+            return set()
+        return {f[6] for f in record.iter_unpack(self._meta) if f[0] & _HAS_ID}
 
     # -- making new windows -------------------------------------------------
     def appended(
@@ -206,19 +244,27 @@ class Window(Sequence[StoredMessage]):
             return self
         meta: list[bytes] = []
         texts: list[bytes] = []
-        pack = _RECORD.pack
-        for role, content, _, author, timestamp, turn_user in items:
+        names: dict[str, int] = {}
+        with_ids = any(m[6] is not None for m in items)
+        pack = _RECORD_IDS.pack if with_ids else _RECORD.pack
+        for role, content, speaker, author, timestamp, turn_user, message_id in items:
             data = content.encode("utf-8", "surrogatepass")
             flags = _ASSISTANT if role == "assistant" else 0
             if author is not None:
                 flags |= _AUTHORED
-            meta.append(pack(flags, author or 0, timestamp, turn_user, len(data)))
+            name = names.setdefault(speaker, len(names))
+            if with_ids:
+                flags |= _ID_FORM if message_id is None else _ID_FORM | _HAS_ID
+                fields = (flags, author or 0, timestamp, turn_user, len(data), name)
+                meta.append(pack(*fields, message_id or 0))
+            else:
+                meta.append(pack(flags, author or 0, timestamp, turn_user, len(data), name))
             texts.append(data)
         made = _new(Window)
         made._items = None
         made._meta = b"".join(meta)
         made._text = b"".join(texts)
-        made._names = tuple(m.speaker_name for m in items)
+        made._names = tuple(names)
         made.first = self.first
         return made
 
@@ -234,6 +280,28 @@ class Window(Sequence[StoredMessage]):
         if len(kept) == len(held):
             return self
         made = Window(kept, self.first + len(held) + 1)
+        return made.packed() if self._items is None else made
+
+    def without_messages(self, message_ids: set[int] | frozenset[int]) -> Window:
+        """The window without the messages whose Discord id is in ``message_ids``, in the same
+        form; the same window when it holds none of them. Kept messages are numbered anew."""
+        held = self._all()
+        kept = tuple(m for m in held if m[6] is None or m[6] not in message_ids)
+        if len(kept) == len(held):
+            return self
+        made = Window(kept, self.first + len(held) + 1)
+        return made.packed() if self._items is None else made
+
+    def edited(self, message_id: int, content: str) -> Window:
+        """The window with the content of the message whose Discord id is ``message_id``
+        replaced by ``content`` (already cleaned and bounded), in the same form; the same
+        window when it does not hold it. Messages are numbered anew, so that no line
+        rendered from the old text is reused."""
+        held = self._all()
+        changed = tuple(m._replace(content=content) if m[6] == message_id else m for m in held)
+        if changed == held:
+            return self
+        made = Window(changed, self.first + len(held) + 1)
         return made.packed() if self._items is None else made
 
 

@@ -77,11 +77,13 @@ class Harness:
 async def harness(
     tmp_path: Path, *, cog_options: dict[str, Any] | None = None, **settings: Any
 ) -> AsyncIterator[Harness]:
-    """A bot over a fresh SQLite file in ``tmp_path``; closed (memory drained) on exit.
+    """A bot over a fresh SQLite file in ``tmp_path`` (or the ``database`` given); closed
+    (memory drained) on exit.
 
     With ``cog_options`` the cog is built with them (``ShortTermMemoryCog(bot, config,
     tools=..., **cog_options)``) instead of loaded as the extension."""
-    config = STMConfig(database=str(tmp_path / "stm.sqlite3"), **settings)
+    settings.setdefault("database", str(tmp_path / "stm.sqlite3"))
+    config = STMConfig(**settings)
     bot = make_bot(config)
     async with bot:
         if cog_options is None:

@@ -614,9 +614,9 @@ def test_a_corrupt_database_is_named(tmp_path: Path, args: tuple[str, ...]) -> N
 def test_a_newer_database_is_refused(db: Path, args: tuple[str, ...]) -> None:
     """A file from a newer schema: one line naming both versions, status 1, unchanged."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        conn.execute("PRAGMA user_version = 7")
+        conn.execute(f"PRAGMA user_version = {SCHEMA + 1}")
     before = rows(db)
-    one_line_error(stm(db, *args), "schema version 7", "newer")
+    one_line_error(stm(db, *args), f"schema version {SCHEMA + 1}", "newer")
     assert rows(db) == before
 
 

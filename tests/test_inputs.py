@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from stm import DialogueMessage, GenerationFinished, MemoryEntry, TurnContext
 
-ID_FIELDS = ["user_id", "channel_id", "server_id", "persona_id", "parent_channel_id"]
+ID_FIELDS = [
+    "user_id",
+    "channel_id",
+    "server_id",
+    "persona_id",
+    "parent_channel_id",
+    "message_id",
+]
 FLAG_FIELDS = ["channel_is_private", "explicit_memory_intent", "disable_short_term_memory_update"]
 NAME_FIELDS = ["user_name", "bot_name", "channel_name", "server_name"]
 BIDI = set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
@@ -48,9 +55,10 @@ def test_defaults_are_the_contracts() -> None:
         "user_text": "",
         "explicit_memory_intent": False,
         "disable_short_term_memory_update": False,
+        "message_id": None,
     }
     said = DialogueMessage(role="user", content="hi")
-    assert (said.author_id, said.speaker_name) == (None, "")
+    assert (said.author_id, said.speaker_name, said.message_id) == (None, "", None)
     assert said.timestamp.tzinfo is UTC
     assert abs(said.timestamp - datetime.now(UTC)) < timedelta(seconds=5)
     assert GenerationFinished(context=ctx, messages=[said]).stopped is False
@@ -68,6 +76,8 @@ def test_bad_ids_are_refused_in_the_constructor_and_on_assignment(field: str, va
     assert getattr(ctx, field) == {"user_id": 1, "channel_id": 2}.get(field)
     with pytest.raises(ValueError):
         DialogueMessage(role="user", content="x", author_id=value)
+    with pytest.raises(ValueError):
+        DialogueMessage(role="user", content="x", message_id=value)
 
 
 @pytest.mark.parametrize("value", [0, 1, "yes", None, 1.0])
@@ -207,6 +217,7 @@ def test_memory_entries_hold_and_dump_messages() -> None:
         "author_id": 4,
         "speaker_name": "",
         "timestamp": when,
+        "message_id": None,
     }
     with pytest.raises(ValueError):
         MemoryEntry(key="k", messages=[1], summary=None, categories={}, turns_since_refresh=0)

@@ -347,6 +347,14 @@ COMMANDS = (
         _setting("enabled", False),
     ),
     Command(
+        "/memory-settings purge-leavers",
+        "memory-settings",
+        _settings("purge-leavers", options=(option("purge", True, 5),)),
+        "administrator",
+        True,
+        _setting("purge_leavers", True),
+    ),
+    Command(
         "/memory-settings categories list",
         "memory-settings",
         _settings("categories", "list"),
@@ -385,7 +393,7 @@ COMMANDS = (
 )
 
 CELLS = list(itertools.product(COMMANDS, ACTORS))
-MATRIX_SIZE = 16 * 6
+MATRIX_SIZE = 17 * 6
 
 
 def test_the_matrix_is_the_full_product(capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,6 +20,7 @@ messages = st.builds(
     author_id=st.none() | ids,
     timestamp=st.floats(allow_nan=False, allow_infinity=False),
     turn_user_id=ids,
+    message_id=st.none() | ids,
 )
 windows = st.lists(messages, max_size=12)
 

@@ -41,6 +41,7 @@ from .describe import (
     describe_purge_preview,
 )
 from .entries import entries_shown_to
+from .listeners import DiscordEvents
 from .settings import SettingsCommands
 
 __all__ = [
@@ -116,7 +117,7 @@ def _database_label(config: STMConfig) -> str:
     return os.path.abspath(config.database)
 
 
-class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
+class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
     """Short-term memory of conversations: capture, the upgrade tool and slash commands.
 
     ``config`` defaults to ``STMConfig()`` (the ``STM_*`` environment). ``tools``, when
@@ -214,6 +215,7 @@ class ShortTermMemoryCog(SettingsCommands, name=COG_NAME):
             channel_is_private=channel_privacy(self.bot),
         )
         try:
+            self.start_departures()
             if self.tools is not None:
                 self.tools.register(self.memory.tool)
         except BaseException:

@@ -109,6 +109,8 @@ def describe_settings(settings: ServerSettings, max_categories: int) -> str:
         f"Render mode: `{settings.render_mode}`",
         f"Refresh cadence: every {settings.refresh_cadence} turns",
         f"Crude messages shown per other channel: {settings.crude_message_count}",
+        "Members who leave or are banned: "
+        + ("their memory here is erased" if settings.purge_leavers else "kept until it expires"),
         f"Categories ({len(settings.categories)}/{max_categories}):",
     ]
     for category in settings.categories:

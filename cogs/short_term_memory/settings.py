@@ -126,6 +126,18 @@ class SettingsCommands(commands.Cog):
         await _defer(interaction)
         await self._update(interaction, enabled=enabled)
 
+    @settings_group.command(
+        name="purge-leavers", description="Erase members' memory when they leave or are banned."
+    )
+    @app_commands.describe(purge="Erase it as /purge-memory does (off by default)")
+    @has_server_permission_or_owner("administrator")
+    @server_only()
+    async def settings_purge_leavers(
+        self, interaction: discord.Interaction[Any], purge: bool
+    ) -> None:
+        await _defer(interaction)
+        await self._update(interaction, purge_leavers=purge)
+
     # -- categories -----------------------------------------------------------
     async def _set_categories(
         self, interaction: discord.Interaction[Any], categories: list[Category]

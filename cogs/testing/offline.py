@@ -253,6 +253,15 @@ class OfflineDiscord:
         self.http.said(place.id, data)
         return await self._deliver(lambda: self.bot._connection.parse_message_create(data))  # type: ignore[arg-type]
 
+    async def gateway(self, event: str, data: dict[str, Any]) -> list[Reply]:
+        """Deliver any gateway event (``"MESSAGE_DELETE"``, ``"MESSAGE_UPDATE"``,
+        ``"GUILD_DELETE"``, ...) with its payload through discord.py's own parsing, and
+        wait for every listener it sets off; returns what the bot sent."""
+        parse = getattr(self.bot._connection, f"parse_{event.lower()}", None)
+        if parse is None:
+            raise ValueError(f"discord.py does not parse a gateway event {event!r}")
+        return await self._deliver(lambda: parse(data))
+
     async def settle(self) -> None:
         """Wait for listeners set off outside the harness (``bot.dispatch`` in a test)."""
         await self._settle(set(), len(self.replies))

@@ -77,6 +77,7 @@ def _turn_context(
     user_text: str,
     persona_id: int | None,
     bot_name: str | None,
+    message_id: int | None = None,
 ) -> TurnContext:
     if channel is None:
         raise ValueError("this interaction has no channel; short-term memory needs one")
@@ -95,6 +96,7 @@ def _turn_context(
         parent_channel_id=parent_id,
         channel_is_private=channel_is_private(channel) if in_server else False,
         user_text=user_text,
+        message_id=message_id,
     )
 
 
@@ -108,7 +110,9 @@ def turn_context_from_message(
     """The ``TurnContext`` of a generation triggered by ``message``.
 
     ``user_text`` defaults to the message's content; pass the text with the
-    bot's mention stripped when the host strips it.
+    bot's mention stripped when the host strips it. ``message_id`` is the message's
+    id: pass it on as the user's ``DialogueMessage(message_id=ctx.message_id)``, so that
+    deleting or editing the message on Discord reaches the memory.
     """
     me = message.guild.me if message.guild is not None else getattr(message.channel, "me", None)
     return _turn_context(
@@ -123,6 +127,7 @@ def turn_context_from_message(
         user_text=message.content if user_text is None else user_text,
         persona_id=persona_id,
         bot_name=bot_name,
+        message_id=message.id,
     )
 
 

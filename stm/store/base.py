@@ -69,6 +69,7 @@ from ..keys import Scope
 from ..lineage import Erasure, Lineage, Pin, Range
 
 __all__ = [
+    "MESSAGE_KINDS",
     "PROVENANCE_TABLES",
     "Change",
     "ChangeKind",
@@ -76,10 +77,14 @@ __all__ = [
     "DeleteChannel",
     "DeleteExpired",
     "FeedPage",
+    "ForgetMessages",
+    "ForgetServer",
     "Guard",
     "Inspector",
+    "LoadDepartures",
     "LoadRecent",
     "LoadRows",
+    "MarkDeparture",
     "Op",
     "Overtaken",
     "PreviewPurge",
@@ -91,6 +96,7 @@ __all__ = [
     "SaveServerSettings",
     "Saved",
     "Scrub",
+    "ServerChannels",
     "Store",
     "StoreStats",
     "StoredRow",
@@ -260,6 +266,11 @@ def overtaking(
             continue
         if change.kind == "clear_channel" and change.channel_id in guard.channels:
             return Overtaken(change.position)
+        if change.kind in MESSAGE_KINDS and change.channel_id in guard.channels:
+            # A message deleted or edited on Discord in a channel whose recent messages the
+            # prompt showed: the upgrade may carry its old words (the feed does not say
+            # whether that prompt showed the very message, so this errs on refusing).
+            return Overtaken(change.position)
         if change.kind == "purge_user":
             if change.user_id in guard.users and (
                 change.server_id is None or change.server_id == guard.server_id
@@ -328,6 +339,50 @@ class DeleteChannel:
     """Delete every row of a channel, any scope or persona."""
 
     channel_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetMessages:
+    """Messages deleted (or, with ``edited``, edited) on Discord: crude messages are never
+    stored, so nothing is deleted; the change goes to the feed (kind ``delete_messages``
+    or ``edit_messages``), for every other process to drop them from its windows."""
+
+    channel_id: int
+    message_ids: tuple[int, ...]
+    edited: bool = False
+
+    def feed_key(self) -> str:
+        """The ids as the feed's ``key`` column holds them: decimal, comma-separated."""
+        return ",".join(str(i) for i in self.message_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class MarkDeparture:
+    """Record that the bot was removed from a server at ``left_at`` (epoch seconds), or, with
+    None, that it is back (the record goes). Kept until the server's memory is cleared."""
+
+    server_id: int
+    left_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadDepartures:
+    """Every recorded departure: server id -> when the bot was removed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerChannels:
+    """The channels (threads included) that have rows in a server: what clearing it deletes."""
+
+    server_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetServer:
+    """Delete a server's settings (a ``settings`` change) and its departure record; its
+    rows are deleted channel by channel (:class:`DeleteChannel`)."""
+
+    server_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,10 +527,28 @@ Op = (
     | SaveServerSettings
     | SaveOptOut
     | Scrub
+    | ForgetMessages
+    | MarkDeparture
+    | LoadDepartures
+    | ServerChannels
+    | ForgetServer
 )
 
 
-ChangeKind = Literal["upgrade", "clear_channel", "purge_user", "settings", "opt_out", "expire"]
+ChangeKind = Literal[
+    "upgrade",
+    "clear_channel",
+    "purge_user",
+    "settings",
+    "opt_out",
+    "expire",
+    "delete_messages",
+    "edit_messages",
+]
+# The kinds that remove crude messages by their Discord ids (see ``ForgetMessages``).
+MESSAGE_KINDS: frozenset[str] = frozenset({"delete_messages", "edit_messages"})
+# The kinds an upgrade's guard is checked against (``overtaking``), as SQL.
+GUARD_KINDS_SQL = "('clear_channel', 'purge_user', 'delete_messages', 'edit_messages')"
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,7 +566,11 @@ class Change:
       the distilled content it contributed to);
     - ``settings``: ``server_id`` (reload that server's settings);
     - ``opt_out``: ``user_id`` (reload the opt-outs);
-    - ``expire``: ``key``, a row deleted for inactivity (by the janitor or a read).
+    - ``expire``: ``key``, a row deleted for inactivity (by the janitor or a read);
+    - ``delete_messages``, ``edit_messages``: ``channel_id``, and the Discord message
+      ids (``message_ids``, kept in ``key`` as decimal, comma-separated): messages
+      deleted or edited on Discord, to drop from every window (an edit's new text is
+      not in the feed: crude text is never written to the database).
 
     ``origin`` is the :attr:`Store.origin` of the store that wrote it, so a
     process skips its own changes; ``at`` is the writer's clock at the commit.
@@ -509,6 +586,17 @@ class Change:
     channel_id: int | None = None
     user_id: int | None = None
     server_id: int | None = None
+
+    @property
+    def message_ids(self) -> frozenset[int]:
+        """The Discord message ids of a ``delete_messages`` or ``edit_messages`` change."""
+        if self.kind not in MESSAGE_KINDS or not self.key:
+            return frozenset()
+        found = set()
+        for part in self.key.split(","):
+            if part.isdigit() and len(part) <= 19:
+                found.add(int(part))
+        return frozenset(found)
 
 
 @dataclass(frozen=True, slots=True)

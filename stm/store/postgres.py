@@ -45,6 +45,7 @@ from ..lineage import Erasure, Pin, Range
 from ..redact import redact_text, redact_url
 from . import chains, shred
 from .base import (
+    GUARD_KINDS_SQL,
     PROVENANCE_TABLES,
     ROW_COLUMNS,
     SELECT_TAIL,
@@ -54,8 +55,12 @@ from .base import (
     DeleteChannel,
     DeleteExpired,
     FeedPage,
+    ForgetMessages,
+    ForgetServer,
+    LoadDepartures,
     LoadRecent,
     LoadRows,
+    MarkDeparture,
     Op,
     Overtaken,
     PreviewPurge,
@@ -67,6 +72,7 @@ from .base import (
     SaveOptOut,
     SaveServerSettings,
     Scrub,
+    ServerChannels,
     StoredRow,
     StoreStats,
     SweepPurge,
@@ -240,6 +246,13 @@ MIGRATIONS: tuple[str, ...] = (
         cursor BIGINT NOT NULL
     );
     CREATE INDEX stm_purges_unplanned ON stm_purges (position) WHERE planned = 0;
+    """,
+    # Servers that removed the bot, cleared once their grace period is over.
+    """
+    CREATE TABLE stm_departures (
+        server_id BIGINT PRIMARY KEY,
+        left_at DOUBLE PRECISION NOT NULL
+    );
     """,
 )
 # The migration after which rows stored in the clear are sealed.
@@ -846,7 +859,7 @@ async def _save_many(conn: Any, saves: list[SaveDistilled], feed: _Feed) -> list
         )
         rows = await conn.fetch(
             f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > $1 "
-            "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
+            f"AND kind IN {GUARD_KINDS_SQL} ORDER BY position",
             after,
         )
         deletes = [Change(*row) for row in rows]
@@ -896,6 +909,35 @@ async def _apply(conn: Any, op: Op, feed: _Feed) -> object:
             return await _touch(conn, op, feed)
         case SaveDistilled():  # pragma: no cover - runs of upgrades go to _save_many
             return (await _save_many(conn, [op], feed))[0]
+        case ForgetMessages(channel_id):
+            kind: ChangeKind = "edit_messages" if op.edited else "delete_messages"
+            feed.append((kind, op.feed_key(), None, channel_id, None, None))
+            return len(op.message_ids)
+        case MarkDeparture(server_id, left_at):
+            if left_at is None:
+                await conn.execute("DELETE FROM stm_departures WHERE server_id = $1", server_id)
+            else:
+                await conn.execute(
+                    "INSERT INTO stm_departures (server_id, left_at) VALUES ($1, $2) "
+                    "ON CONFLICT (server_id) DO NOTHING",
+                    server_id,
+                    left_at,
+                )
+            return None
+        case LoadDepartures():
+            rows = await conn.fetch("SELECT server_id, left_at FROM stm_departures")
+            return {int(row[0]): float(row[1]) for row in rows}
+        case ServerChannels(server_id):
+            rows = await conn.fetch(
+                "SELECT DISTINCT channel_id FROM short_term_memories WHERE server_id = $1",
+                server_id,
+            )
+            return sorted(int(row[0]) for row in rows)
+        case ForgetServer(server_id):
+            await conn.execute("DELETE FROM stm_server_settings WHERE server_id = $1", server_id)
+            await conn.execute("DELETE FROM stm_departures WHERE server_id = $1", server_id)
+            feed.append(("settings", None, None, None, None, server_id))
+            return None
         case DeleteChannel(channel_id):
             gone = await conn.fetch(
                 "DELETE FROM short_term_memories WHERE channel_id = $1 RETURNING key, chain_id",

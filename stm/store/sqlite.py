@@ -42,6 +42,7 @@ from ..expiry import DISTILLED_SQL, EXPIRED_SQL
 from ..lineage import Erasure, Pin, Range
 from . import chains, shred
 from .base import (
+    GUARD_KINDS_SQL,
     ROW_COLUMNS,
     SELECT_TAIL,
     Change,
@@ -50,8 +51,12 @@ from .base import (
     DeleteChannel,
     DeleteExpired,
     FeedPage,
+    ForgetMessages,
+    ForgetServer,
+    LoadDepartures,
     LoadRecent,
     LoadRows,
+    MarkDeparture,
     Op,
     Overtaken,
     PreviewPurge,
@@ -63,6 +68,7 @@ from .base import (
     SaveOptOut,
     SaveServerSettings,
     Scrub,
+    ServerChannels,
     StoredRow,
     StoreStats,
     SweepPurge,
@@ -212,6 +218,12 @@ MIGRATIONS: tuple[str, ...] = (
         cursor INTEGER NOT NULL
     );
     CREATE INDEX stm_purges_unplanned ON stm_purges (position) WHERE planned = 0;
+    """,  # Servers that removed the bot, cleared once their grace period is over.
+    """
+    CREATE TABLE stm_departures (
+        server_id INTEGER PRIMARY KEY,
+        left_at REAL NOT NULL
+    );
     """,
 )
 
@@ -770,6 +782,34 @@ def apply(
             if not isinstance(feed, _Feed):
                 feed.extend(own.pending)
             return results[0]
+        case ForgetMessages(channel_id):
+            kind: ChangeKind = "edit_messages" if op.edited else "delete_messages"
+            feed.append((kind, op.feed_key(), None, channel_id, None, None))
+            return len(op.message_ids)
+        case MarkDeparture(server_id, left_at):
+            if left_at is None:
+                db.execute("DELETE FROM stm_departures WHERE server_id = ?", (server_id,))
+            else:
+                db.execute(
+                    "INSERT INTO stm_departures (server_id, left_at) VALUES (?, ?) "
+                    "ON CONFLICT (server_id) DO NOTHING",
+                    (server_id, left_at),
+                )
+            return None
+        case LoadDepartures():
+            rows = db.execute("SELECT server_id, left_at FROM stm_departures").fetchall()
+            return {int(server): float(at) for server, at in rows}
+        case ServerChannels(server_id):
+            rows = db.execute(
+                "SELECT DISTINCT channel_id FROM short_term_memories WHERE server_id = ?",
+                (server_id,),
+            ).fetchall()
+            return sorted(int(row[0]) for row in rows)
+        case ForgetServer(server_id):
+            db.execute("DELETE FROM stm_server_settings WHERE server_id = ?", (server_id,))
+            db.execute("DELETE FROM stm_departures WHERE server_id = ?", (server_id,))
+            feed.append(("settings", None, None, None, None, server_id))
+            return None
         case DeleteChannel(channel_id):
             gone = db.execute(
                 "DELETE FROM short_term_memories WHERE channel_id = ? RETURNING key, chain_id",
@@ -887,7 +927,7 @@ def _save_many(
         pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
         rows = db.execute(
             f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
-            "AND kind IN ('clear_channel', 'purge_user') ORDER BY position",
+            f"AND kind IN {GUARD_KINDS_SQL} ORDER BY position",
             (after,),
         )
         deletes = [Change(*row) for row in rows]
