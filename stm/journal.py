@@ -111,6 +111,8 @@ class Journal:
         # Each process's records are told apart by this prefix of their ids.
         self._prefix = secrets.token_hex(6)
         self._count = 0
+        # Damaged lines the last ``load`` skipped.
+        self.skipped = 0
 
     @classmethod
     def for_config(cls, config: STMConfig) -> Journal | None:
@@ -141,6 +143,7 @@ class Journal:
             raise StoreError(
                 f"cannot read the pending-delete journal {self.path} (STM_JOURNAL): {exc}"
             ) from exc
+        self.skipped = skipped
         pending: list[Pending] = []
         seen: set[str] = set()
         for record in records:
@@ -165,6 +168,16 @@ class Journal:
             os.fsync(fd)
         if created:
             _sync_folder(self.path)
+
+    def drop_damaged(self) -> None:
+        """Rewrite the journal without its damaged lines, once the writer took what ``load``
+        read: a line judged damaged is never read again, whatever happens to its bytes
+        later. Failures are logged; the lines stay skipped."""
+        try:
+            self._remove(set())
+        except OSError as exc:
+            log.warning("could not drop the damaged lines of %s: %s", self.path, exc)
+        self.skipped = 0
 
     def remove(self, ids: Collection[str]) -> None:
         """Drop the records of these ids (their deletes are durable); the file goes with

@@ -158,6 +158,8 @@ class Writer:
                         self._next(), op, what=_describe(op), journal_id=pending.id, journaled=True
                     )
                 )
+            if journal.skipped:
+                journal.drop_damaged()
         for position in sweeps:
             # A purge whose later chunks a stopped process left: finish it first.
             self._push(

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from stm import DurabilityError, STMConfig, StoreError
@@ -374,6 +374,9 @@ steps = st.lists(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(plan=steps, last=delete_ops)
+# A record a changed byte damaged is skipped at one open; the same byte changed back later
+# must not bring it back (the open drops damaged lines once it has read the journal).
+@example(plan=[("crash", (62, None, 1)), ("crash", (None, None, 1))], last=DeleteChannel(10))
 def test_every_acknowledged_pending_delete_is_applied_exactly_once(
     tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[str, object]], last: Delete
 ) -> None:
