@@ -326,6 +326,36 @@ def test_stored_text_cannot_drive_the_terminal(db: Path) -> None:
         assert "evil\\u001b]0;owned" in shown.out
 
 
+def test_no_output_carries_a_raw_c1_control(db: Path) -> None:
+    """Stored text holding C1 controls (the 8-bit CSI, OSC, DCS, NEL), DEL, line
+    separators and bidi overrides: the JSON outputs escape them (and read back as the
+    stored text), the outputs for people show them as marks."""
+    evil = "a\x9b2Jb\x9d0;owned\x9c\x90q\x85\x7f\u2028\u202ez"
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute(
+            "UPDATE short_term_memories SET summary = ?, channel_name = ?, server_name = ?",
+            (evil, evil, evil),
+        )
+        conn.commit()
+    runs = [
+        ("show", "shortterm:user:42:10"),
+        ("show", "--user", "42"),
+        ("show", "--channel", "10"),
+        ("export", "--user", "42"),
+        ("export", "--user", "42", "--include-shared-text"),
+    ]
+    raw = [chr(c) for c in range(0x7F, 0xA0)] + ["\u2028", "\u202e"]
+    for args in runs:
+        for run in (stm(db, *args), stm(db, "--json", *args)):
+            assert run.status == 0, run.err
+            found = [f"U+{ord(ch):04X}" for ch in raw if ch in run.out]
+            assert not found, (args, found)
+    data = stm(db, "export", "--user", "42").json()
+    assert isinstance(data, dict)
+    assert {e["summary"] for e in data["entries"]} == {evil}
+    assert {e["channel_name"] for e in data["entries"]} == {evil}
+
+
 def test_export_a_user(db: Path) -> None:
     """export --user gives what is held about the user as JSON: their own entries in full;
     of the shared entries their words may be in, where and when only (no text, no other
@@ -597,6 +627,16 @@ def test_a_missing_database_is_never_created(tmp_path: Path, args: tuple[str, ..
     one_line_error(run, str(path), "nothing was created")
     assert run.out == ""
     assert not (tmp_path / "data").exists()
+
+
+def test_an_error_line_carries_no_raw_control(tmp_path: Path) -> None:
+    """A database name holding C1 controls is shown with them made visible, whatever
+    the error quotes it with."""
+    for name in (str(tmp_path / "x\x9b2J\x9d0;y.sqlite3"), "postgresql://u@127.0.0.1:1/x\x9b2J"):
+        run = stm(None, "--database", name, "stats")
+        one_line_error(run)
+        assert "2J" in run.err
+        assert not any(chr(c) in run.err for c in range(0x7F, 0xA0)), run.err
 
 
 @pytest.mark.parametrize("args", DOORS, ids=" ".join)

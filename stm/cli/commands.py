@@ -493,5 +493,5 @@ def _prog_name() -> str:
 
 
 def _fail(message: str, status: int) -> None:
-    click.echo(f"stm: error: {' '.join(message.split())}", err=True)
+    click.echo(f"stm: error: {printable(' '.join(message.split()))}", err=True)
     sys.exit(status)
