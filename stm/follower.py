@@ -85,6 +85,11 @@ class Follower:
         self.position = await self.store.current_position()
         self.current_at = self._monotonic()
 
+    def lag_seconds(self) -> float:
+        """How far behind the feed this cache may be: the time since the newest complete
+        read of the feed began. Every change committed before then has been applied."""
+        return max(0.0, self._monotonic() - self.current_at)
+
     def mark_turn_start(self, ctx: TurnContext) -> None:
         """Remember the position this turn's view is current with (once per turn): its
         upgrade is refused if a delete after it touched what the prompt showed."""

@@ -343,6 +343,8 @@ class ShortTermMemory:
             commit_seconds=writer.store_seconds,
             durable_write_failures=writer.failures,
             durable_write_retries=writer.retries,
+            # Closed, the memory follows no feed.
+            feed_lag_seconds=None if self.closed else self.follower.lag_seconds(),
         )
 
     # -- settings -----------------------------------------------------------
