@@ -78,6 +78,7 @@ __all__ = [
     "FeedPage",
     "Guard",
     "Inspector",
+    "LoadChannelKeys",
     "LoadRecent",
     "LoadRows",
     "Op",
@@ -431,6 +432,16 @@ class LoadRecent:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadChannelKeys:
+    """The keys of a channel's unexpired rows, every scope and persona, in key order
+    (read only: expired rows are left for the janitor)."""
+
+    channel_id: int
+    crude_before: float
+    summary_before: float
+
+
+@dataclass(frozen=True, slots=True)
 class Scrub:
     """Erase from the files what committed deletes destroyed (run alone, outside a
     transaction; it fails, to be tried again later, while another connection's read
@@ -469,6 +480,7 @@ Op = (
     | DeleteExpired
     | LoadRows
     | LoadRecent
+    | LoadChannelKeys
     | SaveServerSettings
     | SaveOptOut
     | Scrub

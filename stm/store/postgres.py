@@ -54,6 +54,7 @@ from .base import (
     DeleteChannel,
     DeleteExpired,
     FeedPage,
+    LoadChannelKeys,
     LoadRecent,
     LoadRows,
     Op,
@@ -660,7 +661,7 @@ def _count(status: str) -> int:
 
 
 def _writes(op: Op) -> bool:
-    return not isinstance(op, LoadRecent | Scrub)
+    return not isinstance(op, LoadRecent | LoadChannelKeys | Scrub)
 
 
 async def migrate(conn: Any, name: str = "") -> int:
@@ -939,6 +940,15 @@ async def _apply(conn: Any, op: Op, feed: _Feed) -> object:
             return await _select(conn, f"{_INSPECT} WHERE key = ANY($1::text[])", list(keys))
         case LoadRecent():
             return await _load_recent(conn, op)
+        case LoadChannelKeys(channel_id, crude_before, summary_before):
+            found = await conn.fetch(
+                f"SELECT key FROM short_term_memories WHERE channel_id = $3 "
+                f"AND NOT ({_EXPIRED}) ORDER BY key",
+                crude_before,
+                summary_before,
+                channel_id,
+            )
+            return [row[0] for row in found]
         case SaveServerSettings(server_id, settings_json):
             await conn.execute(
                 "INSERT INTO stm_server_settings (server_id, settings) VALUES ($1, $2) "

@@ -50,6 +50,7 @@ from .base import (
     DeleteChannel,
     DeleteExpired,
     FeedPage,
+    LoadChannelKeys,
     LoadRecent,
     LoadRows,
     Op,
@@ -688,7 +689,15 @@ class _Feed:
 
 # Operations that change no row's key (upgrades keep ``known`` exact themselves). Any
 # other, a delete above all, makes ``known`` start over.
-_KEEPS_KEYS = (SaveDistilled, Touch, LoadRecent, SaveServerSettings, SaveOptOut, PreviewPurge)
+_KEEPS_KEYS = (
+    SaveDistilled,
+    Touch,
+    LoadRecent,
+    LoadChannelKeys,
+    SaveServerSettings,
+    SaveOptOut,
+    PreviewPurge,
+)
 
 
 class KnownKeys:
@@ -806,6 +815,15 @@ def apply(
             return _load_rows(db, keys, crude_before, summary_before, feed)
         case LoadRecent():
             return _load_recent(db, op)
+        case LoadChannelKeys(channel_id, crude_before, summary_before):
+            return [
+                key
+                for (key,) in db.execute(
+                    f"SELECT key FROM short_term_memories WHERE channel_id = :channel "
+                    f"AND {_LIVE} ORDER BY key",
+                    {"channel": channel_id, "crude": crude_before, "summary": summary_before},
+                )
+            ]
         case SaveServerSettings(server_id, settings_json):
             db.execute(
                 "INSERT INTO stm_server_settings (server_id, settings) VALUES (?, ?) "
