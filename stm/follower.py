@@ -105,6 +105,10 @@ class Follower:
             page = await self.store.read_changes(self.position)
             if page.fell_behind:
                 self._drop_everything("it fell behind the change feed's retention")
+            if any(change.origin != self.store.origin for change in page.changes):
+                # The keys of rows the others deleted go with them, not at this store's
+                # next transaction (any change of another process may be a delete).
+                await self.store.forget_keys()
             for change in page.changes:
                 if change.origin != self.store.origin:
                     if change.kind == "purge_user" and change.user_id is not None:

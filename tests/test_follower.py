@@ -151,3 +151,21 @@ async def test_the_metrics_report_how_far_behind_the_feed_the_cache_is(
     assert b.metrics.as_dict()["feed_lag_seconds"] is not None
     await b.close()
     assert b.metrics.feed_lag_seconds is None
+
+
+async def test_the_keys_of_rows_another_process_purged_are_dropped_at_once(
+    open_memory: Opener, store_kind: str
+) -> None:
+    """The row keys a store remembers for upgrades go as soon as the follower applies
+    another process's purge, not at this process's next transaction (PostgreSQL keeps
+    none between transactions)."""
+    a = await open_memory()
+    b = await paused(await open_memory())
+    await b.capture(turn(ctx(user=1), "hello"))
+    assert (await b.run_tool(ctx(user=1), {"summary": "NOTES"})).success
+    await b.flush()
+    assert (b.store.held_keys > 0) == (store_kind == "sqlite")
+    await a.clear_short_term_memory_for_user(1)
+    await a.flush()
+    assert await b.follower.catch_up() == 1
+    assert b.store.held_keys == 0

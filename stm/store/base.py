@@ -614,6 +614,18 @@ class Store(Protocol):
         """Every stored server's settings JSON."""
         ...
 
+    @property
+    def held_keys(self) -> int:
+        """How many rows' encryption keys this store holds in memory between transactions
+        (a diagnostic; see :meth:`forget_keys`)."""
+        ...
+
+    async def forget_keys(self) -> None:
+        """Drop every row key held in memory between transactions: another process
+        committed changes (a purge, a clear), and the keys of rows it deleted must not
+        outlive them here until this store's next transaction."""
+        ...
+
     async def load_opt_outs(self) -> set[int]:
         """Every user who opted out."""
         ...

@@ -409,6 +409,14 @@ class PostgresStore:
         async with self._acquire() as conn:
             return await _run(conn, chains.pending_sweeps())
 
+    @property
+    def held_keys(self) -> int:
+        """Always 0: row keys are read inside the transaction that uses them (``_Keys``)."""
+        return 0
+
+    async def forget_keys(self) -> None:
+        """Nothing to drop: no row key outlives its transaction here."""
+
     async def current_position(self) -> int:
         """The position of the newest committed change (0 when there was none)."""
         self._check_open()

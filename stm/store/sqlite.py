@@ -360,6 +360,16 @@ class SQLiteStore:
             run_batch, self._db, ops, self.path != ":memory:", self.origin, self._known
         )
 
+    @property
+    def held_keys(self) -> int:
+        """The row keys remembered for upgrades (``KnownKeys``)."""
+        return len(self._known.keys)
+
+    async def forget_keys(self) -> None:
+        """Drop the remembered row keys now, on the connection's thread (a batch may be
+        using them there)."""
+        await self._call(self._known.clear)
+
     async def current_position(self) -> int:
         """The position of the newest committed change (0 when there was none)."""
         return await self._call(_current_position, self._db)
