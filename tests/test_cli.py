@@ -47,6 +47,10 @@ PROG = "python -m stm"
 TURNS = [(42, 10, 100), (42, 11, 100), (7, 10, 100), (42, 20, None), (9, 30, 200)]
 
 
+# The janitor judges expiry by the bot's TTLs, given explicitly (here the defaults).
+TTLS = ("--crude-ttl-hours", "12", "--summary-ttl-hours", "24")
+
+
 def summary_of(user: int, channel: int) -> str:
     return f"SUMMARY-{user}-{channel} boats and harbours"
 
@@ -547,14 +551,14 @@ def test_janitor(expired: Path) -> None:
     a terminal or --yes, then deletes them and nothing else."""
     path = expired
     before = rows(path)
-    dry = stm(path, "--json", "janitor", "--dry-run")
+    dry = stm(path, "--json", "janitor", "--dry-run", *TTLS)
     assert dry.json() == {"expired": 8, "deleted": 0, "dry_run": True}
     assert rows(path) == before
-    assert "8 expired rows would be deleted" in stm(path, "janitor", "--dry-run").out
-    refused = stm(path, "janitor")
+    assert "8 expired rows would be deleted" in stm(path, "janitor", "--dry-run", *TTLS).out
+    refused = stm(path, "janitor", *TTLS)
     one_line_error(refused, "--yes")
     assert rows(path) == before
-    done = stm(path, "--json", "janitor", "--yes")
+    done = stm(path, "--json", "janitor", "--yes", *TTLS)
     assert done.status == 0, done.err
     data = done.json()
     assert isinstance(data, dict) and data["deleted"] == 8
@@ -565,8 +569,39 @@ def test_janitor(expired: Path) -> None:
 def test_janitor_asks_on_a_terminal(expired: Path) -> None:
     """janitor asks on a terminal; 'n' deletes nothing (status 1)."""
     before = rows(expired)
-    no = stm_on_terminal(expired, "janitor", answer="n\n")
+    no = stm_on_terminal(expired, "janitor", *TTLS, answer="n\n")
     assert no.status == 1 and "Delete 8 expired rows" in no.err and rows(expired) == before
+
+
+def test_janitor_judges_expiry_by_the_bots_ttls_not_the_shells(
+    expired: Path, tmp_path: Path
+) -> None:
+    """Without the bot's TTLs (flags or the bot's env file) the janitor refuses, with
+    status 2, whatever STM_* TTLs this shell has; with them, it deletes by them alone."""
+    before = rows(expired)
+    shell = {"STM_CRUDE_TTL_HOURS": "1", "STM_SUMMARY_TTL_HOURS": "1"}
+    for args in (("--yes",), ("--dry-run",), ("--yes", "--crude-ttl-hours", "1")):
+        refused = stm(expired, "janitor", *args, **shell)
+        one_line_error(refused, "--crude-ttl-hours", "--env-file", "STM_SUMMARY_TTL_HOURS")
+        assert refused.status == 2
+    assert rows(expired) == before
+    # The bot keeps its rows 48 hours: those 30 hours old are live, whatever the shell says.
+    bot_env = tmp_path / "bot.env"
+    bot_env.write_text("STM_CRUDE_TTL_HOURS=48\nstm_summary_ttl_hours=48\n")
+    kept = stm(expired, "--json", "janitor", "--yes", "--env-file", str(bot_env), **shell)
+    assert kept.status == 0, kept.err
+    assert kept.json()["deleted"] == 0 and rows(expired) == before  # type: ignore[index]
+    flags = ("--crude-ttl-hours", "48", "--summary-ttl-hours", "48")
+    dry = stm(expired, "--json", "janitor", "--dry-run", *flags, **shell).json()
+    assert dry == {"expired": 0, "deleted": 0, "dry_run": True}
+    bot_env.write_text("STM_SUMMARY_TTL_HOURS=-3\n")
+    bad = stm(expired, "janitor", "--yes", "--env-file", str(bot_env))
+    one_line_error(bad, "STM_SUMMARY_TTL_HOURS", str(bot_env))
+    assert bad.status == 2 and rows(expired) == before
+    # A file without TTLs means the library's defaults (12 and 24 hours), as for the bot.
+    bot_env.write_text("STM_DATABASE=elsewhere.db\n")
+    done = stm(expired, "--json", "janitor", "--yes", "--env-file", str(bot_env), **shell)
+    assert done.json()["deleted"] == 8  # type: ignore[index]
 
 
 async def test_migrate(tmp_path: Path) -> None:
@@ -602,8 +637,8 @@ COMMANDS = [
     ("export", "--user", "42"),
     ("purge-user", "42", "--yes"),
     ("purge-channel", "10", "--yes"),
-    ("janitor", "--dry-run"),
-    ("janitor", "--yes"),
+    ("janitor", "--dry-run", *TTLS),
+    ("janitor", "--yes", *TTLS),
     ("migrate",),
     ("check",),
 ]

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli import make_database, one_line_error, stm_at, stm_on_terminal_at, summary_of
+from test_cli import (
+    TTLS,
+    make_database,
+    one_line_error,
+    stm_at,
+    stm_on_terminal_at,
+    summary_of,
+)
 
 from stm.store.postgres import MIGRATIONS
 from stm.store.shred import open_sealed_text
@@ -125,7 +132,7 @@ def test_purges_and_janitor(pg: str, tmp_path: Path) -> None:
     channel = stm_at(tmp_path, pg, "--json", "purge-channel", "30", "--yes")
     assert channel.status == 0, channel.err
     assert not [k for k in rows(pg) if k.endswith(":30")]
-    dry = stm_at(tmp_path, pg, "--json", "janitor", "--dry-run")
+    dry = stm_at(tmp_path, pg, "--json", "janitor", "--dry-run", *TTLS)
     assert dry.json() == {"expired": 0, "deleted": 0, "dry_run": True}
 
 

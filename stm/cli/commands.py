@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -25,6 +26,7 @@ from .access import (
     configure_logging,
     confirm,
     durably,
+    janitor_ttls,
     progress,
     reading,
     run,
@@ -358,13 +360,32 @@ def purge_channel(opts: Options, channel_id: int, yes: bool) -> None:
     )
 
 
+TTL = click.FloatRange(min=0, min_open=True)
+
+
 @cli.command()
 @json_flag
 @click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--crude-ttl-hours", type=TTL, metavar="H", help="The bot's STM_CRUDE_TTL_HOURS.")
+@click.option("--summary-ttl-hours", type=TTL, metavar="H", help="The bot's STM_SUMMARY_TTL_HOURS.")
+@click.option(
+    "--env-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Read the TTLs from the bot's .env file (the defaults for what it does not set).",
+)
 @pass_options
-def janitor(opts: Options, dry_run: bool, yes: bool) -> None:
-    """Delete expired rows now (bots also do it every STM_JANITOR_INTERVAL_MINUTES)."""
+def janitor(
+    opts: Options,
+    dry_run: bool,
+    yes: bool,
+    crude_ttl_hours: float | None,
+    summary_ttl_hours: float | None,
+    env_file: Path | None,
+) -> None:
+    """Delete expired rows now, by the bot's TTLs, given with --crude-ttl-hours and
+    --summary-ttl-hours or --env-file (bots also do it every STM_JANITOR_INTERVAL_MINUTES)."""
+    opts.use_ttls(*janitor_ttls(crude_ttl_hours, summary_ttl_hours, env_file))
 
     async def count() -> int:
         async with reading(opts) as store:
