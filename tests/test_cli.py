@@ -32,7 +32,9 @@ from click.testing import CliRunner
 
 from stm import ShortTermMemory, STMConfig
 from stm.cli import main
+from stm.journal import SUFFIX, Journal, Pending
 from stm.store import sqlite as sqlite_store
+from stm.store.base import DeleteChannel, Op, PurgeUser
 from stm.store.sqlite import MIGRATIONS
 from stm.tables import printable, table
 from stm.testing import Clock, ctx, turn
@@ -398,6 +400,41 @@ def test_export_a_user(db: Path) -> None:
     assert summary_of(9, 30) not in run.out
     nine = stm(db, "export", "--user", "9").json()
     assert isinstance(nine, dict) and nine["opted_out"]["opted_out"] is True
+
+
+def pend(journal: Path, *ops: Op) -> None:
+    """Leave ``ops`` waiting in the pending-delete journal, as a process that could not
+    commit them does."""
+    writing = Journal(journal)
+    writing.append([Pending(writing.new_id(), op) for op in ops])
+
+
+def test_show_and_export_leave_out_what_a_pending_delete_erases(db: Path) -> None:
+    """A purge of user 42 in server 100 and a clear of channel 30 wait in the journal
+    (the database could not take them yet): show and export do not present what they
+    erase or clear as held, and say so; what they do not reach is shown as before, and
+    the rows stay in the file until the next open applies the deletes."""
+    before = rows(db)
+    pend(Path(f"{db}{SUFFIX}"), PurgeUser(42, 100, "direct"), DeleteChannel(30))
+    export = stm(db, "export", "--user", "42").json()
+    assert isinstance(export, dict)
+    assert [e["key"] for e in export["entries"]] == ["shortterm:user:42:20"]  # the DM
+    assert export["contributed_to"] == []
+    assert export["pending_deletes"]["deletes"] == 2
+    assert export["pending_deletes"]["left_out"] == 5
+    user = stm(db, "--json", "show", "--user", "42").json()
+    assert isinstance(user, dict)
+    assert [e["key"] for e in user["entries"]] == ["shortterm:user:42:20"]
+    channel = stm(db, "--json", "show", "--channel", "30").json()
+    assert isinstance(channel, dict) and channel["entries"] == []
+    assert channel["pending_deletes"]["left_out"] == 2
+    text = stm(db, "show", "--user", "42")
+    assert text.status == 0 and summary_of(42, 10) not in text.out
+    assert summary_of(42, 20) in text.out
+    assert "left out: 5 entries that pending deletes" in text.out
+    one_line_error(stm(db, "show", "shortterm:user:42:10"), "nothing is held", "pending deletes")
+    assert "shortterm:user:42:20" in stm(db, "show", "shortterm:user:42:20").out
+    assert rows(db) == before
 
 
 def test_export_with_shared_text_is_marked_for_review(db: Path) -> None:
