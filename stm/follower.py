@@ -91,6 +91,11 @@ class Follower:
         self.position = await self.store.current_position()
         self.current_at = self._monotonic()
 
+    def lag_seconds(self) -> float:
+        """How far behind the feed this cache may be: the time since the newest complete
+        read of the feed began. Every change committed before then has been applied."""
+        return max(0.0, self._monotonic() - self.current_at)
+
     def mark_turn_start(self, ctx: TurnContext) -> None:
         """Remember the position this turn's view is current with (once per turn): its
         upgrade is refused if a delete after it touched what the prompt showed."""
@@ -106,6 +111,10 @@ class Follower:
             page = await self.store.read_changes(self.position)
             if page.fell_behind:
                 self._drop_everything("it fell behind the change feed's retention")
+            if any(change.origin != self.store.origin for change in page.changes):
+                # The keys of rows the others deleted go with them, not at this store's
+                # next transaction (any change of another process may be a delete).
+                await self.store.forget_keys()
             for change in page.changes:
                 if change.origin != self.store.origin:
                     if change.kind == "purge_user" and change.user_id is not None:

@@ -374,6 +374,8 @@ class ShortTermMemory:
             messages_deleted=t.messages_deleted,
             messages_edited=t.messages_edited,
             discord_events=dict(t.discord_events),
+            # Closed, the memory follows no feed.
+            feed_lag_seconds=None if self.closed else self.follower.lag_seconds(),
         )
 
     # -- settings -----------------------------------------------------------
@@ -911,6 +913,12 @@ class ShortTermMemory:
         return len(expired)
 
     # -- inspection -----------------------------------------------------------
+    async def channel_keys(self, channel_id: int) -> list[str]:
+        """Every scope key that holds memory of the channel (every scope and persona, the
+        store's rows included), for ``get_entry``; some may answer None by then."""
+        check_id(channel_id, "channel_id")
+        return await self._reads.channel_keys(channel_id)
+
     async def get_entry(self, key: str) -> MemoryEntry | None:
         """A snapshot of what is held under a scope key, or None (expired entries too, and
         entries of a server whose memory is turned off, ``enabled=False``)."""

@@ -29,7 +29,7 @@ from .lineage import Pin
 from .metrics import Tally
 from .models import DialogueMessage, TurnContext
 from .provenance import Shown
-from .store.base import LoadRecent, LoadRows, StoredRow
+from .store.base import LoadChannelKeys, LoadRecent, LoadRows, StoredRow
 from .window import EMPTY
 from .writer import Writer
 
@@ -429,6 +429,18 @@ class ReadThrough:
         if entry is not None:
             return entry if entry.hydrated else None
         return NO_ROW if self.no_row_elsewhere() else None
+
+    async def channel_keys(self, channel_id: int) -> list[str]:
+        """The keys holding memory of a channel, every scope and persona: those the cache
+        holds and those of the store's unexpired rows (answered from the cache alone when
+        the store cannot be read)."""
+        keys = set(self.cache.keys_of_channel(channel_id))
+        op = LoadChannelKeys(channel_id, *self.thresholds())
+        try:
+            keys.update(await self._writer.submit(op, what=f"keys of channel {channel_id}"))
+        except Exception as exc:
+            log.warning("short-term memory could not list channel %s: %s", channel_id, exc)
+        return sorted(keys)
 
     # -- warming ----------------------------------------------------------------
     def warm(self, group: GroupKey) -> Coroutine[Any, Any, None] | None:

@@ -32,7 +32,9 @@ from click.testing import CliRunner
 
 from stm import ShortTermMemory, STMConfig
 from stm.cli import main
+from stm.journal import SUFFIX, Journal, Pending
 from stm.store import sqlite as sqlite_store
+from stm.store.base import DeleteChannel, Op, PurgeUser
 from stm.store.sqlite import MIGRATIONS
 from stm.tables import printable, table
 from stm.testing import Clock, ctx, turn
@@ -45,6 +47,10 @@ PROG = "python -m stm"
 # user 7 in channel 10 with 42 (so the server's memory of channel 10 has both), and
 # user 9 alone in server 200, opted out.
 TURNS = [(42, 10, 100), (42, 11, 100), (7, 10, 100), (42, 20, None), (9, 30, 200)]
+
+
+# The janitor judges expiry by the bot's TTLs, given explicitly (here the defaults).
+TTLS = ("--crude-ttl-hours", "12", "--summary-ttl-hours", "24")
 
 
 def summary_of(user: int, channel: int) -> str:
@@ -326,6 +332,36 @@ def test_stored_text_cannot_drive_the_terminal(db: Path) -> None:
         assert "evil\\u001b]0;owned" in shown.out
 
 
+def test_no_output_carries_a_raw_c1_control(db: Path) -> None:
+    """Stored text holding C1 controls (the 8-bit CSI, OSC, DCS, NEL), DEL, line
+    separators and bidi overrides: the JSON outputs escape them (and read back as the
+    stored text), the outputs for people show them as marks."""
+    evil = "a\x9b2Jb\x9d0;owned\x9c\x90q\x85\x7f\u2028\u202ez"
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute(
+            "UPDATE short_term_memories SET summary = ?, channel_name = ?, server_name = ?",
+            (evil, evil, evil),
+        )
+        conn.commit()
+    runs = [
+        ("show", "shortterm:user:42:10"),
+        ("show", "--user", "42"),
+        ("show", "--channel", "10"),
+        ("export", "--user", "42"),
+        ("export", "--user", "42", "--include-shared-text"),
+    ]
+    raw = [chr(c) for c in range(0x7F, 0xA0)] + ["\u2028", "\u202e"]
+    for args in runs:
+        for run in (stm(db, *args), stm(db, "--json", *args)):
+            assert run.status == 0, run.err
+            found = [f"U+{ord(ch):04X}" for ch in raw if ch in run.out]
+            assert not found, (args, found)
+    data = stm(db, "export", "--user", "42").json()
+    assert isinstance(data, dict)
+    assert {e["summary"] for e in data["entries"]} == {evil}
+    assert {e["channel_name"] for e in data["entries"]} == {evil}
+
+
 def test_export_a_user(db: Path) -> None:
     """export --user gives what is held about the user as JSON: their own entries in full;
     of the shared entries their words may be in, where and when only (no text, no other
@@ -364,6 +400,41 @@ def test_export_a_user(db: Path) -> None:
     assert summary_of(9, 30) not in run.out
     nine = stm(db, "export", "--user", "9").json()
     assert isinstance(nine, dict) and nine["opted_out"]["opted_out"] is True
+
+
+def pend(journal: Path, *ops: Op) -> None:
+    """Leave ``ops`` waiting in the pending-delete journal, as a process that could not
+    commit them does."""
+    writing = Journal(journal)
+    writing.append([Pending(writing.new_id(), op) for op in ops])
+
+
+def test_show_and_export_leave_out_what_a_pending_delete_erases(db: Path) -> None:
+    """A purge of user 42 in server 100 and a clear of channel 30 wait in the journal
+    (the database could not take them yet): show and export do not present what they
+    erase or clear as held, and say so; what they do not reach is shown as before, and
+    the rows stay in the file until the next open applies the deletes."""
+    before = rows(db)
+    pend(Path(f"{db}{SUFFIX}"), PurgeUser(42, 100, "direct"), DeleteChannel(30))
+    export = stm(db, "export", "--user", "42").json()
+    assert isinstance(export, dict)
+    assert [e["key"] for e in export["entries"]] == ["shortterm:user:42:20"]  # the DM
+    assert export["contributed_to"] == []
+    assert export["pending_deletes"]["deletes"] == 2
+    assert export["pending_deletes"]["left_out"] == 5
+    user = stm(db, "--json", "show", "--user", "42").json()
+    assert isinstance(user, dict)
+    assert [e["key"] for e in user["entries"]] == ["shortterm:user:42:20"]
+    channel = stm(db, "--json", "show", "--channel", "30").json()
+    assert isinstance(channel, dict) and channel["entries"] == []
+    assert channel["pending_deletes"]["left_out"] == 2
+    text = stm(db, "show", "--user", "42")
+    assert text.status == 0 and summary_of(42, 10) not in text.out
+    assert summary_of(42, 20) in text.out
+    assert "left out: 5 entries that pending deletes" in text.out
+    one_line_error(stm(db, "show", "shortterm:user:42:10"), "nothing is held", "pending deletes")
+    assert "shortterm:user:42:20" in stm(db, "show", "shortterm:user:42:20").out
+    assert rows(db) == before
 
 
 def test_export_with_shared_text_is_marked_for_review(db: Path) -> None:
@@ -517,14 +588,14 @@ def test_janitor(expired: Path) -> None:
     a terminal or --yes, then deletes them and nothing else."""
     path = expired
     before = rows(path)
-    dry = stm(path, "--json", "janitor", "--dry-run")
+    dry = stm(path, "--json", "janitor", "--dry-run", *TTLS)
     assert dry.json() == {"expired": 8, "deleted": 0, "dry_run": True}
     assert rows(path) == before
-    assert "8 expired rows would be deleted" in stm(path, "janitor", "--dry-run").out
-    refused = stm(path, "janitor")
+    assert "8 expired rows would be deleted" in stm(path, "janitor", "--dry-run", *TTLS).out
+    refused = stm(path, "janitor", *TTLS)
     one_line_error(refused, "--yes")
     assert rows(path) == before
-    done = stm(path, "--json", "janitor", "--yes")
+    done = stm(path, "--json", "janitor", "--yes", *TTLS)
     assert done.status == 0, done.err
     data = done.json()
     assert isinstance(data, dict) and data["deleted"] == 8
@@ -535,8 +606,39 @@ def test_janitor(expired: Path) -> None:
 def test_janitor_asks_on_a_terminal(expired: Path) -> None:
     """janitor asks on a terminal; 'n' deletes nothing (status 1)."""
     before = rows(expired)
-    no = stm_on_terminal(expired, "janitor", answer="n\n")
+    no = stm_on_terminal(expired, "janitor", *TTLS, answer="n\n")
     assert no.status == 1 and "Delete 8 expired rows" in no.err and rows(expired) == before
+
+
+def test_janitor_judges_expiry_by_the_bots_ttls_not_the_shells(
+    expired: Path, tmp_path: Path
+) -> None:
+    """Without the bot's TTLs (flags or the bot's env file) the janitor refuses, with
+    status 2, whatever STM_* TTLs this shell has; with them, it deletes by them alone."""
+    before = rows(expired)
+    shell = {"STM_CRUDE_TTL_HOURS": "1", "STM_SUMMARY_TTL_HOURS": "1"}
+    for args in (("--yes",), ("--dry-run",), ("--yes", "--crude-ttl-hours", "1")):
+        refused = stm(expired, "janitor", *args, **shell)
+        one_line_error(refused, "--crude-ttl-hours", "--env-file", "STM_SUMMARY_TTL_HOURS")
+        assert refused.status == 2
+    assert rows(expired) == before
+    # The bot keeps its rows 48 hours: those 30 hours old are live, whatever the shell says.
+    bot_env = tmp_path / "bot.env"
+    bot_env.write_text("STM_CRUDE_TTL_HOURS=48\nstm_summary_ttl_hours=48\n")
+    kept = stm(expired, "--json", "janitor", "--yes", "--env-file", str(bot_env), **shell)
+    assert kept.status == 0, kept.err
+    assert kept.json()["deleted"] == 0 and rows(expired) == before  # type: ignore[index]
+    flags = ("--crude-ttl-hours", "48", "--summary-ttl-hours", "48")
+    dry = stm(expired, "--json", "janitor", "--dry-run", *flags, **shell).json()
+    assert dry == {"expired": 0, "deleted": 0, "dry_run": True}
+    bot_env.write_text("STM_SUMMARY_TTL_HOURS=-3\n")
+    bad = stm(expired, "janitor", "--yes", "--env-file", str(bot_env))
+    one_line_error(bad, "STM_SUMMARY_TTL_HOURS", str(bot_env))
+    assert bad.status == 2 and rows(expired) == before
+    # A file without TTLs means the library's defaults (12 and 24 hours), as for the bot.
+    bot_env.write_text("STM_DATABASE=elsewhere.db\n")
+    done = stm(expired, "--json", "janitor", "--yes", "--env-file", str(bot_env), **shell)
+    assert done.json()["deleted"] == 8  # type: ignore[index]
 
 
 async def test_migrate(tmp_path: Path) -> None:
@@ -572,8 +674,8 @@ COMMANDS = [
     ("export", "--user", "42"),
     ("purge-user", "42", "--yes"),
     ("purge-channel", "10", "--yes"),
-    ("janitor", "--dry-run"),
-    ("janitor", "--yes"),
+    ("janitor", "--dry-run", *TTLS),
+    ("janitor", "--yes", *TTLS),
     ("migrate",),
     ("check",),
 ]
@@ -597,6 +699,16 @@ def test_a_missing_database_is_never_created(tmp_path: Path, args: tuple[str, ..
     one_line_error(run, str(path), "nothing was created")
     assert run.out == ""
     assert not (tmp_path / "data").exists()
+
+
+def test_an_error_line_carries_no_raw_control(tmp_path: Path) -> None:
+    """A database name holding C1 controls is shown with them made visible, whatever
+    the error quotes it with."""
+    for name in (str(tmp_path / "x\x9b2J\x9d0;y.sqlite3"), "postgresql://u@127.0.0.1:1/x\x9b2J"):
+        run = stm(None, "--database", name, "stats")
+        one_line_error(run)
+        assert "2J" in run.err
+        assert not any(chr(c) in run.err for c in range(0x7F, 0xA0)), run.err
 
 
 @pytest.mark.parametrize("args", DOORS, ids=" ".join)

@@ -23,8 +23,9 @@ async def database(tmp_path: Path) -> str:
     return path
 
 
+TTLS = ["--crude-ttl-hours", "12", "--summary-ttl-hours", "24"]
 READS = [["stats"], ["show", "--user", "42"], ["export", "--user", "42"], ["check"],
-         ["janitor", "--dry-run"]]  # fmt: skip
+         ["janitor", "--dry-run", *TTLS]]  # fmt: skip
 
 
 @pytest.mark.parametrize("command", READS, ids=lambda c: c[0])

@@ -13,8 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli import make_database, one_line_error, stm_at, stm_on_terminal_at, summary_of
+from test_cli import (
+    TTLS,
+    make_database,
+    one_line_error,
+    pend,
+    stm_at,
+    stm_on_terminal_at,
+    summary_of,
+)
 
+from stm.store.base import DeleteChannel, PurgeUser
 from stm.store.postgres import MIGRATIONS
 from stm.store.shred import open_sealed_text
 
@@ -125,8 +134,23 @@ def test_purges_and_janitor(pg: str, tmp_path: Path) -> None:
     channel = stm_at(tmp_path, pg, "--json", "purge-channel", "30", "--yes")
     assert channel.status == 0, channel.err
     assert not [k for k in rows(pg) if k.endswith(":30")]
-    dry = stm_at(tmp_path, pg, "--json", "janitor", "--dry-run")
+    dry = stm_at(tmp_path, pg, "--json", "janitor", "--dry-run", *TTLS)
     assert dry.json() == {"expired": 0, "deleted": 0, "dry_run": True}
+
+
+def test_show_and_export_leave_out_what_a_pending_delete_erases(pg: str, tmp_path: Path) -> None:
+    """As on SQLite: what deletes waiting in the journal erase or clear is not shown as
+    held (the journal named by STM_JOURNAL, as a bot on this machine would keep it)."""
+    journal = tmp_path / "pending"
+    pend(journal, PurgeUser(42, 100, "direct"), DeleteChannel(30))
+    env = {"STM_JOURNAL": str(journal)}
+    export = stm_at(tmp_path, pg, "export", "--user", "42", **env).json()
+    assert isinstance(export, dict)
+    assert [e["key"] for e in export["entries"]] == ["shortterm:user:42:20"]
+    assert export["contributed_to"] == [] and export["pending_deletes"]["left_out"] == 5
+    channel = stm_at(tmp_path, pg, "--json", "show", "--channel", "30", **env).json()
+    assert isinstance(channel, dict) and channel["entries"] == []
+    assert len(rows(pg)) == 8  # applied at the next open, not by a read
 
 
 def test_migrate_and_missing_schema(postgres_url: str, tmp_path: Path) -> None:

@@ -499,6 +499,18 @@ class TestMemoryShowPersonas:
             text = only(await h.run("memory", subcommand("show"), person=h.bob, place=h.general))
             assert "Alice sails" in text and "ahoy captain" not in text
 
+    async def test_persona_notes_are_shown_after_a_restart(self, tmp_path: Path):
+        """After a restart, a persona that has not talked since is found by its rows."""
+        async with harness(tmp_path) as h:
+            for persona in (7, 8):
+                ctx = h.world.context(h.alice, h.general, "hi", persona_id=persona)
+                summary = {"summary": f"Persona {persona} notes"}
+                assert (await h.memory.run_tool(ctx, summary)).success
+        async with harness(tmp_path) as h:
+            text = only(await h.run("memory", subcommand("show"), person=h.alice, place=h.general))
+            assert "Persona 7 notes" in text and "Persona 8 notes" in text
+            assert "(persona 7)" in text and "(persona 8)" in text
+
     async def test_the_console_shows_names_and_relative_times(self, tmp_path: Path):
         async with harness(tmp_path) as h:
             await h.say(h.alice, h.general, "hello")

@@ -6,7 +6,7 @@ from helpers import Opener
 
 from stm import ShortTermMemory
 from stm.keys import server_key, user_key
-from stm.testing import ctx, turn
+from stm.testing import Clock, ctx, turn
 
 BOTH_STORES = True
 
@@ -44,3 +44,30 @@ async def test_get_entry_answers_none_for_a_server_with_memory_off(open_memory: 
     assert await answered(second) == off
     await second.update_server_settings(100, enabled=True)
     assert await answered(second) == dict.fromkeys(keys, True)
+
+
+async def test_channel_keys_lists_every_scope_and_persona_after_a_restart(
+    open_memory: Opener, clock: Clock
+) -> None:
+    """The keys of a channel's memory come from the store too: after a restart, every
+    persona's entries are found before any of them talks; other channels' and expired
+    rows are not listed."""
+    first = await open_memory()
+    for persona in (None, 7, 8):
+        await upgrade(first, f"NOTES-{persona}", persona=persona)
+    await upgrade(first, "ELSEWHERE", channel=11, persona=9)
+    await first.close()
+    second = await open_memory()
+    assert len(second.cache) == 0
+    expected = sorted(
+        key(owner, 10, persona)
+        for persona in (None, 7, 8)
+        for key, owner in ((server_key, 100), (user_key, 1))
+    )
+    assert await second.channel_keys(10) == expected
+    for listed in expected:
+        assert await second.get_entry(listed) is not None
+    await second.close()
+    clock.advance(48 * 3600)
+    third = await open_memory()
+    assert await third.channel_keys(10) == []

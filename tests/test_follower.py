@@ -128,3 +128,44 @@ async def test_a_follower_that_cannot_read_the_feed_past_the_bound_drops_its_cac
             await following
     assert b.follower.dropped_caches >= 1
     assert len(b.cache) == 0
+
+
+async def test_the_metrics_report_how_far_behind_the_feed_the_cache_is(
+    open_memory: Opener,
+) -> None:
+    """``feed_lag_seconds``: the time since the newest complete read of the feed began. It
+    grows while the follower does not read, falls back once it has read, stays within a
+    read interval while it runs, and is None once the memory is closed."""
+    running = await open_memory(coherence_seconds=0.2)
+    b = await paused(await open_memory())
+    lag = b.metrics.feed_lag_seconds
+    assert lag is not None and 0 <= lag < 5
+    await asyncio.sleep(0.3)
+    stale = b.metrics.feed_lag_seconds
+    assert stale is not None and stale >= 0.3
+    following = running.metrics.feed_lag_seconds  # reads every 0.05 s meanwhile
+    assert following is not None and following < stale
+    await b.follower.catch_up()
+    caught_up = b.metrics.feed_lag_seconds
+    assert caught_up is not None and caught_up < stale
+    assert b.metrics.as_dict()["feed_lag_seconds"] is not None
+    await b.close()
+    assert b.metrics.feed_lag_seconds is None
+
+
+async def test_the_keys_of_rows_another_process_purged_are_dropped_at_once(
+    open_memory: Opener, store_kind: str
+) -> None:
+    """The row keys a store remembers for upgrades go as soon as the follower applies
+    another process's purge, not at this process's next transaction (PostgreSQL keeps
+    none between transactions)."""
+    a = await open_memory()
+    b = await paused(await open_memory())
+    await b.capture(turn(ctx(user=1), "hello"))
+    assert (await b.run_tool(ctx(user=1), {"summary": "NOTES"})).success
+    await b.flush()
+    assert (b.store.held_keys > 0) == (store_kind == "sqlite")
+    await a.clear_short_term_memory_for_user(1)
+    await a.flush()
+    assert await b.follower.catch_up() == 1
+    assert b.store.held_keys == 0

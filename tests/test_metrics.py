@@ -158,6 +158,7 @@ async def test_prometheus_text_has_the_same_numbers(open_memory: Opener) -> None
     assert samples[("stm_cache_keys", ())] == m.cache_keys == 4
     assert samples[("stm_writer_batch_ops_count", ())] == m.writer_batches
     assert samples[("stm_upgrade_seconds_sum", ())] == pytest.approx(m.upgrade_seconds)
+    assert 0 <= samples[("stm_feed_lag_seconds", ())] < 60
     registry = CollectorRegistry()
     collector = register(memory, registry)
     assert isinstance(collector, MemoryCollector)

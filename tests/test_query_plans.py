@@ -22,6 +22,7 @@ from stm.store.base import (
     DeleteChannel,
     DeleteExpired,
     Guard,
+    LoadChannelKeys,
     LoadRecent,
     LoadRows,
     Op,
@@ -126,6 +127,7 @@ OPERATIONS: dict[str, Op] = {
     "hydrate keys": LoadRows((server_key(1, 2), user_key(7, 2)), NOW - 1e5, NOW - 1e5),
     "warm a server's recall group": LoadRecent("server", 1, None, None, 4, NOW - 1e5, NOW - 1e5),
     "warm a user's recall group": LoadRecent("user", 7, 1, None, 4, NOW - 1e5, NOW - 1e5),
+    "list a channel's keys": LoadChannelKeys(3, NOW - 1e5, NOW - 1e5),
     "guarded upgrade": SaveDistilled(
         row(server_key(1, 2), 1, None, 2),
         Guard(

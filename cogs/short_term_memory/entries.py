@@ -8,12 +8,11 @@ from stm.keys import parse_key, server_key, user_key
 __all__ = ["entries_shown_to"]
 
 
-def _persona_ids(memory: ShortTermMemory, ctx: TurnContext) -> list[int | None]:
-    # Crude messages live only in the cache, so the cache names every persona that has
-    # talked here since the start; a persona's distilled notes from before a restart come
-    # back with its first turn.
+async def _persona_ids(memory: ShortTermMemory, ctx: TurnContext) -> list[int | None]:
+    # The cache and the store together name every persona with memory here: one that
+    # has not talked since a restart is found by its rows.
     found: set[int] = set()
-    for key in memory.cache.keys_of_channel(ctx.channel_id):
+    for key in await memory.channel_keys(ctx.channel_id):
         try:
             scope = parse_key(key)
         except ValueError:
@@ -33,7 +32,7 @@ async def entries_shown_to(
     """(the asker's own entries here, the channel's shared entries), one per persona."""
     own: list[MemoryEntry] = []
     shared: list[MemoryEntry] = []
-    for persona in _persona_ids(memory, ctx):
+    for persona in await _persona_ids(memory, ctx):
         entry = await memory.get_entry(user_key(ctx.user_id, ctx.channel_id, persona))
         if entry is not None:
             own.append(entry)

@@ -9,12 +9,14 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from pydantic_settings import DotEnvSettingsSource
 
 from ..config import STMConfig
-from ..errors import DurabilityError, STMError
+from ..errors import ConfigError, DurabilityError, STMError
 from ..expiry import Expiry, Thresholds
 from ..memory import ShortTermMemory
 from ..metrics import MetricsSnapshot
@@ -28,6 +30,7 @@ __all__ = [
     "configure_logging",
     "confirm",
     "durably",
+    "janitor_ttls",
     "progress",
     "reading",
     "run",
@@ -62,6 +65,11 @@ class Options:
     def shown(self) -> str:
         """The database as output shows it (a server's URL without its password)."""
         return shown(self.config.database)
+
+    def use_ttls(self, crude_ttl_hours: float, summary_ttl_hours: float) -> None:
+        """Judge expiry by these TTLs (the bot's), not by this shell's ``STM_*``."""
+        update = {"crude_ttl_hours": crude_ttl_hours, "summary_ttl_hours": summary_ttl_hours}
+        self._config = self.config.model_copy(update=update)
 
 
 def run(coro: Coroutine[Any, Any, _T]) -> _T:
@@ -171,6 +179,37 @@ def progress(what: str) -> Iterator[None]:
         yield
     finally:
         click.echo("\r\x1b[K", err=True, nl=False)
+
+
+NO_TTLS = (
+    "janitor deletes what has expired by the bot's TTLs, which this shell's STM_* settings "
+    "may not be: pass --crude-ttl-hours and --summary-ttl-hours (the bot's "
+    "STM_CRUDE_TTL_HOURS and STM_SUMMARY_TTL_HOURS), or --env-file naming the file the bot "
+    "reads its settings from"
+)
+
+
+def janitor_ttls(
+    crude: float | None, summary: float | None, env_file: Path | None
+) -> tuple[float, float]:
+    """The TTLs the janitor judges expiry by: given on the command line, or read from the
+    bot's env file alone (the library's defaults for what it does not set); never from
+    this process's environment. Raises ``click.UsageError`` (exit status 2) otherwise."""
+    if env_file is not None:
+        found = DotEnvSettingsSource(STMConfig, env_file=env_file)()
+        defaults = STMConfig.model_fields
+        if crude is None:
+            crude = found.get("crude_ttl_hours", defaults["crude_ttl_hours"].default)
+        if summary is None:
+            summary = found.get("summary_ttl_hours", defaults["summary_ttl_hours"].default)
+    elif crude is None or summary is None:
+        raise click.UsageError(NO_TTLS)
+    try:
+        checked = STMConfig(crude_ttl_hours=crude, summary_ttl_hours=summary)
+    except ConfigError as exc:
+        where = f" in {env_file}" if env_file is not None else ""
+        raise click.UsageError(f"{exc}{where}") from None
+    return checked.crude_ttl_hours, checked.summary_ttl_hours
 
 
 def thresholds(config: STMConfig, now: float) -> Thresholds:

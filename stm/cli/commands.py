@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 import time
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import click
@@ -25,11 +27,13 @@ from .access import (
     configure_logging,
     confirm,
     durably,
+    janitor_ttls,
     progress,
     reading,
     run,
     thresholds,
 )
+from .pending import PendingCover, pending_cover
 from .view import (
     echo_entry,
     echo_json,
@@ -163,7 +167,9 @@ def show(opts: Options, key: str | None, user_id: int | None, channel_id: int | 
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="KEY") from None
 
-    async def read() -> tuple[list[StoredRow], UserHoldings | None, list[list[int]]]:
+    async def read() -> tuple[
+        list[StoredRow], UserHoldings | None, list[list[int]], PendingCover, int
+    ]:
         async with reading(opts) as store:
             holdings = None
             if key is not None:
@@ -175,10 +181,20 @@ def show(opts: Options, key: str | None, user_id: int | None, channel_id: int | 
                 assert user_id is not None
                 holdings = await store.holdings_of_user(user_id, opts.config.erasure)
                 rows = holdings.own + holdings.contributed
+            # What a pending delete is about to erase is not shown as held.
+            cover = await pending_cover(store, opts.config)
+            found = len(rows)
+            rows = cover.kept(rows)
+            if holdings is not None:
+                holdings = replace(
+                    holdings,
+                    own=cover.kept(holdings.own),
+                    contributed=cover.kept(holdings.contributed),
+                )
             shown = [[] if r.pin is None else await store.members(r.pin) for r in rows]
-            return rows, holdings, shown
+            return rows, holdings, shown, cover, found - len(rows)
 
-    rows, holdings, shown = run(read())
+    rows, holdings, shown, cover, left_out = run(read())
     now = time.time()
     if opts.as_json:
         echo_json(
@@ -188,12 +204,14 @@ def show(opts: Options, key: str | None, user_id: int | None, channel_id: int | 
                     for row, users in zip(rows, shown, strict=True)
                 ],
                 **({} if holdings is None else {"opted_out": opt_out_json(holdings)}),
+                **cover.json(left_out),
             }
         )
         return
+    note = cover.line(left_out)
     if key is not None:
         if not rows:
-            raise CommandError(f"nothing is held under {key}")
+            raise CommandError(f"nothing is held under {key}" + (f" ({note})" if note else ""))
         echo_entry(rows[0], opts.config, now, shown[0])
         return
     if holdings is not None:
@@ -201,8 +219,10 @@ def show(opts: Options, key: str | None, user_id: int | None, channel_id: int | 
         echo_rows("shared entries the user contributed to", holdings.contributed, opts.config, now)
         if holdings.opted_out_since is not None:
             click.echo(f"opted out since {iso(holdings.opted_out_since)}")
-        return
-    echo_rows(f"entries of channel {channel_id}", rows, opts.config, now)
+    else:
+        echo_rows(f"entries of channel {channel_id}", rows, opts.config, now)
+    if note:
+        click.echo(printable(note))
 
 
 # Said in every export that carries other people's text, and on stderr when it is made.
@@ -229,11 +249,17 @@ def export(opts: Options, user_id: int, include_shared_text: bool) -> None:
     and when only (other people's text and ids are theirs), unless --include-shared-text.
     """
 
-    async def read() -> UserHoldings:
+    async def read() -> tuple[UserHoldings, PendingCover, int]:
         async with reading(opts) as store:
-            return await store.holdings_of_user(user_id, opts.config.erasure)
+            held = await store.holdings_of_user(user_id, opts.config.erasure)
+            # What a pending delete (the user's own purge above all) is about to erase is
+            # not reported as held.
+            cover = await pending_cover(store, opts.config)
+            kept = replace(held, own=cover.kept(held.own), contributed=cover.kept(held.contributed))
+            left_out = len(held.own) + len(held.contributed) - len(kept.own) - len(kept.contributed)
+            return kept, cover, left_out
 
-    holdings = run(read())
+    holdings, cover, left_out = run(read())
     if include_shared_text:
         click.echo(click.style(f"warning: {REVIEW}", fg="yellow"), err=True)
     echo_json(
@@ -255,6 +281,7 @@ def export(opts: Options, user_id: int, include_shared_text: bool) -> None:
                 + ("" if include_shared_text else "; their text is other people's data too")
             ),
             "opted_out": opt_out_json(holdings),
+            **cover.json(left_out),
             "not_included": (
                 "recent messages (crude memory) are held only in the memory of running bot "
                 "processes, never in the database; they expire after "
@@ -358,13 +385,32 @@ def purge_channel(opts: Options, channel_id: int, yes: bool) -> None:
     )
 
 
+TTL = click.FloatRange(min=0, min_open=True)
+
+
 @cli.command()
 @json_flag
 @click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--crude-ttl-hours", type=TTL, metavar="H", help="The bot's STM_CRUDE_TTL_HOURS.")
+@click.option("--summary-ttl-hours", type=TTL, metavar="H", help="The bot's STM_SUMMARY_TTL_HOURS.")
+@click.option(
+    "--env-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Read the TTLs from the bot's .env file (the defaults for what it does not set).",
+)
 @pass_options
-def janitor(opts: Options, dry_run: bool, yes: bool) -> None:
-    """Delete expired rows now (bots also do it every STM_JANITOR_INTERVAL_MINUTES)."""
+def janitor(
+    opts: Options,
+    dry_run: bool,
+    yes: bool,
+    crude_ttl_hours: float | None,
+    summary_ttl_hours: float | None,
+    env_file: Path | None,
+) -> None:
+    """Delete expired rows now, by the bot's TTLs, given with --crude-ttl-hours and
+    --summary-ttl-hours or --env-file (bots also do it every STM_JANITOR_INTERVAL_MINUTES)."""
+    opts.use_ttls(*janitor_ttls(crude_ttl_hours, summary_ttl_hours, env_file))
 
     async def count() -> int:
         async with reading(opts) as store:
@@ -493,5 +539,5 @@ def _prog_name() -> str:
 
 
 def _fail(message: str, status: int) -> None:
-    click.echo(f"stm: error: {' '.join(message.split())}", err=True)
+    click.echo(f"stm: error: {printable(' '.join(message.split()))}", err=True)
     sys.exit(status)

@@ -25,6 +25,7 @@ __all__ = [
     "expires_at",
     "impact_json",
     "impact_lines",
+    "json_text",
     "opt_out_json",
     "report",
     "row_json",
@@ -32,8 +33,21 @@ __all__ = [
 ]
 
 
+def json_text(data: object) -> str:
+    """``data`` as indented JSON that is safe on a terminal: text stays readable (not
+    ASCII-escaped), but every character that is not printable (DEL, the C1 controls
+    U+0080-U+009F such as the 8-bit CSI, line and paragraph separators, bidi controls)
+    is written as a JSON escape, as json.dumps already writes the C0 controls."""
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    if text.replace("\n", "").isprintable():
+        return text
+    # Outside strings json.dumps writes only ASCII punctuation, digits, letters, spaces
+    # and newlines: every other character is inside a string, where an escape means it.
+    return "".join(ch if ch == "\n" or ch.isprintable() else json.dumps(ch)[1:-1] for ch in text)
+
+
 def echo_json(data: object) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    click.echo(json_text(data))
 
 
 def echo_pairs(pairs: list[tuple[str, str]]) -> None:
@@ -49,7 +63,7 @@ def echo_rows(title: str, rows: list[StoredRow], config: STMConfig, now: float) 
     headers = ("KEY", "SERVER", "CHANNEL", "UPDATED", "EXPIRES", "MEMORY")
     cells = [
         [
-            row.key,
+            printable(row.key),
             "-" if row.server_id is None else str(row.server_id),
             printable(row.channel_name or str(row.channel_id)),
             ago(now - row.updated_at),
@@ -69,8 +83,8 @@ def echo_entry(row: StoredRow, config: STMConfig, now: float, shown: list[int]) 
     expires = expires_at(row, config)
     version = "-" if row.pin is None else f"{row.pin.version} of chain {row.pin.chain}"
     pairs = [
-        ("key", row.key),
-        ("scope", row.scope),
+        ("key", printable(row.key)),
+        ("scope", printable(row.scope)),
         ("server", _named(row.server_id, row.server_name)),
         ("channel", _named(row.channel_id, row.channel_name)),
         ("private channel", "yes" if row.channel_private else "no"),

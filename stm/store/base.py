@@ -81,6 +81,7 @@ __all__ = [
     "ForgetServer",
     "Guard",
     "Inspector",
+    "LoadChannelKeys",
     "LoadDepartures",
     "LoadRecent",
     "LoadRows",
@@ -486,6 +487,16 @@ class LoadRecent:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadChannelKeys:
+    """The keys of a channel's unexpired rows, every scope and persona, in key order
+    (read only: expired rows are left for the janitor)."""
+
+    channel_id: int
+    crude_before: float
+    summary_before: float
+
+
+@dataclass(frozen=True, slots=True)
 class Scrub:
     """Erase from the files what committed deletes destroyed (run alone, outside a
     transaction; it fails, to be tried again later, while another connection's read
@@ -524,6 +535,7 @@ Op = (
     | DeleteExpired
     | LoadRows
     | LoadRecent
+    | LoadChannelKeys
     | SaveServerSettings
     | SaveOptOut
     | Scrub
@@ -688,6 +700,18 @@ class Store(Protocol):
 
     async def load_server_settings(self) -> dict[int, str]:
         """Every stored server's settings JSON."""
+        ...
+
+    @property
+    def held_keys(self) -> int:
+        """How many rows' encryption keys this store holds in memory between transactions
+        (a diagnostic; see :meth:`forget_keys`)."""
+        ...
+
+    async def forget_keys(self) -> None:
+        """Drop every row key held in memory between transactions: another process
+        committed changes (a purge, a clear), and the keys of rows it deleted must not
+        outlive them here until this store's next transaction."""
         ...
 
     async def load_opt_outs(self) -> set[int]:

@@ -57,6 +57,7 @@ from .base import (
     FeedPage,
     ForgetMessages,
     ForgetServer,
+    LoadChannelKeys,
     LoadDepartures,
     LoadRecent,
     LoadRows,
@@ -421,6 +422,14 @@ class PostgresStore:
         async with self._acquire() as conn:
             return await _run(conn, chains.pending_sweeps())
 
+    @property
+    def held_keys(self) -> int:
+        """Always 0: row keys are read inside the transaction that uses them (``_Keys``)."""
+        return 0
+
+    async def forget_keys(self) -> None:
+        """Nothing to drop: no row key outlives its transaction here."""
+
     async def current_position(self) -> int:
         """The position of the newest committed change (0 when there was none)."""
         self._check_open()
@@ -673,7 +682,7 @@ def _count(status: str) -> int:
 
 
 def _writes(op: Op) -> bool:
-    return not isinstance(op, LoadRecent | Scrub)
+    return not isinstance(op, LoadRecent | LoadChannelKeys | Scrub)
 
 
 async def migrate(conn: Any, name: str = "") -> int:
@@ -981,6 +990,15 @@ async def _apply(conn: Any, op: Op, feed: _Feed) -> object:
             return await _select(conn, f"{_INSPECT} WHERE key = ANY($1::text[])", list(keys))
         case LoadRecent():
             return await _load_recent(conn, op)
+        case LoadChannelKeys(channel_id, crude_before, summary_before):
+            found = await conn.fetch(
+                f"SELECT key FROM short_term_memories WHERE channel_id = $3 "
+                f"AND NOT ({_EXPIRED}) ORDER BY key",
+                crude_before,
+                summary_before,
+                channel_id,
+            )
+            return [row[0] for row in found]
         case SaveServerSettings(server_id, settings_json):
             await conn.execute(
                 "INSERT INTO stm_server_settings (server_id, settings) VALUES ($1, $2) "

@@ -53,6 +53,7 @@ from .base import (
     FeedPage,
     ForgetMessages,
     ForgetServer,
+    LoadChannelKeys,
     LoadDepartures,
     LoadRecent,
     LoadRows,
@@ -370,6 +371,16 @@ class SQLiteStore:
         return await self._call(
             run_batch, self._db, ops, self.path != ":memory:", self.origin, self._known
         )
+
+    @property
+    def held_keys(self) -> int:
+        """The row keys remembered for upgrades (``KnownKeys``)."""
+        return len(self._known.keys)
+
+    async def forget_keys(self) -> None:
+        """Drop the remembered row keys now, on the connection's thread (a batch may be
+        using them there)."""
+        await self._call(self._known.clear)
 
     async def current_position(self) -> int:
         """The position of the newest committed change (0 when there was none)."""
@@ -700,7 +711,15 @@ class _Feed:
 
 # Operations that change no row's key (upgrades keep ``known`` exact themselves). Any
 # other, a delete above all, makes ``known`` start over.
-_KEEPS_KEYS = (SaveDistilled, Touch, LoadRecent, SaveServerSettings, SaveOptOut, PreviewPurge)
+_KEEPS_KEYS = (
+    SaveDistilled,
+    Touch,
+    LoadRecent,
+    LoadChannelKeys,
+    SaveServerSettings,
+    SaveOptOut,
+    PreviewPurge,
+)
 
 
 class KnownKeys:
@@ -846,6 +865,15 @@ def apply(
             return _load_rows(db, keys, crude_before, summary_before, feed)
         case LoadRecent():
             return _load_recent(db, op)
+        case LoadChannelKeys(channel_id, crude_before, summary_before):
+            return [
+                key
+                for (key,) in db.execute(
+                    f"SELECT key FROM short_term_memories WHERE channel_id = :channel "
+                    f"AND {_LIVE} ORDER BY key",
+                    {"channel": channel_id, "crude": crude_before, "summary": summary_before},
+                )
+            ]
         case SaveServerSettings(server_id, settings_json):
             db.execute(
                 "INSERT INTO stm_server_settings (server_id, settings) VALUES (?, ?) "
