@@ -342,17 +342,25 @@ def record(pin: Pin, lineage: Lineage) -> Procedure[None]:
                 continue  # the chain's own earlier versions: held by every later one
             slot = (parent.chain, own)
             parents[slot] = max(parents.get(slot, 0), parent.version)
+    # Every edge dropped, then every edge added, each kind in one statement (one round
+    # trip on PostgreSQL however many pairs the prompt showed).
+    drops: list[dict[str, int]] = []
+    adds: list[dict[str, int]] = []
     for (parent_chain, own), parent_version in parents.items():
         pair = {"parent": parent_chain, "child": pin.chain, "own": int(own)}
         held = [(int(p), int(c)) for p, c in (yield Step(_EDGES_OF_PAIR, pair, "all"))]
         kept = merge_edges(held, (parent_version, pin.version))
         for gone in sorted(set(held) - set(kept)):
-            yield Step(_DROP_EDGE, {**pair, "parent_version": gone[0]}, "exec")
+            drops.append({**pair, "parent_version": gone[0]})
         for new in sorted(set(kept) - set(held)):
             edge = {**pair, "parent_version": new[0], "child_version": new[1]}
             # A merge may keep a parent version with a new child version: replace it.
-            yield Step(_DROP_EDGE, edge, "exec")
-            yield Step(_ADD_EDGE, edge, "exec")
+            drops.append(edge)
+            adds.append(edge)
+    if drops:
+        yield Step(_DROP_EDGE, drops, "many")
+    if adds:
+        yield Step(_ADD_EDGE, adds, "many")
 
 
 def _plan(user: int, server: int | None, erasure: Erasure) -> Procedure[list[Range]]:
