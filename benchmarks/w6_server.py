@@ -788,7 +788,9 @@ def tables(results: list[dict[str, Any]]) -> list[str]:
         for r in sweeps:
             lines.append(
                 _row(
-                    r["store"], f"{r.get('cache_max_keys', 100):,}", f"{r['members']:,}",
+                    r["store"], f"{r.get('cache_max_keys', 100):,}",
+                    f"{r['members']:,}" + (f" ({r['storm_callers']} callers)"
+                                           if r.get("storm_callers", 40) != 40 else ""),
                     _pm(r["fill_turn_us"], 1e-3, 1),
                     _pm(r["turn_us"], 1, 1),
                     _pm(r["upgrade_us"], 1e-3, 2), f"{r['storm_us_per_upgrade']:,.0f}",
