@@ -743,7 +743,7 @@ def tables(results: list[dict[str, Any]]) -> list[str]:
                         r["store"], r["erasure"], f"{r['users']:,}", name, t["messages"],
                         f"{busy[0]:,} / {busy[1]:,}{extra}",
                         f"{t['preview']['busy_share']:.0%}", f"{t['purge_flush_ms']:,.0f}",
-                        f"{t['stall_max_ms']:,.1f}",
+                        f"{t['stall_max_ms']:,.1f}" if t["upgrades_during"] else "none overlapped",
                         f"{base['p50']:.1f} / {base['p99']:.1f}",
                     )
                 )  # fmt: skip
