@@ -137,7 +137,10 @@ def _rows(rows: int, blast: int) -> tuple[int, list[tuple[object, ...]], list[tu
 async def build_postgres(url: str, rows: int, blast: int = 0) -> int:
     """``build`` on PostgreSQL: the schema made by the library, then the rows copied in with
     their keys and sealed text as the library stores them; returns the number of users."""
-    import asyncpg
+    try:
+        import asyncpg
+    except ImportError:  # the postgres extra
+        raise SystemExit("asyncpg is not installed: pip install -e '.[postgres]'") from None
     from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
     from stm.store import shred

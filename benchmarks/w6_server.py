@@ -217,7 +217,10 @@ def sqlite_storage(path: str) -> dict[str, Any]:
 
 
 async def postgres_storage(url: str) -> dict[str, Any]:
-    import asyncpg
+    try:
+        import asyncpg
+    except ImportError:  # the postgres extra; the library itself needs it to get here
+        raise Skipped("asyncpg is not installed: pip install -e '.[postgres]'") from None
 
     conn = await asyncpg.connect(url)
     try:
