@@ -6,7 +6,7 @@ path (this tree, or another checkout for a before/after comparison)::
     PYTHONPATH=. python benchmarks/stall.py --rows 100000 1000000 3000000
     PYTHONPATH=. python benchmarks/stall.py --rows 1000000 --blast 10000
     PYTHONPATH=. python benchmarks/stall.py --rows 1000000 --blast 10000 \
-        --database postgresql://postgres@127.0.0.1:5432/postgres
+        --database postgresql://postgres@127.0.0.1:5432/postgres --trace
 
 For each size it builds a database of that many rows (one in five holding a
 ~200-character summary and its contributor) with the library's own schema,
@@ -20,7 +20,8 @@ of them, and the longest upgrade during it is reported apart (the upgrader works
 server of its own, so it waits only for the purge's transactions, never for its rows).
 With ``--database postgresql://...`` the same rows are loaded (``COPY``, with the
 library's schema, keys and sealed text as it writes them) into a scratch database on
-that server, dropped afterwards.
+that server, dropped afterwards. ``--trace`` times every batch of the store and prints
+the longest, with the operations each held: what the upgrades waited for.
 """
 
 from __future__ import annotations
@@ -137,7 +138,10 @@ def _rows(rows: int, blast: int) -> tuple[int, list[tuple[object, ...]], list[tu
 async def build_postgres(url: str, rows: int, blast: int = 0) -> int:
     """``build`` on PostgreSQL: the schema made by the library, then the rows copied in with
     their keys and sealed text as the library stores them; returns the number of users."""
-    import asyncpg
+    try:
+        import asyncpg
+    except ImportError:  # the postgres extra
+        raise SystemExit("asyncpg is not installed: pip install -e '.[postgres]'") from None
     from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
     from stm.store import shred
@@ -205,6 +209,39 @@ async def build_postgres(url: str, rows: int, blast: int = 0) -> int:
     return users
 
 
+LONG_BATCHES: list[tuple[float, str]] = []
+
+
+def trace_batches(threshold_ms: float = 15.0) -> None:
+    """Time every batch either store runs, keeping those over ``threshold_ms`` with the
+    kinds of operation they held: what other work waited for."""
+    from collections import Counter
+
+    from stm.store.postgres import PostgresStore
+    from stm.store.sqlite import SQLiteStore
+
+    for cls in (SQLiteStore, PostgresStore):
+        original = cls.run
+
+        async def run(self: object, ops: list[object], _original: object = original) -> object:
+            t0 = time.perf_counter()
+            try:
+                return await _original(self, ops)  # type: ignore[operator]
+            finally:
+                ms = (time.perf_counter() - t0) * 1e3
+                if ms > threshold_ms:
+                    kinds = Counter(type(op).__name__ for op in ops).most_common()
+                    LONG_BATCHES.append((ms, ", ".join(f"{k} ×{n}" for k, n in kinds)))
+
+        cls.run = run  # type: ignore[method-assign,assignment]
+
+
+def print_long_batches(count: int = 10) -> None:
+    for ms, kinds in sorted(LONG_BATCHES, reverse=True)[:count]:
+        print(f"    batch {ms:,.1f} ms: {kinds}")
+    LONG_BATCHES.clear()
+
+
 def ctx(n: int) -> TurnContext:
     return TurnContext(user_id=10**9 + n % 50, channel_id=10**9 + n % 50, server_id=10**9)
 
@@ -244,13 +281,22 @@ async def measure(path: Path | str, users: int, purges: int, blast: int = 0) -> 
         wide: dict[str, float] = {}
         if blast:
             # The purge of the user whose words are in ``blast`` entries' notes.
+            # As ``purge()``, in its two steps: the clear returns once the store planned what
+            # it reaches (until then upgrades in its scope, every server here, wait for the
+            # plan), ``flush()`` once the rest is swept and erased.
+            reach = await memory.preview_purge(users + 1)
             t0 = time.perf_counter()
-            impact = await memory.purge(users + 1)
+            await memory.clear_short_term_memory_for_user(users + 1)
+            planned = time.perf_counter()
+            await memory.flush()
             t1 = time.perf_counter()
+            during_plan = [s for t, s in latencies if t + s >= t0 and t <= planned]
             wide = {
-                "blast_cleared": float(impact.shared + impact.own),
+                "blast_cleared": float(reach.shared + reach.own),
+                "blast_plan_ms": (planned - t0) * 1e3,
                 "blast_purge_flush_ms": (t1 - t0) * 1e3,
                 "blast_stall_max_ms": max(s for t, s in latencies if t + s >= t0 and t <= t1) * 1e3,
+                "blast_stall_max_during_plan_ms": max(during_plan, default=0.0) * 1e3,
             }
         rng = random.Random(3)
         purge_times = []
@@ -294,8 +340,14 @@ def main() -> None:
     parser.add_argument(
         "--database", default="", help="a postgresql:// server: measure PostgreSQL there"
     )
+    parser.add_argument(
+        "--trace", action="store_true", help="print the store's longest batches after each size"
+    )
     args = parser.parse_args()
     import stm
+
+    if args.trace:
+        trace_batches()
 
     print(f"library: {Path(stm.__file__).parent}  sqlite {sqlite3.sqlite_version}")
     if args.database:
@@ -315,6 +367,7 @@ def main() -> None:
             f"{rows:>9,} rows ({size:,.0f} MiB, built in {built:.0f} s): "
             + ", ".join(f"{k} {v:,.1f}" for k, v in result.items())
         )
+        print_long_batches()
         for suffix in ("", "-wal", "-shm", "-stm-pending"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
     if args.dir is None:
@@ -338,6 +391,7 @@ async def _postgres(server: str, sizes: list[int], purges: int, blast: int) -> N
             + ", ".join(f"{k} {v:,.1f}" for k, v in result.items()),
             flush=True,
         )
+        print_long_batches()
 
 
 if __name__ == "__main__":
