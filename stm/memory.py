@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from .background import Background, Opening
+from .budget import TokenCounter, count_with, fit
 from .cache import Entry, MemoryCache
 from .config import STMConfig
 from .convert import snapshot
@@ -88,6 +89,7 @@ from .store.base import (
     Store,
 )
 from .timing import LoopScheduler, Scheduler
+from .tool.schema import definition_json
 from .tool.upgrade import MemoryTool, Upgrades
 from .window import StoredMessage
 from .writer import Writer
@@ -131,6 +133,7 @@ class ShortTermMemory:
         scheduler: Scheduler | None = None,
         on_purge_alert: Callable[[PurgeAlert], None] | None = None,
         channel_is_private: Callable[[TurnContext], bool] | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -196,6 +199,9 @@ class ShortTermMemory:
         self.follower.forgotten = self._forgotten
         self.tool = MemoryTool(self)
         self._render_cache = RenderCache()
+        # Under a token budget: the host's tokenizer, else the estimate (``stm.budget``).
+        self.count_tokens = count_with(token_counter)
+        self._tool_tokens: dict[str, int] = {}
         self.closed = False
 
     # -- opening and closing ------------------------------------------------
@@ -210,6 +216,7 @@ class ShortTermMemory:
         scheduler: Scheduler | None = None,
         on_purge_alert: Callable[[PurgeAlert], None] | None = None,
         channel_is_private: Callable[[TurnContext], bool] | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> Opening[ShortTermMemory]:
         """Open the memory: ``await`` it, or use it as ``async with``.
 
@@ -218,7 +225,9 @@ class ShortTermMemory:
         clears too much of a server's memory, or repeats (``stm.purgewatch``); without
         it they are logged as warnings on the ``stm`` logger. ``channel_is_private`` is
         asked about a server channel a turn's context calls public; its True (or an
-        error) makes the channel's memory private (the cog asks Discord)."""
+        error) makes the channel's memory private (the cog asks Discord). ``token_counter``:
+        the model's tokenizer as a callable from text to a count, for the token budget
+        (default: ``stm.estimate_tokens``)."""
         return Opening(
             cls._open(
                 config or STMConfig(),
@@ -228,6 +237,7 @@ class ShortTermMemory:
                 scheduler,
                 on_purge_alert,
                 channel_is_private,
+                token_counter,
             )
         )
 
@@ -241,6 +251,7 @@ class ShortTermMemory:
         scheduler: Scheduler | None,
         on_purge_alert: Callable[[PurgeAlert], None] | None,
         channel_is_private: Callable[[TurnContext], bool] | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> ShortTermMemory:
         if store is None:
             store = await open_store(config)
@@ -253,6 +264,7 @@ class ShortTermMemory:
                 scheduler=scheduler,
                 on_purge_alert=on_purge_alert,
                 channel_is_private=channel_is_private,
+                token_counter=token_counter,
             )
             await memory._start()
         except BaseException:
@@ -498,8 +510,36 @@ class ShortTermMemory:
 
     # -- the turn path: context and tool --------------------------------------
     def tool_schema(self, ctx: TurnContext) -> dict[str, Any] | None:
-        """The ``update_short_term_memory`` tool for this turn, or None when unavailable."""
-        return self._upgrades.definition(ctx)
+        """The ``update_short_term_memory`` tool for this turn, or None when unavailable
+        (also when its definition alone would not fit the server's token budget)."""
+        definition = self._upgrades.definition(ctx)
+        if definition is not None:
+            settings = self.settings_for(ctx.server_id)
+            budget = self.token_budget(settings)
+            if budget is not None and self._definition_tokens(settings) > budget:
+                return None
+        return definition
+
+    def token_budget(self, settings: ServerSettings) -> int | None:
+        """Tokens memory may add to a prompt under these settings, or None (no budget):
+        the server's own budget, never above the operator's ``context_token_budget``."""
+        operator = self.config.context_token_budget or None
+        own = settings.context_token_budget
+        if own is None or own == 0:
+            return operator
+        return own if operator is None else min(own, operator)
+
+    def _definition_tokens(self, settings: ServerSettings) -> int:
+        """Tokens of the tool's definition for these settings (counted once per text)."""
+        text = definition_json(
+            settings.categories, self.config.max_summary_length, settings.tool_description
+        )
+        tokens = self._tool_tokens.get(text)
+        if tokens is None:
+            if len(self._tool_tokens) >= 512:
+                self._tool_tokens.clear()
+            tokens = self._tool_tokens[text] = self.count_tokens(text)
+        return tokens
 
     async def run_tool(self, ctx: TurnContext, arguments: object) -> ToolResult:
         """Stage 02, summary upgrade; never raises for what the model sent."""
@@ -573,6 +613,24 @@ class ShortTermMemory:
             and self._upgrades.blocked(ctx, settings) is None
         ):
             context.nudge = nudge(settings)
+        budget = self.token_budget(settings)
+        if budget is not None:
+            offered = self._upgrades.blocked(ctx, settings) is None
+            fitted = fit(
+                context.blocks,
+                context.nudge,
+                self._definition_tokens(settings) if offered else None,
+                budget,
+                self.count_tokens,
+                entry=entry,
+                others=others,
+                settings=settings,
+                bot_name=ctx.bot_name,
+                now=now,
+                cache=self._render_cache,
+            )
+            context.blocks, context.nudge = fitted.blocks, fitted.nudge
+            context.tokens, context.dropped = fitted.tokens, fitted.dropped
         return context
 
     # -- deletion -------------------------------------------------------------

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_RAW_ARGUMENTS",
     "DuplicateKeyError",
     "arguments_model",
+    "definition_json",
     "loads_strict",
     "parse_arguments",
     "tool_definition",
@@ -97,6 +98,13 @@ def _definition_json(
         },
     }
     return json.dumps(definition)
+
+
+def definition_json(
+    categories: tuple[Category, ...], max_length: int, description: str | None = None
+) -> str:
+    """The tool in OpenAI function-tool form as JSON (the same string for the same values)."""
+    return _definition_json(categories, max_length, description)
 
 
 def tool_definition(
