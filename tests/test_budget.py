@@ -22,7 +22,7 @@ from stm import (
     TurnContext,
     estimate_tokens,
 )
-from stm.budget import ESTIMATE_MARGIN, count_with, fit, left_out_end
+from stm.budget import ESTIMATE_MARGIN, count_with, fit
 from stm.cache import Entry, StoredMessage
 from stm.render import nudge, other_channels_blocks, same_channel_block
 from stm.slugs import slugify
@@ -202,7 +202,7 @@ class TestFit:
         assert len(blocks) == 1
         lines = blocks[0].split("\n")
         assert lines[0].startswith("[Short-term memory of Bot")
-        assert lines[-1] == left_out_end("[End of short-term memory]")
+        assert lines[-1] == "[End of short-term memory; more was left out to fit the prompt]"
         assert 1 <= len(lines) - 2 < 30
         assert all(line.startswith("> here line ") for line in lines[1:-1])
         assert lines[1] == "> here line 0"  # notes keep their first lines

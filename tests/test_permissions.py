@@ -339,6 +339,14 @@ COMMANDS = (
         _setting("crude_message_count", 2),
     ),
     Command(
+        "/memory-settings token-budget",
+        "memory-settings",
+        _settings("token-budget", options=(option("tokens", 900, 4),)),
+        "manage_server",
+        True,
+        _setting("context_token_budget", 900),
+    ),
+    Command(
         "/memory-settings enabled",
         "memory-settings",
         _settings("enabled", options=(option("enabled", False, 5),)),
@@ -393,7 +401,7 @@ COMMANDS = (
 )
 
 CELLS = list(itertools.product(COMMANDS, ACTORS))
-MATRIX_SIZE = 17 * 6
+MATRIX_SIZE = 18 * 6
 
 
 def test_the_matrix_is_the_full_product(capsys: pytest.CaptureFixture[str]) -> None:

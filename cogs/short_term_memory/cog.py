@@ -20,6 +20,7 @@ from stm import (
     PurgeImpact,
     ShortTermMemory,
     STMConfig,
+    TokenCounter,
     ToolRegistry,
     TurnContext,
 )
@@ -125,7 +126,8 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
     ``command_names`` renames top-level commands (``{"refresh": "forget-channel"}``) or
     leaves them out (``{"purge-memory": None}``); keys are the names in ``COMMANDS``.
     ``confirm_seconds``: how long ``/memory forget`` and ``/purge-memory`` wait for their
-    Confirm button before nothing happens.
+    Confirm button before nothing happens. ``token_counter``: the model's tokenizer (text
+    to a count) for the token budget; without it the budget counts with an estimate.
     """
 
     memory: ShortTermMemory
@@ -138,6 +140,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         tools: ToolRegistry | None = None,
         command_names: Mapping[str, str | None] | None = None,
         confirm_seconds: float = CONFIRM_SECONDS,
+        token_counter: TokenCounter | None = None,
     ) -> None:
         if config is not None and not isinstance(config, STMConfig):
             raise TypeError(f"config must be an stm.STMConfig, not {type(config).__name__}")
@@ -155,6 +158,9 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         if not 0 < confirm_seconds <= 14 * 60:
             raise ValueError("confirm_seconds must be more than 0 and at most 840 (14 minutes)")
         self.confirm_seconds = float(confirm_seconds)
+        if token_counter is not None and not callable(token_counter):
+            raise TypeError("token_counter must be a callable from text to a token count")
+        self.token_counter = token_counter
         self._confirmations: weakref.WeakSet[PurgeConfirmation] = weakref.WeakSet()
 
     def _apply_command_names(self, wanted: Mapping[str, str | None]) -> dict[str, str | None]:
@@ -213,6 +219,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             self.config,
             on_purge_alert=self._purge_alert,
             channel_is_private=channel_privacy(self.bot),
+            token_counter=self.token_counter,
         )
         try:
             self.start_departures()

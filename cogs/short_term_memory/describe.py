@@ -101,8 +101,10 @@ def describe_memory(
     return "\n".join(lines)
 
 
-def describe_settings(settings: ServerSettings, max_categories: int) -> str:
-    """What ``/memory-settings show`` answers."""
+def describe_settings(
+    settings: ServerSettings, max_categories: int, *, budget: int | None = None
+) -> str:
+    """What ``/memory-settings show`` answers; ``budget``: the token budget in force."""
     state = "on" if settings.enabled else "off"
     lines = [
         f"Short-term memory is **{state}** in this server.",
@@ -111,6 +113,8 @@ def describe_settings(settings: ServerSettings, max_categories: int) -> str:
         f"Crude messages shown per other channel: {settings.crude_message_count}",
         "Members who leave or are banned: "
         + ("their memory here is erased" if settings.purge_leavers else "kept until it expires"),
+        "Tokens memory may add to each prompt: "
+        + ("no limit" if budget is None else f"{budget:,}"),
         f"Categories ({len(settings.categories)}/{max_categories}):",
     ]
     for category in settings.categories:

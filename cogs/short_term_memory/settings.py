@@ -10,6 +10,7 @@ from discord.ext import commands
 from pydantic import ValidationError
 
 from stm import Category, InvalidInput, ServerSettings, ShortTermMemory, STMConfig
+from stm.config import MAX_CONTEXT_TOKEN_BUDGET
 from stm.settings import invalid_input
 
 from ..utils.checks import has_server_permission_or_owner, server_only
@@ -67,7 +68,8 @@ class SettingsCommands(commands.Cog):
 
     async def _show(self, interaction: discord.Interaction[Any], settings: ServerSettings) -> None:
         limit = self.memory.config.max_categories
-        await reply(interaction, describe_settings(settings, limit))
+        budget = self.memory.token_budget(settings)
+        await reply(interaction, describe_settings(settings, limit, budget=budget))
 
     async def _show_current(self, interaction: discord.Interaction[Any]) -> None:
         await self._show(
@@ -85,7 +87,11 @@ class SettingsCommands(commands.Cog):
         await _defer(interaction)
         server_id = _server_id(interaction)
         settings = await self.memory.get_server_settings(server_id)
-        text = describe_settings(settings, self.memory.config.max_categories)
+        text = describe_settings(
+            settings,
+            self.memory.config.max_categories,
+            budget=self.memory.token_budget(settings),
+        )
         recent = describe_recent_purges(self.memory.recent_purges(server_id))
         await reply(interaction, f"{text}\n{recent}")
 
@@ -118,6 +124,20 @@ class SettingsCommands(commands.Cog):
     ) -> None:
         await _defer(interaction)
         await self._update(interaction, crude_message_count=count)
+
+    @settings_group.command(
+        name="token-budget", description="Most tokens memory may add to each prompt here."
+    )
+    @app_commands.describe(tokens="0 returns to the bot's default; at most the bot's own budget")
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def settings_token_budget(
+        self,
+        interaction: discord.Interaction[Any],
+        tokens: app_commands.Range[int, 0, MAX_CONTEXT_TOKEN_BUDGET],
+    ) -> None:
+        await _defer(interaction)
+        await self._update(interaction, context_token_budget=tokens or None)
 
     @settings_group.command(name="enabled", description="Turn short-term memory on or off here.")
     @has_server_permission_or_owner("manage_guild")
