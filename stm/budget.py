@@ -11,17 +11,13 @@ that does not fit ends the claim: nothing of lower priority is shown while
 something of higher priority is cut. Frame lines are never cut, and each block
 shown under a cut says in its closing line that more was left out.
 
-``estimate_tokens`` is the default counter: a few passes over the text in C,
-no tokenizer. Measured against ``cl100k_base`` and ``o200k_base`` it is at most
-``ESTIMATE_MARGIN`` under the exact count on Latin and CJK prose and chat (and
-usually over: about 1.2x for English, up to about 2x for Japanese on
-``o200k_base``). A host with its model's tokenizer passes it as the counter.
+``stm.tokens.estimate_tokens`` is the default counter (see there for its
+margins); a host with its model's tokenizer passes it as the counter.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -42,6 +38,7 @@ from .render import (
     segment_lines,
     segment_titles,
 )
+from .tokens import ESTIMATE_MARGIN, estimate_tokens
 
 __all__ = [
     "ESTIMATE_MARGIN",
@@ -56,26 +53,6 @@ __all__ = [
 log = logging.getLogger("stm.budget")
 
 TokenCounter = Callable[[str], int]
-
-# The most the estimate was seen under the exact count (benchmarks/w7_tokens.py, and
-# tests/test_budget.py where bpe-openai is installed).
-ESTIMATE_MARGIN = 0.15
-
-_DIGITS = "0123456789"
-
-
-def estimate_tokens(text: str) -> int:
-    """A fast, conservative token count: a token per 3.5 characters, half a token more per
-    digit (tokenizers split numbers finely), and 0.7 more per UTF-8 byte past the first
-    of each character (about 1.7 per CJK character, 1 per accented Latin letter)."""
-    if not text:
-        return 0
-    n = len(text)
-    extra = len(text.encode("utf-8", "surrogatepass")) - n
-    digits = 0
-    for digit in _DIGITS:
-        digits += text.count(digit)
-    return math.ceil(n / 3.5 + digits * 0.5 + extra * 0.7)
 
 
 def count_with(counter: TokenCounter | None) -> TokenCounter:
@@ -146,6 +123,7 @@ def fit(
     budget: int,
     count: TokenCounter,
     *,
+    counted: Sequence[int] | None = None,
     entry: Entry | None,
     others: Sequence[Entry],
     settings: ServerSettings,
@@ -154,7 +132,8 @@ def fit(
     cache: RenderCache | None = None,
 ) -> Fitted:
     """The turn's memory (``blocks`` and ``nudge`` as rendered, the tool's definition of
-    ``tool_tokens`` when offered) within ``budget`` tokens as ``count`` counts them."""
+    ``tool_tokens`` when offered) within ``budget`` tokens as ``count`` counts them.
+    ``counted``: the blocks' counts when the caller already has them."""
     dropped: list[Omission] = []
     fixed = 0
     tool = tool_tokens is not None
@@ -172,7 +151,7 @@ def fit(
         else:
             fixed += cost
     room = budget - fixed
-    used = sum(count(block.text) for block in blocks)
+    used = sum(count(block.text) for block in blocks) if counted is None else sum(counted)
     if used <= room and not dropped:
         return Fitted(blocks, nudge, tool, fixed + used, ())
     if used <= room:

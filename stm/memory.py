@@ -202,6 +202,7 @@ class ShortTermMemory:
         # Under a token budget: the host's tokenizer, else the estimate (``stm.budget``).
         self.count_tokens = count_with(token_counter)
         self._tool_tokens: dict[str, int] = {}
+        self._tool_tokens_of: tuple[ServerSettings, int] | None = None
         self.closed = False
 
     # -- opening and closing ------------------------------------------------
@@ -531,6 +532,9 @@ class ShortTermMemory:
 
     def _definition_tokens(self, settings: ServerSettings) -> int:
         """Tokens of the tool's definition for these settings (counted once per text)."""
+        last = self._tool_tokens_of
+        if last is not None and last[0] is settings:  # settings are frozen
+            return last[1]
         text = definition_json(
             settings.categories, self.config.max_summary_length, settings.tool_description
         )
@@ -539,6 +543,7 @@ class ShortTermMemory:
             if len(self._tool_tokens) >= 512:
                 self._tool_tokens.clear()
             tokens = self._tool_tokens[text] = self.count_tokens(text)
+        self._tool_tokens_of = (settings, tokens)
         return tokens
 
     async def run_tool(self, ctx: TurnContext, arguments: object) -> ToolResult:
@@ -607,31 +612,61 @@ class ShortTermMemory:
         context.blocks.extend(
             other_channels_blocks(others, settings, ctx.bot_name, now, self._render_cache)
         )
-        if (
-            entry is not None
-            and entry.turns_since_refresh >= settings.refresh_cadence
-            and self._upgrades.blocked(ctx, settings) is None
-        ):
-            context.nudge = nudge(settings)
         budget = self.token_budget(settings)
-        if budget is not None:
-            offered = self._upgrades.blocked(ctx, settings) is None
-            fitted = fit(
-                context.blocks,
-                context.nudge,
-                self._definition_tokens(settings) if offered else None,
-                budget,
-                self.count_tokens,
-                entry=entry,
-                others=others,
-                settings=settings,
-                bot_name=ctx.bot_name,
-                now=now,
-                cache=self._render_cache,
-            )
-            context.blocks, context.nudge = fitted.blocks, fitted.nudge
-            context.tokens, context.dropped = fitted.tokens, fitted.dropped
+        if budget is None:
+            if (
+                entry is not None
+                and entry.turns_since_refresh >= settings.refresh_cadence
+                and self._upgrades.blocked(ctx, settings) is None
+            ):
+                context.nudge = nudge(settings)
+            return context
+        # Under a budget the tool's definition counts too, when it is offered.
+        offered = self._upgrades.blocked(ctx, settings) is None
+        if offered and entry is not None and entry.turns_since_refresh >= settings.refresh_cadence:
+            context.nudge = nudge(settings)
+        self._fit(context, budget, offered, ctx, settings, entry, others, now)
         return context
+
+    def _fit(
+        self,
+        context: PromptContext,
+        budget: int,
+        offered: bool,
+        ctx: TurnContext,
+        settings: ServerSettings,
+        entry: Entry | None,
+        others: list[Entry],
+        now: float,
+    ) -> None:
+        """Count what memory adds to this turn's prompt and cut it to ``budget``."""
+        count = self.count_tokens
+        tool = self._definition_tokens(settings) if offered else None
+        counted = [count(block.text) for block in context.blocks]
+        used = sum(counted)
+        if tool is not None:
+            used += tool
+        if context.nudge is not None:
+            used += count(context.nudge)
+        if used <= budget:  # most turns: nothing to cut
+            context.tokens = used
+            return
+        fitted = fit(
+            context.blocks,
+            context.nudge,
+            tool,
+            budget,
+            count,
+            counted=counted,
+            entry=entry,
+            others=others,
+            settings=settings,
+            bot_name=ctx.bot_name,
+            now=now,
+            cache=self._render_cache,
+        )
+        context.blocks, context.nudge = fitted.blocks, fitted.nudge
+        context.tokens, context.dropped = fitted.tokens, fitted.dropped
 
     # -- deletion -------------------------------------------------------------
     async def clear_short_term_memory_for_channel(self, channel_id: int) -> int:
