@@ -163,9 +163,20 @@ def exact_counters() -> dict[str, Callable[[str], int]]:
 CATEGORY_SERVERS = (0, 1)  # the two busiest servers keep five categories
 
 
-async def tokens_per_turn(events: list[Event], budget: int | None) -> dict[str, Any]:
-    """Run ``events`` under ``budget``; per counter, the tokens memory added per turn."""
-    from stm import Category, DialogueMessage, GenerationFinished, TurnContext, estimate_tokens
+async def tokens_per_turn(
+    events: list[Event], budget: int | None, budget_counter: str | None = None
+) -> dict[str, Any]:
+    """Run ``events`` under ``budget`` (counted by ``budget_counter``, else the estimate);
+    per counter, the tokens memory added per turn."""
+    from stm import (
+        Category,
+        DialogueMessage,
+        GenerationFinished,
+        ShortTermMemory,
+        STMConfig,
+        TurnContext,
+        estimate_tokens,
+    )
 
     counters: dict[str, Callable[[str], int]] = {"estimate": estimate_tokens}
     counters.update(exact_counters())
@@ -176,7 +187,9 @@ async def tokens_per_turn(events: list[Event], budget: int | None) -> dict[str, 
         settings: dict[str, Any] = {"max_other_channels": 3}
         if budget is not None:
             settings["context_token_budget"] = budget
-        memory = await open_memory(database, **settings)
+        exact = exact_counters().get(budget_counter or "")
+        config = STMConfig(database=database, **settings)
+        memory = await ShortTermMemory.open(config, token_counter=exact)
         try:
             labels = ["Topics", "Decisions", "People", "Plans", "Open questions"]
             categories = [Category(label, f"{label} of this conversation") for label in labels]
@@ -217,7 +230,12 @@ async def tokens_per_turn(events: list[Event], budget: int | None) -> dict[str, 
                 await memory.capture(GenerationFinished(context=ctx, messages=said))
         finally:
             await memory.close()
-    out: dict[str, Any] = {"budget": budget, "turns": len(events), "cut_turns": dropped}
+    out: dict[str, Any] = {
+        "budget": budget,
+        "budget_counter": budget_counter or "estimate",
+        "turns": len(events),
+        "cut_turns": dropped,
+    }
     for name, values in counts.items():
         out[name] = {
             "p50": median([float(v) for v in values]),
@@ -226,7 +244,8 @@ async def tokens_per_turn(events: list[Event], budget: int | None) -> dict[str, 
             "max": max(values),
         }
     if reported:
-        assert reported == counts["estimate"], "PromptContext.tokens differs from a recount"
+        recount = counts[budget_counter or "estimate"]
+        assert reported == recount, "PromptContext.tokens differs from a recount"
         assert budget is None or max(reported) <= budget
     return out
 
@@ -327,13 +346,16 @@ def main(argv: list[str] | None = None) -> None:
         events = traffic(n_turns)
         print(f"W7 part 1: {n_turns} turns of skewed traffic (30 servers, Zipf), tokens per turn")
         counters = ["estimate", *exact_counters()]
-        print(f"{'budget':>10} {'counter':>12} {'p50':>7} {'p99':>7} {'mean':>8} {'max':>7} cut")
-        for budget in (None, 2000, 1000, 500):
-            row = asyncio.run(tokens_per_turn(events, budget))
+        print(f"{'budget':>18} {'counted by':>12} {'p50':>7} {'p99':>7} {'mean':>8} {'max':>7} cut")
+        runs: list[tuple[int | None, str | None]] = [(None, None), (2000, None), (1000, None)]
+        runs += [(500, None)] + [(1000, name) for name in counters[1:]]
+        for budget, by in runs:
+            row = asyncio.run(tokens_per_turn(events, budget, by))
+            label = "none" if budget is None else f"{budget} ({row['budget_counter'][:6]})"
             for name in counters:
                 figures = row[name]
                 print(
-                    f"{budget or 'none':>10} {name:>12} {figures['p50']:>7.0f} "
+                    f"{label:>18} {name:>12} {figures['p50']:>7.0f} "
                     f"{figures['p99']:>7.0f} {figures['mean']:>8.1f} {figures['max']:>7} "
                     f"{row['cut_turns']}/{row['turns']}"
                 )

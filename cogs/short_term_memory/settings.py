@@ -9,7 +9,7 @@ from discord import app_commands
 from discord.ext import commands
 from pydantic import ValidationError
 
-from stm import Category, InvalidInput, ServerSettings, ShortTermMemory, STMConfig
+from stm import Category, ServerSettings, ShortTermMemory, STMConfig
 from stm.config import MAX_CONTEXT_TOKEN_BUDGET
 from stm.settings import invalid_input
 
@@ -17,13 +17,14 @@ from ..utils.checks import has_server_permission_or_owner, server_only
 from ..utils.formatting import truncate
 from ..utils.replies import reply
 from .describe import describe_recent_purges, describe_settings
+from .i18n import Refused, texts_for
 
 __all__ = ["SettingsCommands"]
 
 
 def _server_id(interaction: discord.Interaction[Any]) -> int:
     if interaction.guild_id is None:
-        raise app_commands.NoPrivateMessage("This command can only be used in a server.")
+        raise app_commands.NoPrivateMessage()
     return interaction.guild_id
 
 
@@ -33,7 +34,7 @@ def _find(categories: tuple[Category, ...], label: str) -> int:
         if category.label.casefold() == wanted:
             return index
     known = ", ".join(c.label for c in categories)
-    raise InvalidInput(f"there is no category {label!r} (categories: {known})")
+    raise Refused("settings.no_category", label=repr(label), known=known)
 
 
 def _category(label: str, description: str) -> Category:
@@ -69,7 +70,8 @@ class SettingsCommands(commands.Cog):
     async def _show(self, interaction: discord.Interaction[Any], settings: ServerSettings) -> None:
         limit = self.memory.config.max_categories
         budget = self.memory.token_budget(settings)
-        await reply(interaction, describe_settings(settings, limit, budget=budget))
+        texts = texts_for(interaction.locale)
+        await reply(interaction, describe_settings(settings, limit, budget=budget, texts=texts))
 
     async def _show_current(self, interaction: discord.Interaction[Any]) -> None:
         await self._show(
@@ -87,12 +89,14 @@ class SettingsCommands(commands.Cog):
         await _defer(interaction)
         server_id = _server_id(interaction)
         settings = await self.memory.get_server_settings(server_id)
+        texts = texts_for(interaction.locale)
         text = describe_settings(
             settings,
             self.memory.config.max_categories,
             budget=self.memory.token_budget(settings),
+            texts=texts,
         )
-        recent = describe_recent_purges(self.memory.recent_purges(server_id))
+        recent = describe_recent_purges(self.memory.recent_purges(server_id), texts=texts)
         await reply(interaction, f"{text}\n{recent}")
 
     @settings_group.command(name="render-mode", description="How other channels are recalled.")
@@ -106,6 +110,7 @@ class SettingsCommands(commands.Cog):
         await self._update(interaction, render_mode=mode)
 
     @settings_group.command(name="cadence", description="Turns before the bot updates its notes.")
+    @app_commands.describe(turns="Turns between updates of the notes")
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def settings_cadence(
@@ -117,6 +122,7 @@ class SettingsCommands(commands.Cog):
     @settings_group.command(
         name="crude-count", description="Recent messages shown per other channel."
     )
+    @app_commands.describe(count="Recent messages per other channel")
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def settings_crude_count(
@@ -140,6 +146,7 @@ class SettingsCommands(commands.Cog):
         await self._update(interaction, context_token_budget=tokens or None)
 
     @settings_group.command(name="enabled", description="Turn short-term memory on or off here.")
+    @app_commands.describe(enabled="On or off")
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def settings_enabled(self, interaction: discord.Interaction[Any], enabled: bool) -> None:
@@ -202,12 +209,14 @@ class SettingsCommands(commands.Cog):
         await _defer(interaction)
         categories = await self._custom_categories(interaction)
         if any(c.label.casefold() == label.strip().casefold() for c in categories):
-            raise InvalidInput(f"there is already a category {label!r}")
+            raise Refused("settings.category_exists", label=repr(label))
         categories.append(_category(label, description))
         await self._set_categories(interaction, categories)
 
     @categories_group.command(name="edit", description="Rename or redescribe a category.")
-    @app_commands.describe(label="The category to change", new_label="Its new name")
+    @app_commands.describe(
+        label="The category to change", new_label="Its new name", description="Its new description"
+    )
     @app_commands.autocomplete(label=_label_autocomplete)
     @has_server_permission_or_owner("manage_guild")
     @server_only()
@@ -229,6 +238,7 @@ class SettingsCommands(commands.Cog):
         await self._set_categories(interaction, categories)
 
     @categories_group.command(name="remove", description="Remove a category.")
+    @app_commands.describe(label="The category to remove")
     @app_commands.autocomplete(label=_label_autocomplete)
     @has_server_permission_or_owner("manage_guild")
     @server_only()
