@@ -256,17 +256,15 @@ def _slugs(schema: dict[str, Any]) -> list[str]:
 
 def estimate_ratios() -> dict[str, dict[str, float]]:
     """The estimate over each exact count, on the test corpus, per language."""
-    import sys
     from pathlib import Path
 
     from stm import estimate_tokens
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from test_budget import CORPUS
-
+    corpus_file = Path(__file__).resolve().parent.parent / "tests" / "token_corpus.json"
+    corpus: dict[str, str] = json.loads(corpus_file.read_text("utf-8"))
     out: dict[str, dict[str, float]] = {}
     for name, count in exact_counters().items():
-        out[name] = {label: estimate_tokens(t) / count(t) for label, t in CORPUS.items()}
+        out[name] = {label: estimate_tokens(t) / count(t) for label, t in corpus.items()}
     return out
 
 

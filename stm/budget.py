@@ -22,12 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .cache import Entry
+from .frames import Frames
 from .models import Omission, PromptBlock, ServerSettings
 from .render import (
-    OTHERS_END,
-    RECENT_END,
-    RECENT_HEADER,
-    SAME_END,
+    ENGLISH,
     RenderCache,
     _distilled_lines,
     _name,
@@ -92,9 +90,9 @@ class Fitted:
     dropped: tuple[Omission, ...]
 
 
-def left_out_end(end: str) -> str:
+def left_out_end(end: str, frames: Frames = ENGLISH) -> str:
     """A block's closing line saying that memory was left out to fit the prompt."""
-    return end[:-1] + "; more was left out to fit the prompt]"
+    return end[:-1] + frames.text("left_out") + "]"
 
 
 @dataclass(slots=True)
@@ -130,6 +128,7 @@ def fit(
     bot_name: str,
     now: float,
     cache: RenderCache | None = None,
+    frames: Frames = ENGLISH,
 ) -> Fitted:
     """The turn's memory (``blocks`` and ``nudge`` as rendered, the tool's definition of
     ``tool_tokens`` when offered) within ``budget`` tokens as ``count`` counts them.
@@ -156,11 +155,11 @@ def fit(
         return Fitted(blocks, nudge, tool, fixed + used, ())
     if used <= room:
         return Fitted(blocks, nudge, tool, fixed + used, tuple(dropped))
-    pieces = _pieces(entry, others, settings, bot_name, now, cache)
-    frames = _frames(entry, settings, bot_name, now)
-    _claim(pieces, frames, room, count)
+    pieces = _pieces(entry, others, settings, bot_name, now, cache, frames)
+    lines = _frames(entry, bot_name, now, frames)
+    _claim(pieces, lines, room, count)
     while True:
-        made = _assemble(pieces, frames, entry, others, settings, now)
+        made = _assemble(pieces, lines, entry, others, settings, now)
         used = sum(count(block.text) for block in made)
         if used <= room:
             break
@@ -180,6 +179,7 @@ def _pieces(
     bot_name: str,
     now: float,
     cache: RenderCache | None,
+    frames: Frames,
 ) -> list[_Piece]:
     pieces: list[_Piece] = []
     if entry is not None and entry.distilled:
@@ -188,10 +188,10 @@ def _pieces(
     bot = _name(bot_name)
     recent: list[_Piece] = []
     for other in others:  # newest first
-        body, crude = segment_lines(other, settings, bot_name, cache)
+        body, crude = segment_lines(other, settings, bot_name, cache, frames)
         distilled = bool(other.summary or other.categories)
         minute = int(max(0.0, now - other.updated_at) // 60)
-        title, crude_title = segment_titles(other, bot, minute)
+        title, crude_title = segment_titles(other, bot, minute, frames)
         if body:
             pieces.append(_Piece(1, "other_notes", other.key, title, body, not distilled))
         if crude:
@@ -205,14 +205,13 @@ class _Frame:
     end: str  # with the left-out notice: the budget is always what that costs
 
 
-def _frames(
-    entry: Entry | None, settings: ServerSettings, bot_name: str, now: float
-) -> list[_Frame]:
-    same = same_channel_header(entry, bot_name, now) if entry is not None else ""
+def _frames(entry: Entry | None, bot_name: str, now: float, frames: Frames) -> list[_Frame]:
+    same = same_channel_header(entry, bot_name, now, frames) if entry is not None else ""
+    text = frames.text
     return [
-        _Frame(same, left_out_end(SAME_END)),
-        _Frame(others_header(_name(bot_name)), left_out_end(OTHERS_END)),
-        _Frame(RECENT_HEADER, left_out_end(RECENT_END)),
+        _Frame(same, left_out_end(text("same_end"), frames)),
+        _Frame(others_header(_name(bot_name), frames), left_out_end(text("others_end"), frames)),
+        _Frame(text("recent_header"), left_out_end(text("recent_end"), frames)),
     ]
 
 

@@ -32,6 +32,7 @@ from .convert import snapshot
 from .deletions import Purge, with_own
 from .follower import Follower
 from .forget import clear_ranges, forget_channel, forget_unplanned, forget_user
+from .frames import Frames, model_language
 from .ids import check_bool, check_id, check_optional_id
 from .intent import IntentGate
 from .journal import Journal
@@ -202,7 +203,7 @@ class ShortTermMemory:
         # Under a token budget: the host's tokenizer, else the estimate (``stm.budget``).
         self.count_tokens = count_with(token_counter)
         self._tool_tokens: dict[str, int] = {}
-        self._tool_tokens_of: tuple[ServerSettings, int] | None = None
+        self._tool_tokens_of: tuple[ServerSettings, str, int] | None = None
         self.closed = False
 
     # -- opening and closing ------------------------------------------------
@@ -517,8 +518,10 @@ class ShortTermMemory:
         if definition is not None:
             settings = self.settings_for(ctx.server_id)
             budget = self.token_budget(settings)
-            if budget is not None and self._definition_tokens(settings) > budget:
-                return None
+            if budget is not None:
+                language = model_language(settings, ctx.server_locale).language
+                if self._definition_tokens(settings, language) > budget:
+                    return None
         return definition
 
     def token_budget(self, settings: ServerSettings) -> int | None:
@@ -530,20 +533,23 @@ class ShortTermMemory:
             return operator
         return own if operator is None else min(own, operator)
 
-    def _definition_tokens(self, settings: ServerSettings) -> int:
+    def _definition_tokens(self, settings: ServerSettings, language: str) -> int:
         """Tokens of the tool's definition for these settings (counted once per text)."""
         last = self._tool_tokens_of
-        if last is not None and last[0] is settings:  # settings are frozen
-            return last[1]
+        if last is not None and last[0] is settings and last[1] == language:  # frozen
+            return last[2]
         text = definition_json(
-            settings.categories, self.config.max_summary_length, settings.tool_description
+            settings.categories,
+            self.config.max_summary_length,
+            settings.tool_description,
+            language,
         )
         tokens = self._tool_tokens.get(text)
         if tokens is None:
             if len(self._tool_tokens) >= 512:
                 self._tool_tokens.clear()
             tokens = self._tool_tokens[text] = self.count_tokens(text)
-        self._tool_tokens_of = (settings, tokens)
+        self._tool_tokens_of = (settings, language, tokens)
         return tokens
 
     async def run_tool(self, ctx: TurnContext, arguments: object) -> ToolResult:
@@ -606,11 +612,13 @@ class ShortTermMemory:
         shown_by(entry, others, settings, shown)
         self._reads.note_shown(ctx, shown)
         context = PromptContext(nudge_depth=settings.nudge_depth)
-        block = same_channel_block(entry, settings, ctx.bot_name, now, self._render_cache)
+        frames = model_language(settings, ctx.server_locale)
+        cache = self._render_cache
+        block = same_channel_block(entry, settings, ctx.bot_name, now, cache, frames)
         if block is not None:
             context.blocks.append(block)
         context.blocks.extend(
-            other_channels_blocks(others, settings, ctx.bot_name, now, self._render_cache)
+            other_channels_blocks(others, settings, ctx.bot_name, now, cache, frames)
         )
         budget = self.token_budget(settings)
         if budget is None:
@@ -619,13 +627,13 @@ class ShortTermMemory:
                 and entry.turns_since_refresh >= settings.refresh_cadence
                 and self._upgrades.blocked(ctx, settings) is None
             ):
-                context.nudge = nudge(settings)
+                context.nudge = nudge(settings, frames)
             return context
         # Under a budget the tool's definition counts too, when it is offered.
         offered = self._upgrades.blocked(ctx, settings) is None
         if offered and entry is not None and entry.turns_since_refresh >= settings.refresh_cadence:
-            context.nudge = nudge(settings)
-        self._fit(context, budget, offered, ctx, settings, entry, others, now)
+            context.nudge = nudge(settings, frames)
+        self._fit(context, budget, offered, ctx, settings, entry, others, now, frames)
         return context
 
     def _fit(
@@ -638,10 +646,11 @@ class ShortTermMemory:
         entry: Entry | None,
         others: list[Entry],
         now: float,
+        frames: Frames,
     ) -> None:
         """Count what memory adds to this turn's prompt and cut it to ``budget``."""
         count = self.count_tokens
-        tool = self._definition_tokens(settings) if offered else None
+        tool = self._definition_tokens(settings, frames.language) if offered else None
         counted = [count(block.text) for block in context.blocks]
         used = sum(counted)
         if tool is not None:
@@ -664,6 +673,7 @@ class ShortTermMemory:
             bot_name=ctx.bot_name,
             now=now,
             cache=self._render_cache,
+            frames=frames,
         )
         context.blocks, context.nudge = fitted.blocks, fitted.nudge
         context.tokens, context.dropped = fitted.tokens, fitted.dropped

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 import pydantic
 from pydantic import (
@@ -175,6 +175,9 @@ class ServerSettings(BaseModel):
     # Tokens memory may add to a prompt here; None: the operator's STM_CONTEXT_TOKEN_BUDGET;
     # 0: no budget of the server's own. Never above the operator's budget when one is set.
     context_token_budget: StrictInt | None = Field(None, ge=0, le=MAX_CONTEXT_TOKEN_BUDGET)
+    # The language of what the model reads (frames, nudge, tool); None: the server's
+    # preferred locale when the host passes it (TurnContext.server_locale), else English.
+    language: Literal["en", "ja"] | None = None
 
     @property
     def summary_mode(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
+from pathlib import Path
 
 import pytest
 from helpers import scaled
@@ -33,27 +34,9 @@ NOW = 1_000_000.0
 
 # Prose and chat in the scripts the margin is stated for (and numbers, which tokenizers
 # split finely); benchmarks/w7_tokens.py measures the same corpus.
-CORPUS = {
-    "en": "We talked about the release plan for Friday; Alice will update the changelog and "
-    "Bob reviews the migration. The staging database was reset at 14:30 UTC.",
-    "en_chat": "ok so the plan is: meet at 7pm, bring the projector, and don't forget Sam's "
-    "birthday cake!! lol",
-    "fr": "Nous avons parlé du déploiement de vendredi : Élodie mettra à jour le journal des "
-    "modifications, et François vérifiera la migration. Ça marche très bien, merci !",
-    "de": "Wir haben über den Veröffentlichungsplan für Freitag gesprochen; Jürgen "
-    "aktualisiert das Änderungsprotokoll. Schöne Grüße.",
-    "es": "¿Alguien sabe cuándo empieza la reunión? Creo que a las 18:00, pero no estoy seguro.",
-    "vi": "Chúng tôi đã thảo luận về kế hoạch phát hành vào thứ Sáu và cập nhật nhật ký.",
-    "ja": "金曜日のリリース計画について話しました。アリスが変更履歴を更新し、ボブがマイグレーション"
-    "を確認します。ステージングのデータベースは14時30分にリセットされました。",
-    "ja_chat": "了解です！明日の10時からミーティングですね。資料はGoogleドライブに置いておきます。",
-    "ja_rare": "鬱蒼とした森の奥に、麒麟と鳳凰が棲むという伝説がある。"
-    "薔薇の棘、檸檬の香り、醤油と饂飩。",
-    "zh": "我们讨论了周五的发布计划；爱丽丝会更新变更日志，鲍勃会审查迁移。",
-    "ko": "금요일 출시 계획에 대해 이야기했습니다. 앨리스는 변경 기록을 업데이트합니다.",
-    "numbers": "Order 8842-1193-0021 at 2026-12-01T14:30:00Z for 1,299.99 USD; ref 7731.",
-    "mixed": '> 田中: "v2.3のリリースノート、誰か書いてくれる？ I can review it."',
-}
+CORPUS: dict[str, str] = json.loads(
+    (Path(__file__).resolve().parent / "token_corpus.json").read_text("utf-8")
+)
 
 
 def entry(channel: int = 10, **fields: object) -> Entry:

@@ -122,6 +122,8 @@ async def test_a_japanese_client_sees_japanese_commands_and_replies(tmp_path: Pa
         assert user["name_localizations"]["ja"] == "ユーザー"
         assert "en-US" not in memory.get("name_localizations", {})
 
+        # The server's preferred locale reaches the library with every turn.
+        assert h.world.context(h.alice, h.general, "hi").server_locale == "en-US"
         await h.say(h.alice, h.general, "hello")
         (shown,) = await run(h, "memory", subcommand("show"), person=h.alice, locale="ja")
         assert "保持している内容" in shown.content and "What" not in shown.content
@@ -226,6 +228,8 @@ async def check_every_path(h: Harness, marked: dict[str, Any]) -> None:
     await use(settings, subcommand("token-budget", option("tokens", 900, 4)))
     await use(settings, subcommand("enabled", option("enabled", True, 5)))
     await use(settings, subcommand("purge-leavers", option("purge", False, 5)), permissions=ADMIN)
+    await use(settings, subcommand("language", option("language", "ja", 3)))
+    await use(settings, subcommand("language", option("language", "auto", 3)))
     group = {"type": 2, "name": "categories"}
     await use(settings, {**group, "options": [subcommand("list")]})
     add = subcommand("add", option("label", "Mood", 3), option("description", "how", 3))

@@ -118,9 +118,11 @@ def describe_settings(
     max_categories: int,
     *,
     budget: int | None = None,
+    language: str = "en",
     texts: Texts = ENGLISH,
 ) -> str:
-    """What ``/memory-settings show`` answers; ``budget``: the token budget in force."""
+    """What ``/memory-settings show`` answers; ``budget``: the token budget in force;
+    ``language``: the language the model reads here."""
     state = texts("settings.on") if settings.enabled else texts("settings.off")
     limit = texts("settings.no_limit") if budget is None else f"{budget:,}"
     lines = [
@@ -130,6 +132,12 @@ def describe_settings(
         texts("settings.crude_count", count=settings.crude_message_count),
         texts("settings.leavers_purged" if settings.purge_leavers else "settings.leavers_kept"),
         texts("settings.token_budget", budget=limit),
+        texts(
+            "settings.language",
+            language=texts(f"language.{language}")
+            if settings.language is not None
+            else texts("settings.language_auto", language=texts(f"language.{language}")),
+        ),
         texts("settings.categories", n=len(settings.categories), limit=max_categories),
     ]
     for category in settings.categories:

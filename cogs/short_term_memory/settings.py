@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from stm import Category, ServerSettings, ShortTermMemory, STMConfig
 from stm.config import MAX_CONTEXT_TOKEN_BUDGET
+from stm.frames import model_language
 from stm.settings import invalid_input
 
 from ..utils.checks import has_server_permission_or_owner, server_only
@@ -44,6 +45,12 @@ def _category(label: str, description: str) -> Category:
         raise invalid_input(exc) from None
 
 
+def _model_language(settings: ServerSettings, interaction: discord.Interaction[Any]) -> str:
+    """The language the model reads in this server (as the library chooses it)."""
+    locale = interaction.guild_locale
+    return model_language(settings, locale.value if locale is not None else None).language
+
+
 async def _defer(interaction: discord.Interaction[Any]) -> None:
     # Every settings command waits on the database: answer Discord's 3-second deadline first.
     await interaction.response.defer(ephemeral=True, thinking=True)
@@ -71,7 +78,9 @@ class SettingsCommands(commands.Cog):
         limit = self.memory.config.max_categories
         budget = self.memory.token_budget(settings)
         texts = texts_for(interaction.locale)
-        await reply(interaction, describe_settings(settings, limit, budget=budget, texts=texts))
+        language = _model_language(settings, interaction)
+        text = describe_settings(settings, limit, budget=budget, language=language, texts=texts)
+        await reply(interaction, text)
 
     async def _show_current(self, interaction: discord.Interaction[Any]) -> None:
         await self._show(
@@ -94,6 +103,7 @@ class SettingsCommands(commands.Cog):
             settings,
             self.memory.config.max_categories,
             budget=self.memory.token_budget(settings),
+            language=_model_language(settings, interaction),
             texts=texts,
         )
         recent = describe_recent_purges(self.memory.recent_purges(server_id), texts=texts)
@@ -144,6 +154,18 @@ class SettingsCommands(commands.Cog):
     ) -> None:
         await _defer(interaction)
         await self._update(interaction, context_token_budget=tokens or None)
+
+    @settings_group.command(
+        name="language", description="The language of the text the model reads around memory."
+    )
+    @app_commands.describe(language="auto follows the server's language")
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def settings_language(
+        self, interaction: discord.Interaction[Any], language: Literal["auto", "en", "ja"]
+    ) -> None:
+        await _defer(interaction)
+        await self._update(interaction, language=None if language == "auto" else language)
 
     @settings_group.command(name="enabled", description="Turn short-term memory on or off here.")
     @app_commands.describe(enabled="On or off")
