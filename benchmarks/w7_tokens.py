@@ -1,25 +1,28 @@
 """W7 tokens: what memory adds to each prompt, with and without a token budget.
 
-Part 1 runs skewed, server-shaped traffic through the library (``traffic``: a
-few busy servers and many quiet ones, channels and users drawn from Zipf
-laws, message lengths spread from a few words to paragraphs, a third of the
-servers chatting in Japanese, notes upgraded every few turns, two servers with
-five categories of up to 1,500 characters) and counts, per turn, the tokens of
-everything memory adds: the blocks, the nudge and the tool's definition when
-offered. Each budget is one run of the same traffic; tokens are counted with
-the library's estimate and, where ``bpe-openai`` is installed, exactly with
-``cl100k_base`` and ``o200k_base``; p50, p99 and mean per turn. It also prints
-the estimate's ratio to the exact counts on the test corpus, per language.
+Part 1 counts, per turn, the tokens of everything memory adds (the blocks, the
+nudge and the tool's definition when offered) on two kinds of traffic: W6's
+realistic servers (``w6_server.World``: a busy server and two small ones,
+Zipf-active members in favourite channels, DMs, the stand-in model's upgrades
+copying its prompt), and a mixed traffic of this module (``traffic``: 30
+servers by Zipf, a third chatting in Japanese, notes every five turns of up to
+1,500 characters, two servers with five categories). Each budget is one run of
+the same traffic, counted by the library's estimate or (``1000 (cl100k)``) by an
+exact tokenizer passed as the host's counter; every run is counted with the
+estimate and, where ``bpe-openai`` is installed, exactly with ``cl100k_base`` and
+``o200k_base``: p50, p99, mean and max per turn, and how many turns were cut. It
+also prints the estimate's ratio to the exact counts on the test corpus.
 
 Part 2 is W1's turn (as ``w1_parts``: ``TurnContext``, intent check,
 ``GenerationFinished``, ``capture``, ``build_context``) with budgeting off and
 on, in one process, alternating repetitions on fresh databases: off (no
-budget), on with a budget that never cuts (the common case: count and compare),
+budget), on with a budget that never cuts (count and compare: the common case),
 and on with a budget that cuts most turns. Per mode: the median over
 repetitions of the per-turn p50 and mean in microseconds.
 
     python -m benchmarks.w7_tokens            # both parts
     python -m benchmarks.w7_tokens --quick    # small sizes
+    python -m benchmarks.w7_tokens --part 2 --reps 9
 """
 
 from __future__ import annotations
@@ -268,6 +271,101 @@ def estimate_ratios() -> dict[str, dict[str, float]]:
     return out
 
 
+async def tokens_on_w6(
+    users: int, n_turns: int, budget: int | None, budget_counter: str | None = None
+) -> dict[str, Any]:
+    """W6's realistic servers (``w6_server.World``: a busy server and two small ones,
+    Zipf-active members in favourite channels, DMs, the stand-in model's upgrades),
+    ``n_turns`` turns under ``budget``; per counter, the tokens memory added per turn."""
+    from stm import (
+        DialogueMessage,
+        GenerationFinished,
+        ShortTermMemory,
+        STMConfig,
+        TurnContext,
+        estimate_tokens,
+    )
+
+    from .w6_server import UPGRADE_P, World, _words, model_summary
+
+    counters: dict[str, Callable[[str], int]] = {"estimate": estimate_tokens}
+    counters.update(exact_counters())
+    counts: dict[str, list[int]] = {name: [] for name in counters}
+    cut = 0
+    world, rng = World(users), random.Random(11)
+    async with memory_database("sqlite", "w7w6") as database:
+        settings = {} if budget is None else {"context_token_budget": budget}
+        config = STMConfig(database=database, **settings)
+        exact = exact_counters().get(budget_counter or "")
+        memory = await ShortTermMemory.open(config, token_counter=exact)
+        try:
+            for turn in range(1, n_turns + 1):
+                m, server, channel = world.pick(rng, turn)
+                said = f"u{m.user}n{m.said} {_words(rng, 12)}"
+                ctx = TurnContext(
+                    user_id=m.user,
+                    channel_id=channel,
+                    server_id=server,
+                    user_name=f"member{m.user}",
+                    channel_name=None if server is None else f"chan-{channel % 10_000}",
+                    server_name=None if server is None else f"server-{server}",
+                    user_text=said,
+                )
+                context = await memory.build_context(ctx)
+                schema = memory.tool_schema(ctx)
+                parts = [block.text for block in context.blocks]
+                if context.nudge:
+                    parts.append(context.nudge)
+                if schema is not None:
+                    parts.append(json.dumps(schema))
+                for name, count in counters.items():
+                    counts[name].append(sum(map(count, parts)))
+                if context.tokens is not None:
+                    assert context.tokens == counts[budget_counter or "estimate"][-1]
+                    assert budget is None or context.tokens <= budget
+                cut += bool(context.dropped)
+                if rng.random() < UPGRADE_P and schema is not None:
+                    summary = model_summary(rng, str(context), said)
+                    await memory.run_tool(ctx, {"summary": summary})
+                reply = f"ok {said.split()[0]} {_words(rng, 8)}"
+                said_by = [
+                    DialogueMessage(role="user", content=said, author_id=m.user),
+                    DialogueMessage(role="assistant", content=reply),
+                ]
+                await memory.capture(GenerationFinished(context=ctx, messages=said_by))
+                m.said += 1
+        finally:
+            await memory.close()
+    out: dict[str, Any] = {
+        "budget": budget,
+        "budget_counter": budget_counter or "estimate",
+        "turns": n_turns,
+        "cut_turns": cut,
+    }
+    for name, values in counts.items():
+        out[name] = {
+            "p50": median([float(v) for v in values]),
+            "p99": percentile([float(v) for v in values], 99),
+            "mean": statistics.fmean(values),
+            "max": max(values),
+        }
+    return out
+
+
+def _table(title: str, rows: list[dict[str, Any]], counters: list[str]) -> None:
+    print(title)
+    print(f"{'budget':>18} {'counted by':>12} {'p50':>7} {'p99':>7} {'mean':>8} {'max':>7} cut")
+    for row in rows:
+        budget = row["budget"]
+        label = "none" if budget is None else f"{budget} ({row['budget_counter'][:6]})"
+        for name in counters:
+            figures = row[name]
+            print(
+                f"{label:>18} {name:>12} {figures['p50']:>7.0f} {figures['p99']:>7.0f} "
+                f"{figures['mean']:>8.1f} {figures['max']:>7} {row['cut_turns']}/{row['turns']}"
+            )
+
+
 # -- part 2: W1's turn with budgeting off and on -----------------------------------------
 async def w1_once(budget: int | None, channels: int, per_channel: int) -> tuple[float, float]:
     """One W1 run (as w1_parts): per-turn p50 and mean, in microseconds."""
@@ -341,22 +439,24 @@ def main(argv: list[str] | None = None) -> None:
     reps = args.reps or (3 if args.quick else 7)
     w1_channels, w1_turns = (50, 10) if args.quick else (200, 25)
     if args.part in ("1", "both"):
-        events = traffic(n_turns)
-        print(f"W7 part 1: {n_turns} turns of skewed traffic (30 servers, Zipf), tokens per turn")
         counters = ["estimate", *exact_counters()]
-        print(f"{'budget':>18} {'counted by':>12} {'p50':>7} {'p99':>7} {'mean':>8} {'max':>7} cut")
         runs: list[tuple[int | None, str | None]] = [(None, None), (2000, None), (1000, None)]
         runs += [(500, None)] + [(1000, name) for name in counters[1:]]
-        for budget, by in runs:
-            row = asyncio.run(tokens_per_turn(events, budget, by))
-            label = "none" if budget is None else f"{budget} ({row['budget_counter'][:6]})"
-            for name in counters:
-                figures = row[name]
-                print(
-                    f"{label:>18} {name:>12} {figures['p50']:>7.0f} "
-                    f"{figures['p99']:>7.0f} {figures['mean']:>8.1f} {figures['max']:>7} "
-                    f"{row['cut_turns']}/{row['turns']}"
-                )
+        users, w6_turns = (100, 1500) if args.quick else (400, 6000)
+        rows = [asyncio.run(tokens_on_w6(users, w6_turns, b, by)) for b, by in runs]
+        _table(
+            f"W7 part 1a: W6 traffic ({users} members, {w6_turns} turns), tokens per turn",
+            rows,
+            counters,
+        )
+        events = traffic(n_turns)
+        rows = [asyncio.run(tokens_per_turn(events, b, by)) for b, by in runs]
+        _table(
+            f"W7 part 1b: {n_turns} turns of mixed traffic (30 servers, Zipf, a third in "
+            "Japanese, two with five categories), tokens per turn",
+            rows,
+            counters,
+        )
         ratios = estimate_ratios()
         for name, by_language in ratios.items():
             shown = ", ".join(f"{label} {ratio:.2f}" for label, ratio in by_language.items())
