@@ -202,6 +202,7 @@ class ShortTermMemory:
         self._render_cache = RenderCache()
         # Under a token budget: the host's tokenizer, else the estimate (``stm.budget``).
         self.count_tokens = count_with(token_counter)
+        self._operator_budget = config.context_token_budget or None
         self._tool_tokens: dict[str, int] = {}
         self._tool_tokens_of: tuple[ServerSettings, str, int] | None = None
         self.closed = False
@@ -527,7 +528,7 @@ class ShortTermMemory:
     def token_budget(self, settings: ServerSettings) -> int | None:
         """Tokens memory may add to a prompt under these settings, or None (no budget):
         the server's own budget, never above the operator's ``context_token_budget``."""
-        operator = self.config.context_token_budget or None
+        operator = self._operator_budget
         own = settings.context_token_budget
         if own is None or own == 0:
             return operator
@@ -620,7 +621,10 @@ class ShortTermMemory:
         context.blocks.extend(
             other_channels_blocks(others, settings, ctx.bot_name, now, cache, frames)
         )
-        budget = self.token_budget(settings)
+        if settings.context_token_budget is None:
+            budget = self._operator_budget  # most servers: the operator's, or none
+        else:
+            budget = self.token_budget(settings)
         if budget is None:
             if (
                 entry is not None
@@ -651,15 +655,15 @@ class ShortTermMemory:
         """Count what memory adds to this turn's prompt and cut it to ``budget``."""
         count = self.count_tokens
         tool = self._definition_tokens(settings, frames.language) if offered else None
-        counted = [count(block.text) for block in context.blocks]
-        used = sum(counted)
-        if tool is not None:
-            used += tool
+        used = 0 if tool is None else tool
+        for block in context.blocks:
+            used += count(block.text)
         if context.nudge is not None:
             used += count(context.nudge)
         if used <= budget:  # most turns: nothing to cut
             context.tokens = used
             return
+        counted = [count(block.text) for block in context.blocks]
         fitted = fit(
             context.blocks,
             context.nudge,
