@@ -3,6 +3,7 @@
 Framework-free: it takes plain ids and messages and returns plain values.
 """
 
+from .budget import TokenCounter, estimate_tokens
 from .config import STMConfig
 from .errors import (
     ConfigError,
@@ -21,6 +22,7 @@ from .models import (
     DialogueMessage,
     GenerationFinished,
     MemoryEntry,
+    Omission,
     PromptBlock,
     PromptContext,
     PurgeImpact,
@@ -45,6 +47,7 @@ __all__ = [
     "MemoryEntry",
     "MemoryTool",
     "NoDatabase",
+    "Omission",
     "PromptBlock",
     "PromptContext",
     "PurgeAlert",
@@ -57,10 +60,12 @@ __all__ = [
     "ServerSettings",
     "ShortTermMemory",
     "StoreError",
+    "TokenCounter",
     "Tool",
     "ToolRegistry",
     "ToolResult",
     "TurnContext",
     "convert_tool_definition",
+    "estimate_tokens",
     "place",
 ]

@@ -10,12 +10,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .errors import ConfigError
 from .lineage import Erasure
 
-__all__ = ["ENV_PREFIX", "RenderMode", "STMConfig"]
+__all__ = ["ENV_PREFIX", "MAX_CONTEXT_TOKEN_BUDGET", "RenderMode", "STMConfig"]
 
 ENV_PREFIX = "STM_"
 RenderMode = Literal["crude_summary", "supersede"]
 # Ten years: far beyond "short-term", and well inside what datetime can represent.
 MAX_TTL_HOURS = 87_600
+# Far past any model's context window.
+MAX_CONTEXT_TOKEN_BUDGET = 10_000_000
 
 
 class STMConfig(BaseSettings):
@@ -96,6 +98,14 @@ class STMConfig(BaseSettings):
         "'direct', every version of notes whose prompt showed their words directly and the "
         "later versions of those notes; 'complete', also notes written from a prompt that "
         "showed such notes (see docs/data.md).",
+    )
+    context_token_budget: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_CONTEXT_TOKEN_BUDGET,
+        description="Tokens memory may add to one prompt (its notes, other channels' notes and "
+        "messages, the nudge, the tool's definition); 0 or unset: no budget. Servers may "
+        "set a lower one.",
     )
     coherence_seconds: float = Field(
         2.0,

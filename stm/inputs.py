@@ -157,6 +157,7 @@ class TurnContext(_Plain):
     disable_short_term_memory_update: bool
     # The Discord message that triggered the turn, when there was one.
     message_id: int | None
+    server_locale: str | None
     # The library's own notes about this turn: private attributes, defaults here, set on
     # the instance when first noted (and copied with it, as pydantic copied them).
     # How many deletions the memory had made when this turn first reached it.
@@ -190,6 +191,7 @@ class TurnContext(_Plain):
         "explicit_memory_intent": _flag,
         "disable_short_term_memory_update": _flag,
         "message_id": _optional_id,
+        "server_locale": _optional_name,
     }
 
     def __init__(
@@ -209,6 +211,7 @@ class TurnContext(_Plain):
         explicit_memory_intent: bool = False,
         disable_short_term_memory_update: bool = False,
         message_id: int | None = None,
+        server_locale: str | None = None,
         **unknown: object,
     ) -> None:
         if unknown:
@@ -247,6 +250,8 @@ class TurnContext(_Plain):
             server_name = _name(server_name, "server_name")
         if type(user_text) is not str:
             user_text = _text(user_text, "user_text")
+        if server_locale is not None:
+            server_locale = _optional_name(server_locale, "server_locale")
         if (
             type(channel_is_private) is not bool
             or type(explicit_memory_intent) is not bool
@@ -274,6 +279,7 @@ class TurnContext(_Plain):
                 "explicit_memory_intent": explicit_memory_intent,
                 "disable_short_term_memory_update": disable_short_term_memory_update,
                 "message_id": message_id,
+                "server_locale": server_locale,
             },
         )
 

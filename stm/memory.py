@@ -25,12 +25,14 @@ from types import TracebackType
 from typing import Any
 
 from .background import Background, Opening
+from .budget import TokenCounter, count_with, fit
 from .cache import Entry, MemoryCache
 from .config import STMConfig
 from .convert import snapshot
 from .deletions import Purge, with_own
 from .follower import Follower
 from .forget import clear_ranges, forget_channel, forget_unplanned, forget_user
+from .frames import Frames, model_language
 from .ids import check_bool, check_id, check_optional_id
 from .intent import IntentGate
 from .journal import Journal
@@ -88,6 +90,7 @@ from .store.base import (
     Store,
 )
 from .timing import LoopScheduler, Scheduler
+from .tool.schema import definition_json
 from .tool.upgrade import MemoryTool, Upgrades
 from .window import StoredMessage
 from .writer import Writer
@@ -131,6 +134,7 @@ class ShortTermMemory:
         scheduler: Scheduler | None = None,
         on_purge_alert: Callable[[PurgeAlert], None] | None = None,
         channel_is_private: Callable[[TurnContext], bool] | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -196,6 +200,11 @@ class ShortTermMemory:
         self.follower.forgotten = self._forgotten
         self.tool = MemoryTool(self)
         self._render_cache = RenderCache()
+        # Under a token budget: the host's tokenizer, else the estimate (``stm.budget``).
+        self.count_tokens = count_with(token_counter)
+        self._operator_budget = config.context_token_budget or None
+        self._tool_tokens: dict[str, int] = {}
+        self._tool_tokens_of: tuple[ServerSettings, str, int] | None = None
         self.closed = False
 
     # -- opening and closing ------------------------------------------------
@@ -210,6 +219,7 @@ class ShortTermMemory:
         scheduler: Scheduler | None = None,
         on_purge_alert: Callable[[PurgeAlert], None] | None = None,
         channel_is_private: Callable[[TurnContext], bool] | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> Opening[ShortTermMemory]:
         """Open the memory: ``await`` it, or use it as ``async with``.
 
@@ -218,7 +228,9 @@ class ShortTermMemory:
         clears too much of a server's memory, or repeats (``stm.purgewatch``); without
         it they are logged as warnings on the ``stm`` logger. ``channel_is_private`` is
         asked about a server channel a turn's context calls public; its True (or an
-        error) makes the channel's memory private (the cog asks Discord)."""
+        error) makes the channel's memory private (the cog asks Discord). ``token_counter``:
+        the model's tokenizer as a callable from text to a count, for the token budget
+        (default: ``stm.estimate_tokens``)."""
         return Opening(
             cls._open(
                 config or STMConfig(),
@@ -228,6 +240,7 @@ class ShortTermMemory:
                 scheduler,
                 on_purge_alert,
                 channel_is_private,
+                token_counter,
             )
         )
 
@@ -241,6 +254,7 @@ class ShortTermMemory:
         scheduler: Scheduler | None,
         on_purge_alert: Callable[[PurgeAlert], None] | None,
         channel_is_private: Callable[[TurnContext], bool] | None = None,
+        token_counter: TokenCounter | None = None,
     ) -> ShortTermMemory:
         if store is None:
             store = await open_store(config)
@@ -253,6 +267,7 @@ class ShortTermMemory:
                 scheduler=scheduler,
                 on_purge_alert=on_purge_alert,
                 channel_is_private=channel_is_private,
+                token_counter=token_counter,
             )
             await memory._start()
         except BaseException:
@@ -498,8 +513,45 @@ class ShortTermMemory:
 
     # -- the turn path: context and tool --------------------------------------
     def tool_schema(self, ctx: TurnContext) -> dict[str, Any] | None:
-        """The ``update_short_term_memory`` tool for this turn, or None when unavailable."""
-        return self._upgrades.definition(ctx)
+        """The ``update_short_term_memory`` tool for this turn, or None when unavailable
+        (also when its definition alone would not fit the server's token budget)."""
+        definition = self._upgrades.definition(ctx)
+        if definition is not None:
+            settings = self.settings_for(ctx.server_id)
+            budget = self.token_budget(settings)
+            if budget is not None:
+                language = model_language(settings, ctx.server_locale).language
+                if self._definition_tokens(settings, language) > budget:
+                    return None
+        return definition
+
+    def token_budget(self, settings: ServerSettings) -> int | None:
+        """Tokens memory may add to a prompt under these settings, or None (no budget):
+        the server's own budget, never above the operator's ``context_token_budget``."""
+        operator = self._operator_budget
+        own = settings.context_token_budget
+        if own is None or own == 0:
+            return operator
+        return own if operator is None else min(own, operator)
+
+    def _definition_tokens(self, settings: ServerSettings, language: str) -> int:
+        """Tokens of the tool's definition for these settings (counted once per text)."""
+        last = self._tool_tokens_of
+        if last is not None and last[0] is settings and last[1] == language:  # frozen
+            return last[2]
+        text = definition_json(
+            settings.categories,
+            self.config.max_summary_length,
+            settings.tool_description,
+            language,
+        )
+        tokens = self._tool_tokens.get(text)
+        if tokens is None:
+            if len(self._tool_tokens) >= 512:
+                self._tool_tokens.clear()
+            tokens = self._tool_tokens[text] = self.count_tokens(text)
+        self._tool_tokens_of = (settings, language, tokens)
+        return tokens
 
     async def run_tool(self, ctx: TurnContext, arguments: object) -> ToolResult:
         """Stage 02, summary upgrade; never raises for what the model sent."""
@@ -561,19 +613,74 @@ class ShortTermMemory:
         shown_by(entry, others, settings, shown)
         self._reads.note_shown(ctx, shown)
         context = PromptContext(nudge_depth=settings.nudge_depth)
-        block = same_channel_block(entry, settings, ctx.bot_name, now, self._render_cache)
+        frames = model_language(settings, ctx.server_locale)
+        cache = self._render_cache
+        block = same_channel_block(entry, settings, ctx.bot_name, now, cache, frames)
         if block is not None:
             context.blocks.append(block)
         context.blocks.extend(
-            other_channels_blocks(others, settings, ctx.bot_name, now, self._render_cache)
+            other_channels_blocks(others, settings, ctx.bot_name, now, cache, frames)
         )
-        if (
-            entry is not None
-            and entry.turns_since_refresh >= settings.refresh_cadence
-            and self._upgrades.blocked(ctx, settings) is None
-        ):
-            context.nudge = nudge(settings)
+        if settings.context_token_budget is None:
+            budget = self._operator_budget  # most servers: the operator's, or none
+        else:
+            budget = self.token_budget(settings)
+        if budget is None:
+            if (
+                entry is not None
+                and entry.turns_since_refresh >= settings.refresh_cadence
+                and self._upgrades.blocked(ctx, settings) is None
+            ):
+                context.nudge = nudge(settings, frames)
+            return context
+        # Under a budget the tool's definition counts too, when it is offered.
+        offered = self._upgrades.blocked(ctx, settings) is None
+        if offered and entry is not None and entry.turns_since_refresh >= settings.refresh_cadence:
+            context.nudge = nudge(settings, frames)
+        self._fit(context, budget, offered, ctx, settings, entry, others, now, frames)
         return context
+
+    def _fit(
+        self,
+        context: PromptContext,
+        budget: int,
+        offered: bool,
+        ctx: TurnContext,
+        settings: ServerSettings,
+        entry: Entry | None,
+        others: list[Entry],
+        now: float,
+        frames: Frames,
+    ) -> None:
+        """Count what memory adds to this turn's prompt and cut it to ``budget``."""
+        count = self.count_tokens
+        tool = self._definition_tokens(settings, frames.language) if offered else None
+        used = 0 if tool is None else tool
+        for block in context.blocks:
+            used += count(block.text)
+        if context.nudge is not None:
+            used += count(context.nudge)
+        if used <= budget:  # most turns: nothing to cut
+            context.tokens = used
+            return
+        counted = [count(block.text) for block in context.blocks]
+        fitted = fit(
+            context.blocks,
+            context.nudge,
+            tool,
+            budget,
+            count,
+            counted=counted,
+            entry=entry,
+            others=others,
+            settings=settings,
+            bot_name=ctx.bot_name,
+            now=now,
+            cache=self._render_cache,
+            frames=frames,
+        )
+        context.blocks, context.nudge = fitted.blocks, fitted.nudge
+        context.tokens, context.dropped = fitted.tokens, fitted.dropped
 
     # -- deletion -------------------------------------------------------------
     async def clear_short_term_memory_for_channel(self, channel_id: int) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 import pydantic
 from pydantic import (
@@ -16,7 +16,7 @@ from pydantic import (
     StrictInt,
 )
 
-from .config import RenderMode
+from .config import MAX_CONTEXT_TOKEN_BUDGET, RenderMode
 from .inputs import DialogueMessage, GenerationFinished, TurnContext
 from .text import clean_name, visible
 
@@ -26,6 +26,7 @@ __all__ = [
     "DialogueMessage",
     "GenerationFinished",
     "MemoryEntry",
+    "Omission",
     "PromptBlock",
     "PromptContext",
     "PurgeImpact",
@@ -58,13 +59,30 @@ class PromptBlock:
     depth: int
 
 
+@dataclass(frozen=True, slots=True)
+class Omission:
+    """What the token budget left out of a turn's memory: ``kind`` is ``tool``, ``nudge``,
+    ``channel_notes``, ``other_notes`` or ``other_messages``; ``key`` the scope key it came
+    from (None for the tool and the nudge); ``lines`` how many quoted lines were left out."""
+
+    kind: str
+    key: str | None = None
+    lines: int = 0
+
+
 @dataclass(slots=True)
 class PromptContext:
-    """The Short-Term Memory Context of one turn."""
+    """The Short-Term Memory Context of one turn.
+
+    Under a token budget, ``tokens`` is what memory adds to the prompt (blocks, nudge and
+    the tool's definition when offered) and ``dropped`` what was left out to fit; without
+    a budget ``tokens`` is None (nothing was counted)."""
 
     blocks: list[PromptBlock] = field(default_factory=list)
     nudge: str | None = None
     nudge_depth: int = 2
+    tokens: int | None = None
+    dropped: tuple[Omission, ...] = ()
 
     def __str__(self) -> str:
         parts = [block.text for block in self.blocks]
@@ -154,6 +172,12 @@ class ServerSettings(BaseModel):
     enabled: StrictBool = True
     # Purge a member who leaves the server or is banned from it, as /purge-memory does.
     purge_leavers: StrictBool = False
+    # Tokens memory may add to a prompt here; None: the operator's STM_CONTEXT_TOKEN_BUDGET;
+    # 0: no budget of the server's own. Never above the operator's budget when one is set.
+    context_token_budget: StrictInt | None = Field(None, ge=0, le=MAX_CONTEXT_TOKEN_BUDGET)
+    # The language of what the model reads (frames, nudge, tool); None: the server's
+    # preferred locale when the host passes it (TurnContext.server_locale), else English.
+    language: Literal["en", "ja"] | None = None
 
     @property
     def summary_mode(self) -> bool:

@@ -108,6 +108,33 @@ class TestSettings:
             settings = await h.memory.get_server_settings(1100)
             assert settings.render_mode == "crude_summary" and settings.refresh_cadence == 5
 
+    async def test_token_budget_is_set_shown_and_returned_to_the_default(self, tmp_path: Path):
+        async with harness(tmp_path) as h:
+            text = only(
+                await h.run(
+                    "memory-settings",
+                    setting("token-budget", "tokens", 1200, 4),
+                    person=h.dan,
+                    place=h.general,
+                )
+            )
+            assert "each prompt: 1,200" in text
+            settings = await h.memory.get_server_settings(1100)
+            assert settings.context_token_budget == 1200
+            await h.say(h.alice, h.general, "hello")
+            context = await h.memory.build_context(h.world.context(h.alice, h.general, "hi"))
+            assert context.tokens is not None and context.tokens <= 1200
+            text = only(
+                await h.run(
+                    "memory-settings",
+                    setting("token-budget", "tokens", 0, 4),
+                    person=h.dan,
+                    place=h.general,
+                )
+            )
+            assert "each prompt: no limit" in text
+            assert (await h.memory.get_server_settings(1100)).context_token_budget is None
+
     async def test_off_means_nothing_is_captured(self, tmp_path: Path):
         async with harness(tmp_path) as h:
             text = only(

@@ -56,6 +56,7 @@ def test_defaults_are_the_contracts() -> None:
         "explicit_memory_intent": False,
         "disable_short_term_memory_update": False,
         "message_id": None,
+        "server_locale": None,  # beyond the contract: the language of the frames
     }
     said = DialogueMessage(role="user", content="hi")
     assert (said.author_id, said.speaker_name, said.message_id) == (None, "", None)

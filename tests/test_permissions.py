@@ -339,6 +339,22 @@ COMMANDS = (
         _setting("crude_message_count", 2),
     ),
     Command(
+        "/memory-settings token-budget",
+        "memory-settings",
+        _settings("token-budget", options=(option("tokens", 900, 4),)),
+        "manage_server",
+        True,
+        _setting("context_token_budget", 900),
+    ),
+    Command(
+        "/memory-settings language",
+        "memory-settings",
+        _settings("language", options=(option("language", "ja", 3),)),
+        "manage_server",
+        True,
+        _setting("language", "ja"),
+    ),
+    Command(
         "/memory-settings enabled",
         "memory-settings",
         _settings("enabled", options=(option("enabled", False, 5),)),
@@ -393,7 +409,7 @@ COMMANDS = (
 )
 
 CELLS = list(itertools.product(COMMANDS, ACTORS))
-MATRIX_SIZE = 17 * 6
+MATRIX_SIZE = 19 * 6
 
 
 def test_the_matrix_is_the_full_product(capsys: pytest.CaptureFixture[str]) -> None:

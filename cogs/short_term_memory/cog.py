@@ -20,6 +20,7 @@ from stm import (
     PurgeImpact,
     ShortTermMemory,
     STMConfig,
+    TokenCounter,
     ToolRegistry,
     TurnContext,
 )
@@ -29,11 +30,18 @@ from stm.redact import redact_url
 from stm.render import category_labels
 from stm.store import is_postgres_url
 
-from ..utils.checks import NotOwner, has_server_permission_or_owner, is_owner, server_only
+from ..utils.checks import (
+    MissingServerPermission,
+    NotOwner,
+    has_server_permission_or_owner,
+    is_owner,
+    server_only,
+)
 from ..utils.context import channel_privacy, turn_context_from_interaction
 from ..utils.replies import NO_PINGS, reply
 from .confirm import CONFIRM_SECONDS, PurgeConfirmation
 from .describe import (
+    ENGLISH,
     describe_forget_done,
     describe_forget_preview,
     describe_memory,
@@ -41,6 +49,7 @@ from .describe import (
     describe_purge_preview,
 )
 from .entries import entries_shown_to
+from .i18n import CommandTranslator, Refused, Texts, texts_for
 from .listeners import DiscordEvents
 from .settings import SettingsCommands
 
@@ -67,11 +76,12 @@ REFRESH_COOLDOWN_SECONDS = 30.0
 # A purge is cheap and shares its erasure with others, but each one waits for everything
 # queued before it: one member repeating it must not keep the writer busy for everyone.
 FORGET_COOLDOWN_SECONDS = 10.0
-APOLOGY = "Sorry, something went wrong on our side. It has been logged."
+APOLOGY = ENGLISH("error.apology")
 
 
-class CommandRefused(app_commands.AppCommandError):
-    """A command that cannot do what was asked, for a reason the user should read."""
+class CommandRefused(Refused):
+    """A command that cannot do what was asked, for a reason the user should read (a key
+    of the catalogue, in the user's language)."""
 
 
 class CommandNameTaken(discord.ClientException):
@@ -83,23 +93,29 @@ def _scope_label(ctx: TurnContext) -> str:
     return server_k or user_k
 
 
-def _not_yet_durable(exc: DurabilityError, done: str, what: str) -> str:
+def _not_yet_durable(exc: DurabilityError, done: str, what: str, texts: Texts) -> str:
     """The answer to a purge the database could not confirm yet: ``done`` (what the
     command answers once durable) with a warning, or, when the purge could not be saved
     for a restart either, only a warning that promises nothing."""
     log.error("short-term memory %s not yet durable: %s", what, exc)
     if exc.at_risk:
-        return (
-            "**Not done yet:** it is gone from the bot's memory for now, but the database "
-            "could not confirm the deletion and it could not be saved for later either: if "
-            "the bot restarts before the database is back, the memory may come back. Run the "
-            "command again later."
-        )
-    return done + (
-        "\n**Warning:** it is gone from the bot's memory, but the database could not confirm "
-        "the deletion yet. It is saved and keeps being retried, also after a restart; run "
-        "the command again later to make sure."
-    )
+        return texts("durability.at_risk")
+    return texts("durability.retrying", done=done)
+
+
+def _refusal(error: app_commands.CheckFailure, texts: Texts) -> str:
+    """A failed check in the user's language (another cog's check: its own words)."""
+    if isinstance(error, MissingServerPermission):
+        key = f"permission.{error.permission}"
+        permission = texts(key) if texts.has(key) else error.permission
+        return texts("error.permission", permission=permission)
+    if isinstance(error, NotOwner):
+        if error.what == "this":
+            return texts("error.owner_only_this")
+        return texts("error.owner_only", what=error.what)
+    if isinstance(error, app_commands.NoPrivateMessage):
+        return texts("error.server_only")
+    return str(error) or texts("error.not_here")
 
 
 def _where(interaction: discord.Interaction[Any]) -> str:
@@ -125,7 +141,8 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
     ``command_names`` renames top-level commands (``{"refresh": "forget-channel"}``) or
     leaves them out (``{"purge-memory": None}``); keys are the names in ``COMMANDS``.
     ``confirm_seconds``: how long ``/memory forget`` and ``/purge-memory`` wait for their
-    Confirm button before nothing happens.
+    Confirm button before nothing happens. ``token_counter``: the model's tokenizer (text
+    to a count) for the token budget; without it the budget counts with an estimate.
     """
 
     memory: ShortTermMemory
@@ -138,6 +155,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         tools: ToolRegistry | None = None,
         command_names: Mapping[str, str | None] | None = None,
         confirm_seconds: float = CONFIRM_SECONDS,
+        token_counter: TokenCounter | None = None,
     ) -> None:
         if config is not None and not isinstance(config, STMConfig):
             raise TypeError(f"config must be an stm.STMConfig, not {type(config).__name__}")
@@ -155,7 +173,11 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         if not 0 < confirm_seconds <= 14 * 60:
             raise ValueError("confirm_seconds must be more than 0 and at most 840 (14 minutes)")
         self.confirm_seconds = float(confirm_seconds)
+        if token_counter is not None and not callable(token_counter):
+            raise TypeError("token_counter must be a callable from text to a token count")
+        self.token_counter = token_counter
         self._confirmations: weakref.WeakSet[PurgeConfirmation] = weakref.WeakSet()
+        self._translator: CommandTranslator | None = None
 
     def _apply_command_names(self, wanted: Mapping[str, str | None]) -> dict[str, str | None]:
         unknown = set(wanted) - set(COMMANDS)
@@ -213,11 +235,18 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             self.config,
             on_purge_alert=self._purge_alert,
             channel_is_private=channel_privacy(self.bot),
+            token_counter=self.token_counter,
         )
         try:
             self.start_departures()
             if self.tools is not None:
                 self.tools.register(self.memory.tool)
+            # The commands' names and descriptions in every shipped language, unless the
+            # bot translates its commands itself (it may ask a CommandTranslator first).
+            if tree.translator is None:
+                renamed = {new: old for old, new in self.names.items() if new and new != old}
+                self._translator = CommandTranslator(renamed)
+                await tree.set_translator(self._translator)
         except BaseException:
             await self.memory.close()
             raise
@@ -243,6 +272,9 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         # A confirmation pressed after this would reach a closed memory: nothing is erased.
         for confirmation in list(self._confirmations):
             confirmation.stop()
+        translator, self._translator = self._translator, None
+        if translator is not None and self.bot.tree.translator is translator:
+            await self.bot.tree.set_translator(None)
         memory = getattr(self, "memory", None)
         if memory is None or memory.closed:
             return
@@ -285,12 +317,11 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
     async def refresh(self, interaction: discord.Interaction[Any]) -> None:
         """Forget every scope and persona of this channel."""
         if interaction.channel_id is None:
-            raise CommandRefused("This command needs a channel.")
+            raise CommandRefused("error.needs_channel")
         await self.memory.clear_short_term_memory_for_channel(interaction.channel_id)
+        texts = texts_for(interaction.locale)
         await reply(
-            interaction,
-            f"{interaction.user.mention} cleared the short-term memory of this channel.",
-            ephemeral=False,
+            interaction, texts("refresh.done", who=interaction.user.mention), ephemeral=False
         )
 
     # -- /memory --------------------------------------------------------------
@@ -312,6 +343,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             labels=category_labels(settings),
             forget=self.command_mention("memory", "forget"),
             resume=self.command_mention("memory", "resume"),
+            texts=texts_for(interaction.locale),
         )
         await reply(interaction, text)
 
@@ -320,6 +352,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
     async def memory_forget(self, interaction: discord.Interaction[Any]) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
         user_id = interaction.user.id
+        texts = texts_for(interaction.locale)
         impact = await self.memory.preview_purge(user_id)
 
         async def erase() -> str:
@@ -327,13 +360,13 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
                 done: PurgeImpact | None = await self.memory.purge(user_id)
             except DurabilityError as exc:
                 what = f"purge of user {user_id} everywhere"
-                return _not_yet_durable(exc, describe_forget_done(None), what)
-            return describe_forget_done(done)
+                return _not_yet_durable(exc, describe_forget_done(None, texts=texts), what, texts)
+            return describe_forget_done(done, texts=texts)
 
         preview = describe_forget_preview(
-            impact, here=interaction.guild_id, seconds=self.confirm_seconds
+            impact, here=interaction.guild_id, seconds=self.confirm_seconds, texts=texts
         )
-        await self._confirm(interaction, preview, erase)
+        await self._confirm(interaction, preview, erase, texts)
 
     @memory_group.command(name="pause", description="Stop the bot remembering your messages.")
     async def memory_pause(self, interaction: discord.Interaction[Any]) -> None:
@@ -341,17 +374,14 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         await self.memory.set_user_opt_out(interaction.user.id, True)
         forget = self.command_mention("memory", "forget")
         resume = self.command_mention("memory", "resume")
-        await reply(
-            interaction,
-            "Paused: the bot no longer remembers your new messages. What it already holds stays "
-            f"until it expires; {forget} erases it now. {resume} undoes this.",
-        )
+        texts = texts_for(interaction.locale)
+        await reply(interaction, texts("pause.done", forget=forget, resume=resume))
 
     @memory_group.command(name="resume", description="Let the bot remember your messages again.")
     async def memory_resume(self, interaction: discord.Interaction[Any]) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
         await self.memory.set_user_opt_out(interaction.user.id, False)
-        await reply(interaction, "Resumed: the bot remembers your conversations again.")
+        await reply(interaction, texts_for(interaction.locale)("resume.done"))
 
     # -- /purge-memory --------------------------------------------------------
     @app_commands.command(
@@ -372,6 +402,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             raise NotOwner("`everywhere:True`")
         await interaction.response.defer(ephemeral=True, thinking=True)
         server_id = None if everywhere else interaction.guild_id
+        texts = texts_for(interaction.locale)
         impact = await self.memory.preview_purge(user.id, server_id)
         asker = interaction.user.id
 
@@ -382,9 +413,13 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
                 )
             except DurabilityError as exc:
                 where = "everywhere" if server_id is None else f"in server {server_id}"
-                text = describe_purge_done(None, member=user.mention, everywhere=everywhere)
-                return _not_yet_durable(exc, text, f"purge of user {user.id} {where}")
-            return describe_purge_done(done, member=user.mention, everywhere=everywhere)
+                text = describe_purge_done(
+                    None, member=user.mention, everywhere=everywhere, texts=texts
+                )
+                return _not_yet_durable(exc, text, f"purge of user {user.id} {where}", texts)
+            return describe_purge_done(
+                done, member=user.mention, everywhere=everywhere, texts=texts
+            )
 
         assert interaction.guild_id is not None  # server_only
         preview = describe_purge_preview(
@@ -393,18 +428,24 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             here=interaction.guild_id,
             everywhere=everywhere,
             seconds=self.confirm_seconds,
+            texts=texts,
         )
-        await self._confirm(interaction, preview, erase)
+        await self._confirm(interaction, preview, erase, texts)
 
     async def _confirm(
         self,
         interaction: discord.Interaction[Any],
         preview: str,
         erase: Callable[[], Awaitable[str]],
+        texts: Texts,
     ) -> None:
         """Answer with ``preview`` and the Confirm / Cancel buttons; ``erase`` on Confirm."""
         view = PurgeConfirmation(
-            interaction.user.id, erase, apology=APOLOGY, timeout=self.confirm_seconds
+            interaction.user.id,
+            erase,
+            apology=texts("error.apology"),
+            timeout=self.confirm_seconds,
+            texts=texts,
         )
         self._confirmations.add(view)
         view.message = await interaction.followup.send(
@@ -427,22 +468,27 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
     async def cog_app_command_error(
         self, interaction: discord.Interaction[Any], error: app_commands.AppCommandError
     ) -> None:
+        texts = texts_for(interaction.locale)
         original = getattr(error, "original", None)
+        if isinstance(original, Refused):
+            error = original
         if isinstance(error, app_commands.CommandInvokeError) and isinstance(
             original, InvalidInput
         ):
-            # Written by the library for the person who chose the value.
-            message = f"That was not accepted: {original}"
+            # Written by the library (in English) for the person who chose the value.
+            message = texts("error.not_accepted", detail=original)
         elif isinstance(error, app_commands.CommandOnCooldown):
-            message = f"Slow down: you can use this again in {error.retry_after:.0f} seconds."
-        elif isinstance(error, app_commands.CheckFailure | CommandRefused):
-            message = str(error) or "You cannot use this command here."
+            message = texts("error.cooldown", seconds=error.retry_after)
+        elif isinstance(error, Refused):
+            message = texts(error.key, **error.values)
+        elif isinstance(error, app_commands.CheckFailure):
+            message = _refusal(error, texts)
         elif isinstance(error, app_commands.TransformerError):
-            message = f"That value for this option is not valid: {error.value!r}."
+            message = texts("error.bad_value", value=repr(error.value))
         else:
             command = interaction.command.qualified_name if interaction.command else "?"
             log.error("slash command /%s failed (%s)", command, _where(interaction), exc_info=error)
-            message = APOLOGY
+            message = texts("error.apology")
         try:
             await reply(interaction, message)
         except discord.HTTPException:

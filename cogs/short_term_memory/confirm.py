@@ -10,6 +10,7 @@ import discord
 
 from ..utils.replies import NO_PINGS
 from .describe import (
+    ENGLISH,
     describe_purge_answered,
     describe_purge_cancelled,
     describe_purge_erasing,
@@ -17,6 +18,7 @@ from .describe import (
     describe_purge_not_yours,
     purge_buttons,
 )
+from .i18n import Texts, texts_for
 
 __all__ = ["CONFIRM_SECONDS", "PurgeConfirmation"]
 
@@ -42,22 +44,24 @@ class PurgeConfirmation(discord.ui.View):
         *,
         apology: str,
         timeout: float = CONFIRM_SECONDS,
+        texts: Texts = ENGLISH,
     ) -> None:
         super().__init__(timeout=timeout)
+        self.texts = texts
         self.asker = asker
         self.message: discord.WebhookMessage | None = None
         self.answered = False
         self._erase = erase
         self._apology = apology
         self._seconds = timeout
-        self.confirm.label, self.cancel.label = purge_buttons()
+        self.confirm.label, self.cancel.label = purge_buttons(texts)
 
     async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
         if interaction.user.id != self.asker:
-            await _tell(interaction, describe_purge_not_yours())
+            await _tell(interaction, describe_purge_not_yours(texts_for(interaction.locale)))
             return False
         if self.answered:
-            await _tell(interaction, describe_purge_answered())
+            await _tell(interaction, describe_purge_answered(texts_for(interaction.locale)))
             return False
         # Set before any await: a second press dispatched meanwhile sees it.
         self.answered = True
@@ -69,7 +73,7 @@ class PurgeConfirmation(discord.ui.View):
     ) -> None:
         self.stop()
         await interaction.response.edit_message(
-            content=describe_purge_erasing(), view=None, allowed_mentions=NO_PINGS
+            content=describe_purge_erasing(self.texts), view=None, allowed_mentions=NO_PINGS
         )
         text = await self._erase()
         await interaction.edit_original_response(content=text, allowed_mentions=NO_PINGS)
@@ -80,7 +84,7 @@ class PurgeConfirmation(discord.ui.View):
     ) -> None:
         self.stop()
         await interaction.response.edit_message(
-            content=describe_purge_cancelled(), view=None, allowed_mentions=NO_PINGS
+            content=describe_purge_cancelled(self.texts), view=None, allowed_mentions=NO_PINGS
         )
 
     async def on_timeout(self) -> None:
@@ -89,7 +93,7 @@ class PurgeConfirmation(discord.ui.View):
         self.answered = True
         try:
             await self.message.edit(
-                content=describe_purge_expired(self._seconds),
+                content=describe_purge_expired(self._seconds, self.texts),
                 view=None,
                 allowed_mentions=NO_PINGS,
             )

@@ -1,4 +1,8 @@
-"""Text of the replies that show memory and settings to people (pure functions)."""
+"""Text of the replies that show memory and settings to people (pure functions).
+
+Every text comes from the catalogue of the reader's language (``i18n``); ``texts``
+defaults to English.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,10 @@ import discord
 
 from stm import MemoryEntry, PurgeImpact, RecentPurges, ServerSettings
 
+from .i18n import Texts, texts_for
+
 __all__ = [
+    "ENGLISH",
     "describe_forget_done",
     "describe_forget_preview",
     "describe_memory",
@@ -24,6 +31,8 @@ __all__ = [
     "describe_settings",
     "purge_buttons",
 ]
+
+ENGLISH = texts_for("en")
 
 
 def _when(moment: datetime) -> str:
@@ -45,8 +54,8 @@ def _distilled(entry: MemoryEntry, labels: dict[str, str]) -> list[str]:
     return []
 
 
-def _persona(entry: MemoryEntry) -> str:
-    return "" if entry.persona_id is None else f" (persona {entry.persona_id})"
+def _persona(entry: MemoryEntry, texts: Texts) -> str:
+    return "" if entry.persona_id is None else texts("memory.persona", persona=entry.persona_id)
 
 
 def describe_memory(
@@ -58,6 +67,7 @@ def describe_memory(
     labels: dict[str, str],
     forget: str | None = "`/memory forget`",
     resume: str | None = "`/memory resume`",
+    texts: Texts = ENGLISH,
 ) -> str:
     """What ``/memory show`` answers: the asker's memory here and the channel's shared notes.
 
@@ -66,216 +76,253 @@ def describe_memory(
     """
     lines: list[str] = []
     if opted_out:
-        undo = f" ({resume} to undo)" if resume else ""
-        lines.append(
-            f"You paused short-term memory: {bot_name} does not remember your new messages{undo}."
-        )
+        undo = texts("memory.paused_undo", resume=resume) if resume else ""
+        lines.append(texts("memory.paused", bot=bot_name, undo=undo))
     if not own and not shared:
-        lines.append(f"{bot_name} holds no short-term memory about you in this channel.")
+        lines.append(texts("memory.none", bot=bot_name))
         return "\n".join(lines)
     for entry in own:
-        lines.append(f"**What {bot_name} holds about you in this channel{_persona(entry)}**")
+        lines.append(texts("memory.own_title", bot=bot_name, persona=_persona(entry, texts)))
         distilled = _distilled(entry, labels)
         if distilled:
-            lines.append("Notes:")
+            lines.append(texts("memory.notes"))
             lines.extend(distilled)
         if entry.messages:
-            lines.append(f"Recent messages ({len(entry.messages)}):")
+            lines.append(texts("memory.recent", n=len(entry.messages)))
             for message in entry.messages:
                 speaker = message.speaker_name or (
-                    bot_name if message.role == "assistant" else "you"
+                    bot_name if message.role == "assistant" else texts("memory.you")
                 )
                 content = discord.utils.escape_markdown(message.content.replace("\n", " "))
-                lines.append(f"> **{discord.utils.escape_markdown(speaker)}:** {content}")
-        lines.append(f"Expires {_when(entry.expires_at)} unless the conversation continues.")
+                lines.append(
+                    texts(
+                        "memory.message",
+                        speaker=discord.utils.escape_markdown(speaker),
+                        content=content,
+                    )
+                )
+        lines.append(texts("memory.own_expires", when=_when(entry.expires_at)))
     for entry in shared:
         lines.append("")
-        lines.append(
-            f"**Shared notes of this channel{_persona(entry)}** (seen by everyone talking here)"
-        )
+        lines.append(texts("memory.shared_title", persona=_persona(entry, texts)))
         lines.extend(_distilled(entry, labels))
-        lines.append(f"Expires {_when(entry.expires_at)}.")
+        lines.append(texts("memory.shared_expires", when=_when(entry.expires_at)))
     if forget:
         lines.append("")
-        lines.append(f"{forget} erases everything held about you.")
+        lines.append(texts("memory.forget_hint", forget=forget))
     return "\n".join(lines)
 
 
-def describe_settings(settings: ServerSettings, max_categories: int) -> str:
-    """What ``/memory-settings show`` answers."""
-    state = "on" if settings.enabled else "off"
+def describe_settings(
+    settings: ServerSettings,
+    max_categories: int,
+    *,
+    budget: int | None = None,
+    language: str = "en",
+    texts: Texts = ENGLISH,
+) -> str:
+    """What ``/memory-settings show`` answers; ``budget``: the token budget in force;
+    ``language``: the language the model reads here."""
+    state = texts("settings.on") if settings.enabled else texts("settings.off")
+    limit = texts("settings.no_limit") if budget is None else f"{budget:,}"
     lines = [
-        f"Short-term memory is **{state}** in this server.",
-        f"Render mode: `{settings.render_mode}`",
-        f"Refresh cadence: every {settings.refresh_cadence} turns",
-        f"Crude messages shown per other channel: {settings.crude_message_count}",
-        "Members who leave or are banned: "
-        + ("their memory here is erased" if settings.purge_leavers else "kept until it expires"),
-        f"Categories ({len(settings.categories)}/{max_categories}):",
+        texts("settings.state", state=state),
+        texts("settings.render_mode", mode=settings.render_mode),
+        texts("settings.cadence", turns=settings.refresh_cadence),
+        texts("settings.crude_count", count=settings.crude_message_count),
+        texts("settings.leavers_purged" if settings.purge_leavers else "settings.leavers_kept"),
+        texts("settings.token_budget", budget=limit),
+        texts(
+            "settings.language",
+            language=texts(f"language.{language}")
+            if settings.language is not None
+            else texts("settings.language_auto", language=texts(f"language.{language}")),
+        ),
+        texts("settings.categories", n=len(settings.categories), limit=max_categories),
     ]
     for category in settings.categories:
-        description = discord.utils.escape_markdown(category.description) or "(no description)"
-        lines.append(f"- **{discord.utils.escape_markdown(category.label)}**: {description}")
+        description = discord.utils.escape_markdown(category.description) or texts(
+            "settings.no_description"
+        )
+        lines.append(
+            texts(
+                "settings.category",
+                label=discord.utils.escape_markdown(category.label),
+                description=description,
+            )
+        )
     return "\n".join(lines)
 
 
 # -- purges: the preview, the buttons, the answers ------------------------------------
-def purge_buttons() -> tuple[str, str]:
+def purge_buttons(texts: Texts = ENGLISH) -> tuple[str, str]:
     """The labels of a purge confirmation's buttons: (confirm, cancel)."""
-    return "Confirm", "Cancel"
+    return texts("purge.confirm"), texts("purge.cancel")
 
 
-def _entries(count: int, *, bold: bool = False, shared: bool = False) -> str:
-    number = f"**{count}**" if bold else str(count)
-    kind = "shared " if shared else ""
-    return f"{number} {kind}{'entry' if count == 1 else 'entries'}"
+def _entries(texts: Texts, count: int, *, bold: bool = False, shared: bool = False) -> str:
+    shown = f"**{count}**" if bold else str(count)
+    return texts.count("purge.shared_entries" if shared else "purge.entries", count, shown=shown)
 
 
-def _share(share: float) -> str:
-    return "under 1%" if 0 < share < 0.01 else f"{share:.0%}"
+def _share(texts: Texts, share: float) -> str:
+    return texts("purge.under_one_percent") if 0 < share < 0.01 else f"{share:.0%}"
 
 
-def _duration(seconds: float) -> str:
+def _duration(texts: Texts, seconds: float) -> str:
     if seconds >= 120:
-        return f"{seconds / 60:g} minutes"
-    return f"{seconds:g} seconds"
+        return texts("duration.minutes", n=seconds / 60)
+    return texts("duration.seconds", n=seconds)
 
 
-def _rule(erasure: str) -> str:
-    if erasure == "complete":
-        return "notes written while those words, or notes that may hold them, were shown"
-    return "notes written while those words were shown"
+def _rule(texts: Texts, erasure: str) -> str:
+    return texts("purge.rule_complete" if erasure == "complete" else "purge.rule_direct")
 
 
-def _shared_parts(impact: PurgeImpact, here: int | None) -> str:
+def _shared_parts(texts: Texts, impact: PurgeImpact, here: int | None) -> str:
     """``N in this server (S% of what the bot remembers here); M elsewhere``."""
     if here is None:
-        return f"**{impact.shared}** in all"
+        return texts("purge.shared_in_all", n=impact.shared)
     in_here = impact.shared_by_server.get(here, 0)
     parts = [
-        f"**{in_here}** in this server ({_share(impact.share_of(here))} of what the bot "
-        "remembers here)"
+        texts("purge.shared_here", n=in_here, share=_share(texts, impact.share_of(here)))
         if in_here
-        else "none in this server"
+        else texts("purge.shared_none_here")
     ]
     elsewhere = impact.shared - in_here
     if elsewhere:
-        parts.append(f"**{elsewhere}** elsewhere")
-    return "; ".join(parts)
+        parts.append(texts("purge.shared_elsewhere", n=elsewhere))
+    return texts("list.separator").join(parts)
 
 
-def describe_forget_preview(impact: PurgeImpact, *, here: int | None, seconds: float) -> str:
+def describe_forget_preview(
+    impact: PurgeImpact, *, here: int | None, seconds: float, texts: Texts = ENGLISH
+) -> str:
     """What ``/memory forget`` shows before it erases anything; ``here``: the server it is
     used in (None in a DM)."""
-    confirm, _ = purge_buttons()
+    confirm, _ = purge_buttons(texts)
     if impact.shared:
-        shared = (
-            f"- the notes of {_entries(impact.shared, bold=True, shared=True)} beyond your own, "
-            "which may "
-            f"repeat your words ({_rule(impact.erasure)}): {_shared_parts(impact, here)}"
+        shared = texts(
+            "forget.preview_shared",
+            entries=_entries(texts, impact.shared, bold=True, shared=True),
+            rule=_rule(texts, impact.erasure),
+            parts=_shared_parts(texts, impact, here),
         )
     else:
-        shared = "- no shared notes: what others see stays as it is"
+        shared = texts("purge.preview_no_shared")
     return "\n".join(
         [
-            "**This erases what the bot remembers about you, in every server and DM:**",
-            f"- your own entries: **{impact.own}**",
-            "- your recent messages, in every conversation",
+            texts("forget.preview_title"),
+            texts("forget.preview_own", n=impact.own),
+            texts("forget.preview_messages"),
             shared,
-            f"Nothing is erased until you press **{confirm}** (within {_duration(seconds)}).",
+            texts("purge.preview_wait", confirm=confirm, within=_duration(texts, seconds)),
         ]
     )
 
 
-def describe_forget_done(impact: PurgeImpact | None) -> str:
+def describe_forget_done(impact: PurgeImpact | None, *, texts: Texts = ENGLISH) -> str:
     """What ``/memory forget`` answers once the purge is durable (``impact`` None when the
     database could not confirm it yet)."""
-    text = "Done: the bot's short-term memory about you is erased, in every server and DM"
     if impact is None:
-        return text + "."
-    return (
-        f"{text}: {_entries(impact.own)} of your own, your recent messages, and the notes of "
-        f"{_entries(impact.shared, shared=True)}."
+        return texts("forget.done")
+    return texts(
+        "forget.done_counted",
+        own=_entries(texts, impact.own),
+        shared=_entries(texts, impact.shared, shared=True),
     )
 
 
 def describe_purge_preview(
-    impact: PurgeImpact, *, member: str, here: int, everywhere: bool, seconds: float
+    impact: PurgeImpact,
+    *,
+    member: str,
+    here: int,
+    everywhere: bool,
+    seconds: float,
+    texts: Texts = ENGLISH,
 ) -> str:
     """What ``/purge-memory`` shows before it erases anything; ``member``: the purged
     user's mention; ``here``: the server it is used in."""
-    confirm, _ = purge_buttons()
-    where = "in every server and DM" if everywhere else "in this server"
+    confirm, _ = purge_buttons(texts)
+    where = texts("purge.everywhere") if everywhere else texts("purge.in_this_server")
     if impact.shared:
-        shared = (
-            f"- the notes of {_entries(impact.shared, bold=True, shared=True)} beyond their own, "
-            "which may "
-            f"repeat their words ({_rule(impact.erasure)}): {_shared_parts(impact, here)}"
+        shared = texts(
+            "purge.preview_shared",
+            entries=_entries(texts, impact.shared, bold=True, shared=True),
+            rule=_rule(texts, impact.erasure),
+            parts=_shared_parts(texts, impact, here),
         )
     else:
-        shared = "- no shared notes: what others see stays as it is"
+        shared = texts("purge.preview_no_shared")
     return "\n".join(
         [
-            f"**This erases what the bot remembers about {member} {where}:**",
-            f"- their own entries: **{impact.own}**",
-            f"- their recent messages {where}",
+            texts("purge.preview_title", member=member, where=where),
+            texts("purge.preview_own", n=impact.own),
+            texts("purge.preview_messages", where=where),
             shared,
-            f"Nothing is erased until you press **{confirm}** (within {_duration(seconds)}).",
+            texts("purge.preview_wait", confirm=confirm, within=_duration(texts, seconds)),
         ]
     )
 
 
-def describe_purge_done(impact: PurgeImpact | None, *, member: str, everywhere: bool) -> str:
+def describe_purge_done(
+    impact: PurgeImpact | None, *, member: str, everywhere: bool, texts: Texts = ENGLISH
+) -> str:
     """What ``/purge-memory`` answers once the purge is durable (``impact`` None when the
     database could not confirm it yet)."""
-    where = "in every server and DM" if everywhere else "in this server"
-    text = f"Done: short-term memory about {member} is erased {where}"
+    where = texts("purge.everywhere") if everywhere else texts("purge.in_this_server")
     if impact is None:
-        return text + "."
-    return (
-        f"{text}: {_entries(impact.own)} of their own, their recent messages, and the notes "
-        f"of {_entries(impact.shared, shared=True)}."
+        return texts("purge.done", member=member, where=where)
+    return texts(
+        "purge.done_counted",
+        member=member,
+        where=where,
+        own=_entries(texts, impact.own),
+        shared=_entries(texts, impact.shared, shared=True),
     )
 
 
-def describe_purge_erasing() -> str:
+def describe_purge_erasing(texts: Texts = ENGLISH) -> str:
     """What a confirmation says while its purge runs."""
-    return "Erasing…"
+    return texts("purge.erasing")
 
 
-def describe_purge_cancelled() -> str:
+def describe_purge_cancelled(texts: Texts = ENGLISH) -> str:
     """What a confirmation says once cancelled."""
-    return "Cancelled: nothing was erased."
+    return texts("purge.cancelled")
 
 
-def describe_purge_expired(seconds: float) -> str:
+def describe_purge_expired(seconds: float, texts: Texts = ENGLISH) -> str:
     """What a confirmation says once nobody answered it in time."""
-    return f"Not confirmed within {_duration(seconds)}: nothing was erased."
+    return texts("purge.expired", within=_duration(texts, seconds))
 
 
-def describe_purge_not_yours() -> str:
+def describe_purge_not_yours(texts: Texts = ENGLISH) -> str:
     """The answer to someone pressing a button of another person's confirmation."""
-    return "Only the person who asked for this can answer it."
+    return texts("purge.not_yours")
 
 
-def describe_purge_answered() -> str:
+def describe_purge_answered(texts: Texts = ENGLISH) -> str:
     """The answer to a second press of a confirmation already answered."""
-    return "This was already answered."
+    return texts("purge.answered")
 
 
-def describe_recent_purges(recent: RecentPurges) -> str:
+def describe_recent_purges(recent: RecentPurges, *, texts: Texts = ENGLISH) -> str:
     """What ``/memory-settings show`` says of the server's recent purges."""
-    window = f"{recent.window_seconds / 3600:g} hours"
-    counted = "counted by this bot process since it started"
+    window = texts("duration.hours", n=recent.window_seconds / 3600)
     if not recent.purges:
-        return f"Purges in the last {window} ({counted}): none cleared shared notes here."
-    text = (
-        f"Purges in the last {window} ({counted}): {recent.purges} cleared the notes of "
-        f"{_entries(recent.shared, shared=True)} here"
+        return texts("recent.none", window=window)
+    text = texts(
+        "recent.some",
+        window=window,
+        purges=recent.purges,
+        entries=_entries(texts, recent.shared, shared=True),
     )
     if recent.over_threshold:
-        text += (
-            f"; {recent.over_threshold} of them more than {_share(recent.threshold)} of the "
-            "server's memory at once"
+        text += texts(
+            "recent.over",
+            over=recent.over_threshold,
+            share=_share(texts, recent.threshold),
         )
-    return text + "."
+    return text + texts("recent.end")

@@ -9,20 +9,23 @@ from discord import app_commands
 from discord.ext import commands
 from pydantic import ValidationError
 
-from stm import Category, InvalidInput, ServerSettings, ShortTermMemory, STMConfig
+from stm import Category, ServerSettings, ShortTermMemory, STMConfig
+from stm.config import MAX_CONTEXT_TOKEN_BUDGET
+from stm.frames import model_language
 from stm.settings import invalid_input
 
 from ..utils.checks import has_server_permission_or_owner, server_only
 from ..utils.formatting import truncate
 from ..utils.replies import reply
 from .describe import describe_recent_purges, describe_settings
+from .i18n import Refused, texts_for
 
 __all__ = ["SettingsCommands"]
 
 
 def _server_id(interaction: discord.Interaction[Any]) -> int:
     if interaction.guild_id is None:
-        raise app_commands.NoPrivateMessage("This command can only be used in a server.")
+        raise app_commands.NoPrivateMessage()
     return interaction.guild_id
 
 
@@ -32,7 +35,7 @@ def _find(categories: tuple[Category, ...], label: str) -> int:
         if category.label.casefold() == wanted:
             return index
     known = ", ".join(c.label for c in categories)
-    raise InvalidInput(f"there is no category {label!r} (categories: {known})")
+    raise Refused("settings.no_category", label=repr(label), known=known)
 
 
 def _category(label: str, description: str) -> Category:
@@ -40,6 +43,12 @@ def _category(label: str, description: str) -> Category:
         return Category(label.strip(), description.strip())
     except ValidationError as exc:
         raise invalid_input(exc) from None
+
+
+def _model_language(settings: ServerSettings, interaction: discord.Interaction[Any]) -> str:
+    """The language the model reads in this server (as the library chooses it)."""
+    locale = interaction.guild_locale
+    return model_language(settings, locale.value if locale is not None else None).language
 
 
 async def _defer(interaction: discord.Interaction[Any]) -> None:
@@ -67,7 +76,11 @@ class SettingsCommands(commands.Cog):
 
     async def _show(self, interaction: discord.Interaction[Any], settings: ServerSettings) -> None:
         limit = self.memory.config.max_categories
-        await reply(interaction, describe_settings(settings, limit))
+        budget = self.memory.token_budget(settings)
+        texts = texts_for(interaction.locale)
+        language = _model_language(settings, interaction)
+        text = describe_settings(settings, limit, budget=budget, language=language, texts=texts)
+        await reply(interaction, text)
 
     async def _show_current(self, interaction: discord.Interaction[Any]) -> None:
         await self._show(
@@ -85,8 +98,15 @@ class SettingsCommands(commands.Cog):
         await _defer(interaction)
         server_id = _server_id(interaction)
         settings = await self.memory.get_server_settings(server_id)
-        text = describe_settings(settings, self.memory.config.max_categories)
-        recent = describe_recent_purges(self.memory.recent_purges(server_id))
+        texts = texts_for(interaction.locale)
+        text = describe_settings(
+            settings,
+            self.memory.config.max_categories,
+            budget=self.memory.token_budget(settings),
+            language=_model_language(settings, interaction),
+            texts=texts,
+        )
+        recent = describe_recent_purges(self.memory.recent_purges(server_id), texts=texts)
         await reply(interaction, f"{text}\n{recent}")
 
     @settings_group.command(name="render-mode", description="How other channels are recalled.")
@@ -100,6 +120,7 @@ class SettingsCommands(commands.Cog):
         await self._update(interaction, render_mode=mode)
 
     @settings_group.command(name="cadence", description="Turns before the bot updates its notes.")
+    @app_commands.describe(turns="Turns between updates of the notes")
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def settings_cadence(
@@ -111,6 +132,7 @@ class SettingsCommands(commands.Cog):
     @settings_group.command(
         name="crude-count", description="Recent messages shown per other channel."
     )
+    @app_commands.describe(count="Recent messages per other channel")
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def settings_crude_count(
@@ -119,7 +141,34 @@ class SettingsCommands(commands.Cog):
         await _defer(interaction)
         await self._update(interaction, crude_message_count=count)
 
+    @settings_group.command(
+        name="token-budget", description="Most tokens memory may add to each prompt here."
+    )
+    @app_commands.describe(tokens="0 returns to the bot's default; at most the bot's own budget")
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def settings_token_budget(
+        self,
+        interaction: discord.Interaction[Any],
+        tokens: app_commands.Range[int, 0, MAX_CONTEXT_TOKEN_BUDGET],
+    ) -> None:
+        await _defer(interaction)
+        await self._update(interaction, context_token_budget=tokens or None)
+
+    @settings_group.command(
+        name="language", description="The language of the text the model reads around memory."
+    )
+    @app_commands.describe(language="auto follows the server's language")
+    @has_server_permission_or_owner("manage_guild")
+    @server_only()
+    async def settings_language(
+        self, interaction: discord.Interaction[Any], language: Literal["auto", "en", "ja"]
+    ) -> None:
+        await _defer(interaction)
+        await self._update(interaction, language=None if language == "auto" else language)
+
     @settings_group.command(name="enabled", description="Turn short-term memory on or off here.")
+    @app_commands.describe(enabled="On or off")
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def settings_enabled(self, interaction: discord.Interaction[Any], enabled: bool) -> None:
@@ -182,12 +231,14 @@ class SettingsCommands(commands.Cog):
         await _defer(interaction)
         categories = await self._custom_categories(interaction)
         if any(c.label.casefold() == label.strip().casefold() for c in categories):
-            raise InvalidInput(f"there is already a category {label!r}")
+            raise Refused("settings.category_exists", label=repr(label))
         categories.append(_category(label, description))
         await self._set_categories(interaction, categories)
 
     @categories_group.command(name="edit", description="Rename or redescribe a category.")
-    @app_commands.describe(label="The category to change", new_label="Its new name")
+    @app_commands.describe(
+        label="The category to change", new_label="Its new name", description="Its new description"
+    )
     @app_commands.autocomplete(label=_label_autocomplete)
     @has_server_permission_or_owner("manage_guild")
     @server_only()
@@ -209,6 +260,7 @@ class SettingsCommands(commands.Cog):
         await self._set_categories(interaction, categories)
 
     @categories_group.command(name="remove", description="Remove a category.")
+    @app_commands.describe(label="The category to remove")
     @app_commands.autocomplete(label=_label_autocomplete)
     @has_server_permission_or_owner("manage_guild")
     @server_only()

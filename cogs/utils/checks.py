@@ -36,6 +36,7 @@ class NotOwner(app_commands.CheckFailure):
     """Only the bot's owner may do this."""
 
     def __init__(self, what: str = "this") -> None:
+        self.what = what
         super().__init__(f"Only the bot's owner may do {what}.")
 
 

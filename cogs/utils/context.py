@@ -78,6 +78,7 @@ def _turn_context(
     persona_id: int | None,
     bot_name: str | None,
     message_id: int | None = None,
+    locale: object = None,
 ) -> TurnContext:
     if channel is None:
         raise ValueError("this interaction has no channel; short-term memory needs one")
@@ -97,7 +98,15 @@ def _turn_context(
         channel_is_private=channel_is_private(channel) if in_server else False,
         user_text=user_text,
         message_id=message_id,
+        server_locale=_locale(guild, locale) if in_server else None,
     )
+
+
+def _locale(guild: discord.Guild | None, given: object) -> str | None:
+    """The server's preferred locale (``ja``, ``en-US``), as Discord gives it, or None."""
+    locale = given if given is not None else getattr(guild, "preferred_locale", None)
+    value = getattr(locale, "value", locale)
+    return value if isinstance(value, str) and value else None
 
 
 def turn_context_from_message(
@@ -154,4 +163,5 @@ def turn_context_from_interaction(
         user_text="",
         persona_id=persona_id,
         bot_name=bot_name,
+        locale=interaction.guild_locale,
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, create_model
 
+from ..frames import frames_for
 from ..models import Category, is_summary_mode
 from ..slugs import slugs_for
 from ..text import clean_value, one_line, visible
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_RAW_ARGUMENTS",
     "DuplicateKeyError",
     "arguments_model",
+    "definition_json",
     "loads_strict",
     "parse_arguments",
     "tool_definition",
@@ -34,16 +36,9 @@ __all__ = [
 # Anything larger is refused before parsing: a summary is at most a few kilobytes.
 MAX_RAW_ARGUMENTS = 256 * 1024
 
-DEFAULT_DESCRIPTION = (
-    "Silently update your short-term memory of this conversation: a concise, factual record of "
-    "recent events, topics, decisions and context that will help you continue it. Users do not "
-    "see this call. Call it at most once per turn, and not for explicit requests to remember "
-    "something."
-)
-SUMMARY_DESCRIPTION = (
-    "A running summary of recent events, topics, and context from this conversation "
-    "(plain text, at most {limit} characters)."
-)
+# In English; each language's are in stm/locales (the tool asks for notes in the
+# conversation's language in every one).
+DEFAULT_DESCRIPTION = frames_for("en").text("tool_description")
 
 
 class _Strict(BaseModel):
@@ -51,10 +46,14 @@ class _Strict(BaseModel):
 
 
 @functools.lru_cache(maxsize=512)
-def arguments_model(categories: tuple[Category, ...], max_length: int) -> type[BaseModel]:
-    """The pydantic model of the tool's arguments for a server's categories."""
+def arguments_model(
+    categories: tuple[Category, ...], max_length: int, language: str = "en"
+) -> type[BaseModel]:
+    """The pydantic model of the tool's arguments for a server's categories (its field
+    descriptions in ``language``; parsing is the same in every language)."""
+    frames = frames_for(language)
     if is_summary_mode(categories):
-        description = SUMMARY_DESCRIPTION.format(limit=max_length)
+        description = frames.text("summary_field", limit=max_length)
         return create_model(
             "SummaryUpdate", __base__=_Strict, summary=(StrictStr, Field(description=description))
         )
@@ -62,7 +61,9 @@ def arguments_model(categories: tuple[Category, ...], max_length: int) -> type[B
     slugs = slugs_for(c.label for c in categories)
     for n, (slug, category) in enumerate(zip(slugs, categories, strict=True)):
         text = category.description or category.label
-        description = f"{category.label}: {text} (plain text, at most {max_length} characters)."
+        description = frames.text(
+            "category_field", label=category.label, text=text, limit=max_length
+        )
         fields[f"f{n}"] = (StrictStr, Field(default=None, alias=slug, description=description))
     return create_model("CategoryUpdate", __base__=_Strict, **fields)
 
@@ -86,24 +87,39 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=512)
 def _definition_json(
-    categories: tuple[Category, ...], max_length: int, description: str | None
+    categories: tuple[Category, ...], max_length: int, description: str | None, language: str
 ) -> str:
     definition = {
         "type": "function",
         "function": {
             "name": TOOL_NAME,
-            "description": description or DEFAULT_DESCRIPTION,
-            "parameters": _schema(arguments_model(categories, max_length)),
+            "description": description or frames_for(language).text("tool_description"),
+            "parameters": _schema(arguments_model(categories, max_length, language)),
         },
     }
     return json.dumps(definition)
 
 
+def definition_json(
+    categories: tuple[Category, ...],
+    max_length: int,
+    description: str | None = None,
+    language: str = "en",
+) -> str:
+    """The tool in OpenAI function-tool form as JSON (the same string for the same values)."""
+    return _definition_json(categories, max_length, description, language)
+
+
 def tool_definition(
-    categories: tuple[Category, ...], max_length: int, description: str | None = None
+    categories: tuple[Category, ...],
+    max_length: int,
+    description: str | None = None,
+    language: str = "en",
 ) -> dict[str, Any]:
-    """The tool in OpenAI function-tool form (a fresh dict the caller may change)."""
-    loaded: dict[str, Any] = json.loads(_definition_json(categories, max_length, description))
+    """The tool in OpenAI function-tool form (a fresh dict the caller may change), its
+    descriptions in ``language`` (a server's own ``description`` as it is)."""
+    raw = _definition_json(categories, max_length, description, language)
+    loaded: dict[str, Any] = json.loads(raw)
     return loaded
 
 

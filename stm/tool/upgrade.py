@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from ..cache import Entry, GroupKey, MemoryCache
 from ..config import STMConfig
 from ..convert import row_of
+from ..frames import model_language
 from ..intent import IntentGate
 from ..lineage import Lineage, Pin
 from ..metrics import Tally
@@ -228,8 +229,12 @@ class Upgrades:
         settings = self.settings.for_server(ctx.server_id)
         if self.blocked(ctx, settings) is not None:
             return None
+        language = model_language(settings, ctx.server_locale).language
         return tool_definition(
-            settings.categories, self.config.max_summary_length, settings.tool_description
+            settings.categories,
+            self.config.max_summary_length,
+            settings.tool_description,
+            language,
         )
 
     async def run(self, ctx: TurnContext, arguments: object) -> ToolResult:
