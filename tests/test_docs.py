@@ -454,3 +454,16 @@ def test_the_architecture_check_can_fail() -> None:
     assert missing_code("`forget_users`", index) == ["forget_users"]
     assert missing_code("`settles(read)`", index) == ["settles(read)"]
     assert missing_code("`stm.store.open_stores`", index) == ["stm.store.open_stores"]
+
+
+def test_every_public_name_of_stm_is_in_the_api_reference() -> None:
+    """What ``stm`` exports is documented: each name appears in docs/reference (the
+    errors through the ``stm.errors`` page)."""
+    import stm
+    import stm.errors
+
+    text = " ".join(p.read_text() for p in (ROOT / "docs" / "reference").glob("*.md"))
+    missing = [
+        name for name in stm.__all__ if f"stm.{name}" not in text and name not in stm.errors.__all__
+    ]
+    assert missing == [], f"not in docs/reference: {missing}"
