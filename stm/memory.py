@@ -417,7 +417,8 @@ class ShortTermMemory:
         return await self._save_settings(server_id, updated)
 
     async def _save_settings(self, server_id: int, settings: ServerSettings) -> ServerSettings:
-        await self.writer.submit(SaveServerSettings(server_id, settings.model_dump_json()))
+        stored = self.settings.stored_form(server_id, settings)
+        await self.writer.submit(SaveServerSettings(server_id, stored))
         self.settings.set(server_id, settings)
         return settings
 

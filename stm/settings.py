@@ -6,6 +6,7 @@ so a change takes effect only once it is durable.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -43,23 +44,44 @@ class SettingsBook:
             crude_message_count=config.crude_message_count,
         )
         self._servers: dict[int, ServerSettings] = {}
+        # Per server, the stored fields a newer version of the library wrote.
+        self._newer: dict[int, dict[str, Any]] = {}
         self._opted_out: set[int] = set()
 
     def load(self, stored: dict[int, str], opted_out: set[int]) -> None:
         """Take what the store holds (a server it no longer holds gets the defaults again);
         unreadable settings fall back to the defaults."""
         servers: dict[int, ServerSettings] = {}
+        newer: dict[int, dict[str, Any]] = {}
         for server_id, raw in stored.items():
             try:
-                servers[server_id] = ServerSettings.model_validate_json(raw)
-            except ValidationError as exc:
+                fields = json.loads(raw)
+                if not isinstance(fields, dict):
+                    raise ValueError("not a JSON object")
+                # Fields this version does not know were written by a newer one, which
+                # shares the database: kept aside and written back with any change here,
+                # so that neither version loses the other's settings.
+                unknown = {k: v for k, v in fields.items() if k not in ServerSettings.model_fields}
+                known = {k: v for k, v in fields.items() if k not in unknown}
+                servers[server_id] = ServerSettings.model_validate_json(json.dumps(known))
+            except (ValidationError, ValueError) as exc:
                 log.warning("ignoring unreadable settings of server %s: %s", server_id, exc)
+                continue
+            if unknown:
+                newer[server_id] = unknown
         self._servers = servers
+        self._newer = newer
         self._opted_out = set(opted_out)
+
+    def stored_form(self, server_id: int, settings: ServerSettings) -> str:
+        """``settings`` as the store keeps them, with the fields a newer version wrote."""
+        fields = json.loads(settings.model_dump_json())
+        return json.dumps({**self._newer.get(server_id, {}), **fields})
 
     def drop(self, server_id: int) -> None:
         """The server's settings were deleted: the defaults are in force again."""
         self._servers.pop(server_id, None)
+        self._newer.pop(server_id, None)
 
     def for_server(self, server_id: int | None) -> ServerSettings:
         """The settings in force for a server (the defaults for DMs and new servers)."""
