@@ -128,8 +128,9 @@ class Journal:
         return f"{self._prefix}-{self._count}"
 
     # -- reading --------------------------------------------------------------------
-    def load(self) -> list[Pending]:
-        """The deletes still pending, in order, each once.
+    def load(self, *, replaying: bool = True) -> list[Pending]:
+        """The deletes still pending, in order, each once (``replaying=False``: only read,
+        as the command line reads them to leave out what they erase; logged at DEBUG).
 
         Damaged records are skipped and counted in one log line; a journal that exists
         but cannot be read stops the open (StoreError): its deletes would be undone."""
@@ -154,8 +155,10 @@ class Journal:
             log.warning(
                 "skipped %d damaged lines of the pending-delete journal %s", skipped, self.path
             )
-        if pending:
+        if pending and replaying:
             log.warning("replaying %d pending deletes from %s", len(pending), self.path)
+        elif pending:
+            log.debug("%d pending deletes in %s", len(pending), self.path)
         return pending
 
     # -- writing --------------------------------------------------------------------

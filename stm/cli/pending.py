@@ -4,6 +4,7 @@ showing it as held."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +61,7 @@ async def pending_cover(store: Inspector, config: STMConfig) -> PendingCover:
     journal = Journal.for_config(config)
     if journal is None:
         return PendingCover()
-    pending = await asyncio.to_thread(journal.load)
+    pending = await asyncio.to_thread(functools.partial(journal.load, replaying=False))
     keys: set[str] = set()
     for record in pending:
         op = record.op
