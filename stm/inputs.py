@@ -159,18 +159,25 @@ class TurnContext(_Plain):
     message_id: int | None
     server_locale: str | None
     # The library's own notes about this turn: private attributes, defaults here, set on
-    # the instance when first noted (and copied with it, as pydantic copied them).
-    # How many deletions the memory had made when this turn first reached it.
+    # the instance when first noted (and copied with it, as pydantic copied them). Each
+    # has one writer, named here; everything else only reads it.
+    # How many deletions the memory had made when this turn first reached it
+    # (written by stm/readthrough.py, ReadThrough.mark_turn_start).
     _deletion_seq: int | None = None
-    # The change feed's position this process's cache reflected when the turn began.
+    # The change feed's position this process's cache reflected when the turn began
+    # (stm/follower.py, Follower.mark_turn_start).
     _feed_position: int | None = None
-    # (gate, text, answer) of the intent check of this turn's text: asked once per turn.
+    # (gate, text, answer) of the intent check of this turn's text: asked once per turn
+    # (stm/tool/upgrade.py).
     _intent: tuple[object, str, bool] | None = None
-    # What this turn's prompt showed from memory (its upgrade credits it), and whether an
-    # upgrade of this turn is in flight (one per turn).
+    # What this turn's prompt showed from memory, which its upgrade credits
+    # (stm/readthrough.py, ReadThrough.note_shown), and whether an upgrade of this turn is
+    # in flight, one per turn
+    # (stm/tool/upgrade.py).
     _shown: Shown | None = None
     _upgrading: bool = False
-    # The turn's scope keys and recall group, with the ids they were made from.
+    # The turn's scope keys and recall group, with the ids they were made from
+    # (stm/readthrough.py, turn_scope).
     _keys: tuple[Any, ...] | None = None
     _notes: ClassVar[frozenset[str]] = frozenset(
         {"_deletion_seq", "_feed_position", "_intent", "_keys", "_shown", "_upgrading"}

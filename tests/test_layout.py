@@ -53,3 +53,21 @@ def test_the_shipped_doubles_need_nothing_of_the_test_suite() -> None:
         "faulty_memory",
         "turn",
     }
+
+
+def test_each_turn_note_has_one_writer() -> None:
+    """The library's notes on a TurnContext (``_keys``, ``_shown``, ...) are each assigned
+    in one module only, the one stm/inputs.py names."""
+    from stm.inputs import TurnContext
+
+    root = Path(stm.testing.__file__).parent
+    writers: dict[str, set[str]] = {note: set() for note in TurnContext._notes}
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "inputs.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr in writers:
+                    writers[target.attr].add(str(path.relative_to(root)))
+    assert all(len(modules) == 1 for modules in writers.values()), writers
