@@ -33,7 +33,7 @@ from typing import Any
 
 from .cache import MemoryCache
 from .deletions import Purge
-from .forget import clear_ranges, forget_channel, forget_everything, forget_key, forget_user
+from .forget import clear_channel, clear_ranges, forget_everything, forget_key, purge_user
 from .messages import RecentlyForgotten, forget_messages, nudge_rewrite
 from .models import TurnContext
 from .readthrough import ReadThrough
@@ -168,7 +168,7 @@ class Follower:
         self.reads.rows_left_cache()
         purge = self._unplanned.pop(change.position, None)
         if purge is None:
-            purge = forget_user(
+            purge = purge_user(
                 self.cache, self.reads, self._writer, change.user_id, change.server_id
             )
         self._unplanned[change.position] = purge
@@ -190,7 +190,7 @@ class Follower:
         writer = self._writer
         match change.kind:
             case "clear_channel" if change.channel_id is not None:
-                forget_channel(self.cache, self.reads, writer, change.channel_id)
+                clear_channel(self.cache, self.reads, writer, change.channel_id)
             case "upgrade" if change.key is not None:
                 self._replaced(change.key)
             case "expire" if change.key is not None:

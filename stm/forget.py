@@ -23,16 +23,16 @@ from .store.base import DeleteChannel, PurgeUser
 from .writer import Writer
 
 __all__ = [
+    "clear_channel",
     "clear_ranges",
-    "forget_channel",
     "forget_everything",
     "forget_key",
     "forget_unplanned",
-    "forget_user",
+    "purge_user",
 ]
 
 
-def forget_channel(cache: MemoryCache, reads: ReadThrough, writer: Writer, channel_id: int) -> int:
+def clear_channel(cache: MemoryCache, reads: ReadThrough, writer: Writer, channel_id: int) -> int:
     """Drop every scope and persona of the channel, crude messages included; returns keys."""
     keys = cache.keys_of_channel(channel_id)
     for key in keys:
@@ -45,7 +45,7 @@ def forget_channel(cache: MemoryCache, reads: ReadThrough, writer: Writer, chann
     return len(keys)
 
 
-def forget_user(
+def purge_user(
     cache: MemoryCache,
     reads: ReadThrough,
     writer: Writer,

@@ -31,7 +31,7 @@ from .config import STMConfig
 from .convert import snapshot
 from .deletions import Purge, with_own
 from .follower import Follower
-from .forget import clear_ranges, forget_channel, forget_unplanned, forget_user
+from .forget import clear_channel, clear_ranges, forget_unplanned, purge_user
 from .frames import Frames, model_language
 from .ids import check_bool, check_id, check_optional_id
 from .intent import IntentGate
@@ -691,7 +691,7 @@ class ShortTermMemory:
         """
         check_id(channel_id, "channel_id")
         self._tally.channel_clears += 1
-        evicted = forget_channel(self.cache, self._reads, self.writer, channel_id)
+        evicted = clear_channel(self.cache, self._reads, self.writer, channel_id)
         self.writer.submit_delete(DeleteChannel(channel_id), what=f"clearing channel {channel_id}")
         log.info("clearing channel %s (%d keys held here)", channel_id, evicted)
         return evicted
@@ -788,7 +788,7 @@ class ShortTermMemory:
         """Apply a purge to this process's cache, queue its durable part, and wait (briefly)
         for the store's plan of what else it reaches."""
         erasure = self.config.erasure
-        purge = forget_user(self.cache, self._reads, self.writer, user_id, server_id, erasure)
+        purge = purge_user(self.cache, self._reads, self.writer, user_id, server_id, erasure)
         touched = len(purge.keys)
         self._tally.user_purges += 1
         where = "everywhere" if server_id is None else f"in server {server_id}"
