@@ -83,6 +83,26 @@ class _Item:
         return self.future is None
 
 
+@dataclass(slots=True)
+class Backoff:
+    """Waits that double after each failure, from ``first`` up to ``MAX_BACKOFF``: the
+    writer's retries of the queue and of an erasure share this rule. ``at`` is when the
+    next try is due (0: now; a caller may bring it forward by setting it to 0)."""
+
+    first: float
+    delay: float = 0.0
+    at: float = 0.0
+
+    def failed(self, now: float) -> float:
+        """One more failure at ``now``: the next try waits longer; returns the wait."""
+        self.delay = min(MAX_BACKOFF, max(self.first, self.delay * 2))
+        self.at = now + self.delay
+        return self.delay
+
+    def succeeded(self) -> None:
+        self.delay = self.at = 0.0
+
+
 class Writer:
     """The single writer of a store."""
 
@@ -110,8 +130,7 @@ class Writer:
         # When deleted data is next erased from the files (0: none due), and when a failed
         # erasure is tried again.
         self._scrub_at = 0.0
-        self._scrub_retry_at = 0.0
-        self._scrub_backoff = 0.0
+        self._scrub_retry = Backoff(retry_delay)
         self._scrub_failure: BaseException | None = None
         self._scrubbing = False
         self.rejected = 0
@@ -135,8 +154,7 @@ class Writer:
         self._progress = asyncio.Event()
         self._trouble = asyncio.Event()
         self._failure: BaseException | None = None
-        self._backoff = 0.0
-        self._retry_at = 0.0
+        self._retry = Backoff(retry_delay)
         self._dirty_since = 0.0
         # Why the journal could not take the deletes last given to it (None: it could).
         self._journal_failure: OSError | None = None
@@ -192,11 +210,11 @@ class Writer:
             future.set_exception(DurabilityError([f"{what}: {refusal}"]))
             return future
         self._push(_Item(self._next(), op, future=future, what=what))
-        if self._retry_at:
+        if self._retry.at:
             # Deletes ahead wait out a backoff (up to MAX_BACKOFF) and nothing may overtake
             # them: retry them now with this behind them, so its caller hears after one
             # attempt whether it was saved instead of after the backoff.
-            self._retry_at = 0.0
+            self._retry.at = 0.0
         return future
 
     def submit_all(
@@ -216,8 +234,8 @@ class Writer:
         item = _Item(self._next(), ops[0], more=tuple(ops[1:]), future=future, what=what)
         item.on_result = on_result
         self._push(item)
-        if self._retry_at:
-            self._retry_at = 0.0  # as in submit
+        if self._retry.at:
+            self._retry.at = 0.0  # as in submit
         return future
 
     def submit_delete(
@@ -308,13 +326,13 @@ class Writer:
                     # Now rather than when due or after the backoff.
                     # 0 means "none due": a test's clock may stand at 0.
                     self._scrub_at = max(self.scheduler.now(), 1e-9)
-                    self._scrub_retry_at = 0.0
+                    self._scrub_retry.at = 0.0
                     self._wake.set()
-            elif self._failure is not None and self._retry_at:
+            elif self._failure is not None and self._retry.at:
                 if tries >= attempts:
                     raise self._durability_error(self.failing())
                 tries += 1
-                self._retry_at = 0.0  # try again now rather than after the backoff
+                self._retry.at = 0.0  # try again now rather than after the backoff
                 self._wake.set()
             if self._task is None or self._task.done():
                 why = "the writer has stopped" if self._task else "the memory is not open yet"
@@ -377,13 +395,13 @@ class Writer:
     async def _run(self) -> None:
         while True:
             now = self.scheduler.now()
-            if self._retry_at > now:
-                wake_at: float | None = self._retry_at
+            if self._retry.at > now:
+                wake_at: float | None = self._retry.at
             elif self._queue:
                 wake_at = now
             else:
                 write_behind_at = self._dirty_since + self.write_behind if self._dirty else 0.0
-                scrub_at = max(self._scrub_at, self._scrub_retry_at) if self._scrub_at else 0.0
+                scrub_at = max(self._scrub_at, self._scrub_retry.at) if self._scrub_at else 0.0
                 due = [t for t in (scrub_at, write_behind_at) if t]
                 wake_at = min(due) if due else None
             if wake_at is None or wake_at > now:
@@ -400,7 +418,7 @@ class Writer:
     def _scrub_due(self, now: float) -> bool:
         """Erase between batches once due, but not while deletes are queued: they would
         need another erasure right after (a burst of purges shares one)."""
-        if not self._scrub_at or max(self._scrub_at, self._scrub_retry_at) > now:
+        if not self._scrub_at or max(self._scrub_at, self._scrub_retry.at) > now:
             return False
         return not any(
             isinstance(i.op, DeleteChannel | PurgeUser | SweepPurge) for i in self._queue
@@ -419,20 +437,19 @@ class Writer:
         except Exception as exc:
             first = self._scrub_failure is None
             self._scrub_failure = exc
-            self._scrub_backoff = min(MAX_BACKOFF, max(self.retry_delay, self._scrub_backoff * 2))
-            now = self.scheduler.now()
-            self._scrub_at = self._scrub_retry_at = now + self._scrub_backoff
+            wait = self._scrub_retry.failed(self.scheduler.now())
+            self._scrub_at = self._scrub_retry.at
             log.log(
                 logging.WARNING if first else logging.INFO,
                 "deleted text could not be erased from the files yet, retrying in %.1fs: %s",
-                self._scrub_backoff,
+                wait,
                 exc,
             )
         else:
             if self._scrub_failure is not None:
                 log.warning("deleted text is erased from the files again")
             self._scrub_failure = None
-            self._scrub_backoff = self._scrub_retry_at = 0.0
+            self._scrub_retry.succeeded()
         finally:
             self._scrubbing = False
         progress, self._progress = self._progress, asyncio.Event()
@@ -485,7 +502,7 @@ class Writer:
             if self._failure is not None:
                 log.info("short-term memory writes are durable again")
             self._failure = None
-            self._backoff = self._retry_at = 0.0
+            self._retry.succeeded()
             erased = False
             if several:
                 results = _per_item(items, results)
@@ -594,13 +611,12 @@ class Writer:
             if not future.done():
                 future.set_exception(exc)
         if kept:
-            self._backoff = min(MAX_BACKOFF, max(self.retry_delay, self._backoff * 2))
-            self._retry_at = self.scheduler.now() + self._backoff
+            wait = self._retry.failed(self.scheduler.now())
             level = logging.ERROR if first else logging.WARNING
             log.log(
                 level,
                 "short-term memory could not be made durable, retrying in %.1fs: %s",
-                self._backoff,
+                wait,
                 "; ".join(item.what for item in kept),
                 exc_info=first,
             )
