@@ -103,6 +103,68 @@ class Backoff:
         self.delay = self.at = 0.0
 
 
+class Erasures:
+    """When the writer next erases from the files what committed deletes left there (the
+    store's ``Scrub``), and the state of the last try: one job, apart from the queue."""
+
+    def __init__(self, store: Store, delay: float, retry_delay: float) -> None:
+        self.store = store
+        self.delay = delay
+        self.due_at = 0.0  # 0: none due (a test's clock may stand at 0, so "now" is 1e-9)
+        self.retry = Backoff(retry_delay)
+        self.failure: BaseException | None = None
+        self.running = False
+
+    @property
+    def pending(self) -> bool:
+        """An erasure is due or running."""
+        return bool(self.due_at) or self.running
+
+    def after_deletes(self, now: float) -> None:
+        """Deletes committed: erase after ``delay`` (a burst of them shares one)."""
+        if not self.due_at:
+            self.due_at = now + self.delay
+
+    def now(self, now: float) -> None:
+        """Erase at once, rather than when due or after the backoff."""
+        self.due_at = max(now, 1e-9)
+        self.retry.at = 0.0
+
+    def wake_at(self) -> float:
+        """When the writer must wake for it (0: no erasure due)."""
+        return max(self.due_at, self.retry.at) if self.due_at else 0.0
+
+    def due(self, now: float) -> bool:
+        return bool(self.due_at) and self.wake_at() <= now
+
+    async def run(self, now: float) -> None:
+        """Erase; on failure, log and schedule the next try with the backoff."""
+        self.due_at = 0.0
+        self.running = True
+        try:
+            await self.store.run([Scrub()])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            first = self.failure is None
+            self.failure = exc
+            wait = self.retry.failed(now)
+            self.due_at = self.retry.at
+            log.log(
+                logging.WARNING if first else logging.INFO,
+                "deleted text could not be erased from the files yet, retrying in %.1fs: %s",
+                wait,
+                exc,
+            )
+        else:
+            if self.failure is not None:
+                log.warning("deleted text is erased from the files again")
+            self.failure = None
+            self.retry.succeeded()
+        finally:
+            self.running = False
+
+
 class Writer:
     """The single writer of a store."""
 
@@ -129,10 +191,7 @@ class Writer:
         self.touch_guard = touch_guard
         # When deleted data is next erased from the files (0: none due), and when a failed
         # erasure is tried again.
-        self._scrub_at = 0.0
-        self._scrub_retry = Backoff(retry_delay)
-        self._scrub_failure: BaseException | None = None
-        self._scrubbing = False
+        self.erasures = Erasures(store, scrub_delay, retry_delay)
         self.rejected = 0
         # Run the items of a batch that failed for good one per transaction, to find the one.
         self._isolate = 0
@@ -291,8 +350,8 @@ class Writer:
         lines = []
         if self._failure is not None:
             lines = [f"{item.what}: {self._failure}" for item in self._queue if item.retried]
-        if self._scrub_failure is not None:
-            lines.append(f"{_ERASING}: {self._scrub_failure}")
+        if self.erasures.failure is not None:
+            lines.append(f"{_ERASING}: {self.erasures.failure}")
         return lines
 
     def at_risk(self) -> list[str]:
@@ -316,17 +375,15 @@ class Writer:
         while True:
             if self._finished_through() >= target:
                 # Erase what the deletes so far left behind (once they are committed).
-                if not scrub or not (self._scrub_at or self._scrubbing):
+                erasures = self.erasures
+                if not scrub or not erasures.pending:
                     return
-                if self._scrub_failure is not None and not self._scrubbing:
+                if erasures.failure is not None and not erasures.running:
                     if scrub_tries >= attempts:
                         raise self._durability_error(self.failing())
                     scrub_tries += 1
-                if not self._scrubbing:
-                    # Now rather than when due or after the backoff.
-                    # 0 means "none due": a test's clock may stand at 0.
-                    self._scrub_at = max(self.scheduler.now(), 1e-9)
-                    self._scrub_retry.at = 0.0
+                if not erasures.running:
+                    erasures.now(self.scheduler.now())
                     self._wake.set()
             elif self._failure is not None and self._retry.at:
                 if tries >= attempts:
@@ -401,7 +458,7 @@ class Writer:
                 wake_at = now
             else:
                 write_behind_at = self._dirty_since + self.write_behind if self._dirty else 0.0
-                scrub_at = max(self._scrub_at, self._scrub_retry.at) if self._scrub_at else 0.0
+                scrub_at = self.erasures.wake_at()
                 due = [t for t in (scrub_at, write_behind_at) if t]
                 wake_at = min(due) if due else None
             if wake_at is None or wake_at > now:
@@ -418,40 +475,16 @@ class Writer:
     def _scrub_due(self, now: float) -> bool:
         """Erase between batches once due, but not while deletes are queued: they would
         need another erasure right after (a burst of purges shares one)."""
-        if not self._scrub_at or max(self._scrub_at, self._scrub_retry.at) > now:
+        if not self.erasures.due(now):
             return False
         return not any(
             isinstance(i.op, DeleteChannel | PurgeUser | SweepPurge) for i in self._queue
         )
 
     async def _scrub(self) -> None:
-        """Erase what committed deletes left in the files; on failure, try again later
-        without holding up the queue."""
-        self._scrub_at = 0.0
-        self._scrubbing = True
-        try:
-            self.round_trips += 1
-            await self.store.run([Scrub()])
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            first = self._scrub_failure is None
-            self._scrub_failure = exc
-            wait = self._scrub_retry.failed(self.scheduler.now())
-            self._scrub_at = self._scrub_retry.at
-            log.log(
-                logging.WARNING if first else logging.INFO,
-                "deleted text could not be erased from the files yet, retrying in %.1fs: %s",
-                wait,
-                exc,
-            )
-        else:
-            if self._scrub_failure is not None:
-                log.warning("deleted text is erased from the files again")
-            self._scrub_failure = None
-            self._scrub_retry.succeeded()
-        finally:
-            self._scrubbing = False
+        """Erase what committed deletes left in the files without holding up the queue."""
+        self.round_trips += 1
+        await self.erasures.run(self.scheduler.now())
         progress, self._progress = self._progress, asyncio.Event()
         progress.set()
 
@@ -526,8 +559,8 @@ class Writer:
                     erased = erased or bool(cleared)
                     if more:
                         self._continue(item, position)
-            if erased and not self._scrub_at:
-                self._scrub_at = self.scheduler.now() + self.scrub_delay
+            if erased:
+                self.erasures.after_deletes(self.scheduler.now())
             self._journal_done(items)
         progress, self._progress = self._progress, asyncio.Event()
         progress.set()
