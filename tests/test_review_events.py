@@ -1,0 +1,84 @@
+"""Found in review: what a turn in flight does with its own message deleted or edited on
+Discord while the model answers it."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import Opener
+
+from stm import DialogueMessage, GenerationFinished, TurnContext
+from stm.keys import server_key
+
+OPEN = pytest.mark.xfail(
+    strict=True, reason="open: a delete or edit that changed no window is not logged"
+)
+
+SERVER, CHANNEL, USER = 5, 70, 7
+
+
+def turn(ctx: TurnContext, text: str, said: int, answered: int) -> GenerationFinished:
+    return GenerationFinished(
+        context=ctx,
+        messages=[
+            DialogueMessage(role="user", content=text, author_id=ctx.user_id, message_id=said),
+            DialogueMessage(role="assistant", content="ok", message_id=answered),
+        ],
+    )
+
+
+@OPEN
+async def test_an_upgrade_after_its_own_message_was_deleted_writes_no_note_of_it(
+    open_memory: Opener,
+) -> None:
+    """The member deletes the message the bot is answering, before the model calls the
+    tool: docs/data.md says an upgrade in flight whose prompt showed the channel when a
+    message was deleted is refused. The turn's own message is in the prompt (the user's
+    text) but in no window yet, so the delete changes no key, is not logged, and the
+    upgrade writes the deleted words into the channel's notes, with no nudge to rewrite
+    them either."""
+    memory = await open_memory()
+    earlier = TurnContext(user_id=USER, channel_id=CHANNEL, server_id=SERVER, message_id=100)
+    await memory.capture(turn(earlier, "hello", 100, 101))
+    secret = "my password is hunter2"
+    ctx = TurnContext(
+        user_id=USER, channel_id=CHANNEL, server_id=SERVER, message_id=200, user_text=secret
+    )
+    await memory.build_context(ctx)
+    assert memory.tool_schema(ctx) is not None
+    await memory.forget_messages(CHANNEL, [200])  # deleted while the model answers
+    await memory.run_tool(ctx, {"summary": "The user said their password is hunter2."})
+    await memory.capture(turn(ctx, secret, 200, 201))
+    entry = await memory.get_entry(server_key(SERVER, CHANNEL))
+    assert entry is not None
+    assert secret not in [m.content for m in entry.messages]  # the capture left it out
+    later = TurnContext(user_id=8, channel_id=CHANNEL, server_id=SERVER, message_id=300)
+    context = await memory.build_context(later)
+    shown = "\n".join(block.text for block in context.blocks)
+    # Either the upgrade was refused, or at least the notes are to be rewritten now.
+    assert "hunter2" not in shown or context.nudge is not None, shown
+
+
+@OPEN
+async def test_an_upgrade_after_its_own_message_was_edited_writes_no_note_of_the_old_text(
+    open_memory: Opener,
+) -> None:
+    """The same with an edit: the member edits the message away while the model answers;
+    the capture holds the new text, but the upgrade keeps the old words in the notes."""
+    memory = await open_memory()
+    earlier = TurnContext(user_id=USER, channel_id=CHANNEL, server_id=SERVER, message_id=100)
+    await memory.capture(turn(earlier, "hello", 100, 101))
+    old = "call me at 555-0199"
+    ctx = TurnContext(
+        user_id=USER, channel_id=CHANNEL, server_id=SERVER, message_id=200, user_text=old
+    )
+    await memory.build_context(ctx)
+    await memory.edit_message(CHANNEL, 200, "never mind")
+    await memory.run_tool(ctx, {"summary": "The user's phone number is 555-0199."})
+    await memory.capture(turn(ctx, old, 200, 201))
+    entry = await memory.get_entry(server_key(SERVER, CHANNEL))
+    assert entry is not None
+    assert "never mind" in [m.content for m in entry.messages]
+    later = TurnContext(user_id=8, channel_id=CHANNEL, server_id=SERVER, message_id=300)
+    context = await memory.build_context(later)
+    shown = "\n".join(block.text for block in context.blocks)
+    assert "555-0199" not in shown or context.nudge is not None, shown
