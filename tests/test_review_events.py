@@ -1,7 +1,10 @@
-"""Found in review: what a turn in flight does with its own message deleted or edited on
-Discord while the model answers it."""
+"""Found in review: messages deleted or edited on Discord. A turn in flight whose own
+message is deleted or edited while the model answers it, and updates that change nothing."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
 
 import pytest
 from helpers import Opener
@@ -24,6 +27,11 @@ def turn(ctx: TurnContext, text: str, said: int, answered: int) -> GenerationFin
             DialogueMessage(role="assistant", content="ok", message_id=answered),
         ],
     )
+
+
+OPEN_NOOP = pytest.mark.xfail(
+    strict=True, reason="open: an edit is shared to the feed even when it changed nothing"
+)
 
 
 @OPEN
@@ -82,3 +90,30 @@ async def test_an_upgrade_after_its_own_message_was_edited_writes_no_note_of_the
     context = await memory.build_context(later)
     shown = "\n".join(block.text for block in context.blocks)
     assert "555-0199" not in shown or context.nudge is not None, shown
+
+
+@OPEN_NOOP
+async def test_an_update_that_leaves_the_text_as_it_was_keeps_it_in_other_processes(
+    open_memory: Opener,
+) -> None:
+    """Discord sends MESSAGE_UPDATE with the message's unchanged content when a link's
+    embed appears or the message is pinned. Here nothing changes (``edit_message`` returns
+    0), yet the change is shared to the feed as an edit, and every other process on the
+    database drops the message from its windows."""
+    here = await open_memory()
+    there = await open_memory()
+    for task in there.background.periodic:
+        if task.get_name() == "stm-follower":
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    ctx = TurnContext(user_id=USER, channel_id=CHANNEL, server_id=SERVER, message_id=100)
+    event = turn(ctx, "see https://example.com", 100, 101)
+    await here.capture(event)
+    await there.capture(event)
+    assert await here.edit_message(CHANNEL, 100, "see https://example.com") == 0
+    await here.flush()
+    await there.follower.catch_up()
+    entry = await there.get_entry(server_key(SERVER, CHANNEL))
+    assert entry is not None
+    assert "see https://example.com" in [m.content for m in entry.messages]
