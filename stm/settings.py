@@ -33,6 +33,23 @@ def invalid_input(exc: ValidationError) -> InvalidInput:
     return InvalidInput("; ".join(problems) or "that value is not valid")
 
 
+def _readable(server_id: int, known: dict[str, Any], unread: dict[str, Any]) -> ServerSettings:
+    """The settings of ``known`` fields; a field whose value this version cannot read (a
+    newer one's language, say) gets its default and its value goes to ``unread``, so that
+    one such value does not put the server's other settings (``enabled`` among them) back
+    to the defaults."""
+    while True:
+        try:
+            return ServerSettings.model_validate_json(json.dumps(known))
+        except ValidationError as exc:
+            bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"]} & known.keys()
+            if not bad:
+                raise
+            log.warning("server %s: ignoring the settings %s: %s", server_id, sorted(bad), exc)
+            for name in bad:
+                unread[name] = known.pop(name)
+
+
 class SettingsBook:
     """Every configured server's settings, the defaults for the others, and opt-outs."""
 
@@ -50,7 +67,8 @@ class SettingsBook:
 
     def load(self, stored: dict[int, str], opted_out: set[int]) -> None:
         """Take what the store holds (a server it no longer holds gets the defaults again);
-        unreadable settings fall back to the defaults."""
+        settings that are not a JSON object fall back to the defaults, a value this version
+        cannot read to that field's default."""
         servers: dict[int, ServerSettings] = {}
         newer: dict[int, dict[str, Any]] = {}
         for server_id, raw in stored.items():
@@ -63,7 +81,7 @@ class SettingsBook:
                 # so that neither version loses the other's settings.
                 unknown = {k: v for k, v in fields.items() if k not in ServerSettings.model_fields}
                 known = {k: v for k, v in fields.items() if k not in unknown}
-                servers[server_id] = ServerSettings.model_validate_json(json.dumps(known))
+                servers[server_id] = _readable(server_id, known, unknown)
             except (ValidationError, ValueError) as exc:
                 log.warning("ignoring unreadable settings of server %s: %s", server_id, exc)
                 continue
