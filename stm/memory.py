@@ -43,6 +43,7 @@ from .messages import (
     RecentlyForgotten,
     edit_message,
     forget_messages,
+    held_as,
     nudge_rewrite,
 )
 from .metrics import DISCORD_EVENTS, MetricsSnapshot, Tally
@@ -881,6 +882,8 @@ class ShortTermMemory:
             done = forget_messages(self.cache, self._reads, channel_id, (message_id,))
         else:
             text = content if len(content) <= limit else content[:limit]
+            if held_as(self.cache, channel_id, message_id, text):
+                return 0  # the text it had: nothing to change here or elsewhere
             self._forgotten.note(message_id, text)
             done = edit_message(self.cache, self._reads, channel_id, message_id, text)
         self._after_forget(done, "edited")

@@ -145,6 +145,17 @@ def edit_message(
     return done
 
 
+def held_as(cache: MemoryCache, channel_id: int, message_id: int, content: str) -> bool:
+    """True when a window of the channel here holds the message with this very text: an
+    edit to it changes nothing (Discord sends updates with unchanged content)."""
+    for key in cache.keys_of_channel(channel_id):
+        entry = cache.peek(key)
+        if entry is None or message_id not in entry.messages.message_ids():
+            continue
+        return any(m.message_id == message_id and m.content == content for m in entry.messages)
+    return False
+
+
 def nudge_rewrite(done: Forgotten, cadence: Callable[[int | None], int]) -> list[Entry]:
     """Mark the entries whose notes were written while their window held a message that
     is gone or changed now: their next turn nudges the model to rewrite the notes

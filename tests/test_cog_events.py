@@ -156,6 +156,23 @@ async def test_an_edit_replaces_the_text_and_other_processes_drop_it(
     assert h.memory.metrics.discord_events["message_edit"] == 1
 
 
+async def test_an_update_that_is_not_an_edit_changes_nothing(bot: Harness, other: ShortTermMemory):
+    """MESSAGE_UPDATE without ``edited_timestamp`` (an embed appearing, a pin), even with
+    different or empty content: nothing changes here, and nothing reaches the feed."""
+    h = bot
+    ctx, _ = await said(h, h.alice, h.general, "see https://example.com", also=other)
+    assert ctx.message_id is not None
+    for content in ("see https://example.com", ""):
+        payload = update_payload(h, h.alice, h.general, ctx.message_id, content)
+        payload["edited_timestamp"] = None
+        await h.world.offline.gateway("MESSAGE_UPDATE", payload)
+    await h.memory.flush()
+    await other.follower.catch_up()
+    assert "see https://example.com" in await held(h.memory, h.general, h.alice)
+    assert "see https://example.com" in await held(other, h.general, h.alice)
+    assert h.memory.metrics.discord_events.get("message_edit", 0) == 0
+
+
 async def test_an_edit_to_unreadable_content_drops_the_message(bot: Harness):
     """An edit whose content is empty (no Message Content intent, or only an attachment
     left) drops the message."""

@@ -29,11 +29,6 @@ def turn(ctx: TurnContext, text: str, said: int, answered: int) -> GenerationFin
     )
 
 
-OPEN_NOOP = pytest.mark.xfail(
-    strict=True, reason="open: an edit is shared to the feed even when it changed nothing"
-)
-
-
 @OPEN
 async def test_an_upgrade_after_its_own_message_was_deleted_writes_no_note_of_it(
     open_memory: Opener,
@@ -92,7 +87,6 @@ async def test_an_upgrade_after_its_own_message_was_edited_writes_no_note_of_the
     assert "555-0199" not in shown or context.nudge is not None, shown
 
 
-@OPEN_NOOP
 async def test_an_update_that_leaves_the_text_as_it_was_keeps_it_in_other_processes(
     open_memory: Opener,
 ) -> None:

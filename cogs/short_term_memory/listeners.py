@@ -91,9 +91,11 @@ class DiscordEvents(commands.Cog):
     @commands.Cog.listener()
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         """A message edited: its held text is replaced, or it leaves the windows when the
-        new text cannot be read. An update without content (an embed appearing, a pin)
-        changes nothing."""
+        new text cannot be read. An update that is not the author's edit (an embed
+        appearing, a pin: no ``edited_timestamp``) or carries no content changes nothing."""
         if not self._open() or not isinstance(payload.data, dict) or "content" not in payload.data:
+            return
+        if payload.data.get("edited_timestamp") is None:
             return
         me = self.bot.user
         text = readable_content(payload.data, me.id if me is not None else None)
