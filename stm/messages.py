@@ -23,6 +23,7 @@ docs/data.md, "What Discord events remove"). Pure: no I/O.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -40,8 +41,12 @@ __all__ = [
     "nudge_rewrite",
 ]
 
-# How many deleted and edited message ids a process remembers for captures in flight.
-REMEMBERED = 4096
+# How long a process remembers deleted and edited message ids for the captures of turns
+# still being answered (far longer than any generation), and how many at most: a bound on
+# memory that a busy bot's deletes do not reach in that time (16 bytes of id and time and
+# the dict's slot each, about 6 MB at most).
+REMEMBER_SECONDS = 900.0
+REMEMBERED = 65_536
 
 
 @dataclass(slots=True)
@@ -55,23 +60,40 @@ class Forgotten:
 
 
 class RecentlyForgotten:
-    """Message ids deleted (None) or edited (their new text) lately, oldest forgotten."""
+    """Message ids deleted (None) or edited (their new text) in the last
+    ``REMEMBER_SECONDS``, at most ``size`` of them, oldest forgotten first."""
 
-    def __init__(self, size: int = REMEMBERED) -> None:
+    def __init__(
+        self,
+        size: int = REMEMBERED,
+        seconds: float = REMEMBER_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.size = size
+        self.seconds = seconds
+        self._monotonic = monotonic
         # Read on every capture (an empty dict is false without a call).
         self.ids: OrderedDict[int, str | None] = OrderedDict()
         self._ids = self.ids
+        self._noted: OrderedDict[int, float] = OrderedDict()
 
     def __bool__(self) -> bool:
         return bool(self._ids)
 
     def note(self, message_id: int, content: str | None) -> None:
         """``message_id`` was deleted (``content`` None) or now reads ``content``."""
+        now = self._monotonic()
         self._ids[message_id] = content
         self._ids.move_to_end(message_id)
-        while len(self._ids) > self.size:
-            self._ids.popitem(last=False)
+        self._noted[message_id] = now
+        self._noted.move_to_end(message_id)
+        noted, ids, stale = self._noted, self._ids, now - self.seconds
+        while noted:
+            oldest, at = next(iter(noted.items()))
+            if at >= stale and len(noted) <= self.size:
+                break
+            del noted[oldest]
+            ids.pop(oldest, None)
 
     def applied(self, messages: tuple[StoredMessage, ...], limit: int) -> tuple[StoredMessage, ...]:
         """A turn's messages without those deleted since, with the text of those edited."""

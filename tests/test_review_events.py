@@ -113,17 +113,13 @@ async def test_an_update_that_leaves_the_text_as_it_was_keeps_it_in_other_proces
     assert "see https://example.com" in [m.content for m in entry.messages]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="open: deleted ids are remembered by count (4,096), not for a time"
-)
 async def test_a_message_deleted_during_its_turn_stays_out_under_many_other_deletes(
     open_memory: Opener,
 ) -> None:
     """docs/data.md: a message deleted while its own turn is being answered is left out
-    of that turn's capture. The ids deleted lately are one list of 4,096 for every
-    channel and server (``stm.messages.REMEMBERED``): a bot in many servers sees that
-    many deletes in seconds to a minute (members, moderators, a raid being cleared in
-    bulk deletes of 100), about one model answer, and the deleted message is captured."""
+    of that turn's capture, however many deletes other channels and servers see meanwhile
+    (a raid cleared in bulk deletes of 100): deleted ids are remembered for a time
+    (``stm.messages.REMEMBER_SECONDS``), not by a count a busy bot reaches in a minute."""
     memory = await open_memory()
     secret = "delete me fast"
     ctx = TurnContext(
