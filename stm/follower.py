@@ -62,6 +62,7 @@ class Follower:
         spawn: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]],
         *,
         coherence_seconds: float,
+        forgotten: RecentlyForgotten | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -83,7 +84,8 @@ class Follower:
         # Purges applied to the cache whose ranges could not be read yet, by position.
         self._unplanned: dict[int, Purge] = {}
         # Message ids deleted or edited lately (the facade's), for captures in flight.
-        self.forgotten = RecentlyForgotten()
+        # Message ids deleted or edited on Discord lately, shared with the memory's captures.
+        self.forgotten = forgotten if forgotten is not None else RecentlyForgotten()
         self.messages_forgotten = 0
 
     async def start(self) -> None:

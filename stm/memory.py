@@ -174,6 +174,9 @@ class ShortTermMemory:
             tally=self._tally,
             channel_is_private=channel_is_private,
         )
+        # Message ids deleted or edited on Discord lately, for captures and upgrades of
+        # turns still being answered.
+        self._forgotten = RecentlyForgotten()
         self.follower = Follower(
             store,
             self.cache,
@@ -182,6 +185,7 @@ class ShortTermMemory:
             self._writer,
             self._background.spawn,
             coherence_seconds=config.coherence_seconds,
+            forgotten=self._forgotten,
         )
         self._upgrades = Upgrades(
             config,
@@ -194,11 +198,9 @@ class ShortTermMemory:
             self.intent_gate,
             self._closing,
             origin=store.origin,
+            forgotten=self._forgotten,
             tally=self._tally,
         )
-        # Message ids deleted or edited on Discord lately, for captures still in flight.
-        self._forgotten = RecentlyForgotten()
-        self.follower.forgotten = self._forgotten
         self.tool = MemoryTool(self)
         self._render_cache = RenderCache()
         # Under a token budget: the host's tokenizer, else the estimate (``stm.budget``).

@@ -22,6 +22,7 @@ from ..convert import row_of
 from ..frames import model_language
 from ..intent import IntentGate
 from ..lineage import Lineage, Pin
+from ..messages import RecentlyForgotten
 from ..metrics import Tally
 from ..models import ServerSettings, ToolResult, TurnContext
 from ..provenance import Shown
@@ -169,6 +170,7 @@ class Upgrades:
         closing: asyncio.Event,
         *,
         origin: str,
+        forgotten: RecentlyForgotten | None = None,
         tally: Tally | None = None,
     ) -> None:
         self.config = config
@@ -184,6 +186,8 @@ class Upgrades:
         # in the feed (its own changes are not deletions that overtake it).
         self.follower = follower
         self.origin = origin
+        # Message ids deleted or edited on Discord lately (``stm.messages``).
+        self.forgotten = forgotten if forgotten is not None else RecentlyForgotten()
         self._tally = tally or Tally()
         self._in_flight = _InFlight()
 
@@ -252,6 +256,14 @@ class Upgrades:
             return self._refused(
                 "already_updated",
                 f"{TOOL_NAME} is already being applied in this turn; do not call it again.",
+            )
+        if ctx.message_id is not None and self.forgotten.get(ctx.message_id)[0]:
+            # The prompt held the message as it was; notes written from it now would keep
+            # words its author took back.
+            return self._refused(
+                "cleared",
+                "The message this turn answers was deleted or edited on Discord meanwhile: "
+                "nothing was stored.",
             )
         ctx._upgrading = True
         result = None
