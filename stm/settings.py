@@ -63,6 +63,9 @@ class SettingsBook:
         self._servers: dict[int, ServerSettings] = {}
         # Per server, the stored fields a newer version of the library wrote.
         self._newer: dict[int, dict[str, Any]] = {}
+        # Per server, what this version read a stored value it could not read as (its
+        # default): while a field still holds that, the stored value is written back.
+        self._read_as: dict[int, dict[str, Any]] = {}
         self._opted_out: set[int] = set()
 
     def load(self, stored: dict[int, str], opted_out: set[int]) -> None:
@@ -71,6 +74,7 @@ class SettingsBook:
         cannot read to that field's default."""
         servers: dict[int, ServerSettings] = {}
         newer: dict[int, dict[str, Any]] = {}
+        read_as: dict[int, dict[str, Any]] = {}
         for server_id, raw in stored.items():
             try:
                 fields = json.loads(raw)
@@ -87,19 +91,30 @@ class SettingsBook:
                 continue
             if unknown:
                 newer[server_id] = unknown
+                read = json.loads(servers[server_id].model_dump_json())
+                unread = {k: read[k] for k in unknown if k in ServerSettings.model_fields}
+                if unread:
+                    read_as[server_id] = unread
         self._servers = servers
         self._newer = newer
+        self._read_as = read_as
         self._opted_out = set(opted_out)
 
     def stored_form(self, server_id: int, settings: ServerSettings) -> str:
         """``settings`` as the store keeps them, with the fields a newer version wrote."""
         fields = json.loads(settings.model_dump_json())
-        return json.dumps({**self._newer.get(server_id, {}), **fields})
+        kept = self._newer.get(server_id, {})
+        stored = {**kept, **fields}
+        for name, value in self._read_as.get(server_id, {}).items():
+            if fields.get(name) == value:  # not changed here since: the stored value stays
+                stored[name] = kept[name]
+        return json.dumps(stored)
 
     def drop(self, server_id: int) -> None:
         """The server's settings were deleted: the defaults are in force again."""
         self._servers.pop(server_id, None)
         self._newer.pop(server_id, None)
+        self._read_as.pop(server_id, None)
 
     def for_server(self, server_id: int | None) -> ServerSettings:
         """The settings in force for a server (the defaults for DMs and new servers)."""

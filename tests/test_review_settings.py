@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from helpers import Opener
 
 from stm.store.base import SaveServerSettings
 
 BOTH_STORES = True
-OPEN = pytest.mark.xfail(
-    strict=True, reason="open: a value this version cannot read is written over with its default"
-)
 
 
 async def test_a_language_this_version_does_not_ship_keeps_the_servers_other_settings(
@@ -36,7 +32,6 @@ async def test_a_language_this_version_does_not_ship_keeps_the_servers_other_set
     assert settings.refresh_cadence == 9
 
 
-@OPEN
 async def test_a_change_here_does_not_wipe_settings_with_a_value_this_version_lacks(
     open_memory: Opener,
 ) -> None:

@@ -44,3 +44,22 @@ async def test_settings_that_are_not_an_object_fall_back_to_the_defaults(
     await memory.close()
     memory = await open_memory()
     assert await memory.get_server_settings(8) == defaults
+
+
+async def test_a_value_changed_here_replaces_the_one_this_version_could_not_read(
+    open_memory: Opener,
+) -> None:
+    """A language this version does not ship is kept while untouched, and replaced once an
+    admin here sets the language."""
+    memory = await open_memory()
+    stored = {**json.loads((await memory.get_server_settings(9)).model_dump_json())}
+    stored["language"] = "fr"
+    await memory.store.run([SaveServerSettings(9, json.dumps(stored))])
+    await memory.close()
+    memory = await open_memory()
+    await memory.update_server_settings(9, refresh_cadence=4)
+    await memory.flush()
+    assert json.loads((await memory.store.load_server_settings())[9])["language"] == "fr"
+    await memory.update_server_settings(9, language="ja")
+    await memory.flush()
+    assert json.loads((await memory.store.load_server_settings())[9])["language"] == "ja"
