@@ -95,22 +95,31 @@ class ChatBot(commands.Bot):
             log.exception("generation failed in channel %s", message.channel.id)
             await message.channel.send(APOLOGY, allowed_mentions=NO_PINGS)
             return
+        # Each part of the reply as Discord holds it, with its id, so that deleting or
+        # editing any part reaches the memory.
+        parts: list[tuple[str, int]] = []
         try:
             for index, chunk in enumerate(chunk_text(record.outcome.reply)):
                 if index == 0:
                     sent = await message.reply(
                         chunk, allowed_mentions=NO_PINGS, mention_author=False
                     )
-                    # The reply's id, so that deleting or editing it reaches the memory.
-                    record.event.messages = [
-                        m.model_copy(update={"message_id": sent.id}) if m.role == "assistant" else m
-                        for m in record.event.messages
-                    ]
                 else:
-                    await message.channel.send(chunk, allowed_mentions=NO_PINGS)
+                    sent = await message.channel.send(chunk, allowed_mentions=NO_PINGS)
+                parts.append((chunk, sent.id))
         except discord.HTTPException:
             log.exception("could not send the reply in channel %s", message.channel.id)
             record.event.stopped = True
+        if parts:
+            record.event.messages = [
+                part
+                for m in record.event.messages
+                for part in (
+                    [m.model_copy(update={"content": c, "message_id": i}) for c, i in parts]
+                    if m.role == "assistant"
+                    else [m]
+                )
+            ]
         self.pipeline.finished(record)
 
 

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from stm import STMConfig
 
 
-@pytest.mark.xfail(strict=True, reason="open: only the first part of a long reply has its id")
 async def test_deleting_any_part_of_a_long_reply_removes_it_from_memory(tmp_path: Path) -> None:
-    """A reply longer than one Discord message is sent in parts; the memory records only
-    the first part's id (host/discord_bot.py). A moderator who deletes the second part,
-    the one that said something wrong, leaves the whole reply in the bot's memory."""
+    """A reply longer than one Discord message is sent in parts, and the memory holds each
+    part with its own id: a moderator who deletes the second part (the one that said
+    something wrong) removes it from the bot's memory."""
     from cogs.short_term_memory import COG_NAME
     from cogs.testing import offline_bot
     from host.discord_bot import ChatBot
