@@ -538,6 +538,11 @@ class ShortTermMemory:
             return operator
         return own if operator is None else min(own, operator)
 
+    def tool_tokens(self, settings: ServerSettings, language: str) -> int:
+        """Tokens of the tool's definition under these settings, in the model's
+        ``language``: a token budget below it leaves the model no tool to update notes."""
+        return self._definition_tokens(settings, language)
+
     def _definition_tokens(self, settings: ServerSettings, language: str) -> int:
         """Tokens of the tool's definition for these settings (counted once per text)."""
         last = self._tool_tokens_of

@@ -135,6 +135,29 @@ class TestSettings:
             assert "each prompt: no limit" in text
             assert (await h.memory.get_server_settings(1100)).context_token_budget is None
 
+    async def test_a_budget_smaller_than_the_tool_is_pointed_out(self, tmp_path: Path):
+        """A budget the tool's definition does not fit in leaves the model no tool: the
+        answer says so, as long as the budget stays that small."""
+        async with harness(tmp_path) as h:
+            small = only(
+                await h.run(
+                    "memory-settings",
+                    setting("token-budget", "tokens", 1, 4),
+                    person=h.dan,
+                    place=h.general,
+                )
+            )
+            assert "smaller than the memory tool itself" in small
+            roomy = only(
+                await h.run(
+                    "memory-settings",
+                    setting("token-budget", "tokens", 5000, 4),
+                    person=h.dan,
+                    place=h.general,
+                )
+            )
+            assert "smaller than the memory tool" not in roomy
+
     async def test_off_means_nothing_is_captured(self, tmp_path: Path):
         async with harness(tmp_path) as h:
             text = only(

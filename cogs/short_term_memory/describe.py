@@ -120,9 +120,11 @@ def describe_settings(
     budget: int | None = None,
     language: str = "en",
     texts: Texts = ENGLISH,
+    tool_tokens: int | None = None,
 ) -> str:
     """What ``/memory-settings show`` answers; ``budget``: the token budget in force;
-    ``language``: the language the model reads here."""
+    ``language``: the language the model reads here; ``tool_tokens``: the size of the
+    tool's definition, which a budget below it leaves out."""
     state = texts("settings.on") if settings.enabled else texts("settings.off")
     limit = texts("settings.no_limit") if budget is None else f"{budget:,}"
     lines = [
@@ -132,6 +134,11 @@ def describe_settings(
         texts("settings.crude_count", count=settings.crude_message_count),
         texts("settings.leavers_purged" if settings.purge_leavers else "settings.leavers_kept"),
         texts("settings.token_budget", budget=limit),
+        *(
+            [texts("settings.budget_below_tool", tokens=f"{tool_tokens:,}")]
+            if budget is not None and tool_tokens is not None and budget < tool_tokens
+            else []
+        ),
         texts(
             "settings.language",
             language=texts(f"language.{language}")

@@ -79,7 +79,14 @@ class SettingsCommands(commands.Cog):
         budget = self.memory.token_budget(settings)
         texts = texts_for(interaction.locale)
         language = _model_language(settings, interaction)
-        text = describe_settings(settings, limit, budget=budget, language=language, texts=texts)
+        text = describe_settings(
+            settings,
+            limit,
+            budget=budget,
+            language=language,
+            texts=texts,
+            tool_tokens=self.memory.tool_tokens(settings, language),
+        )
         await reply(interaction, text)
 
     async def _show_current(self, interaction: discord.Interaction[Any]) -> None:
@@ -99,12 +106,14 @@ class SettingsCommands(commands.Cog):
         server_id = _server_id(interaction)
         settings = await self.memory.get_server_settings(server_id)
         texts = texts_for(interaction.locale)
+        language = _model_language(settings, interaction)
         text = describe_settings(
             settings,
             self.memory.config.max_categories,
             budget=self.memory.token_budget(settings),
-            language=_model_language(settings, interaction),
+            language=language,
             texts=texts,
+            tool_tokens=self.memory.tool_tokens(settings, language),
         )
         recent = describe_recent_purges(self.memory.recent_purges(server_id), texts=texts)
         await reply(interaction, f"{text}\n{recent}")
