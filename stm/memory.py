@@ -964,6 +964,11 @@ class ShortTermMemory:
         log.info("back in server %s: its memory is kept", server_id)
         return True
 
+    def configured_servers(self) -> list[int]:
+        """The servers whose admins changed a setting (what a host compares with the
+        servers it is in, to find those that removed the bot while it was offline)."""
+        return self.settings.configured()
+
     async def departures(self) -> dict[int, float]:
         """Servers the bot was removed from whose memory is not cleared yet, with when."""
         found: dict[int, float] = await self.writer.submit(LoadDepartures(), what="departures")

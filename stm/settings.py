@@ -116,6 +116,10 @@ class SettingsBook:
         self._newer.pop(server_id, None)
         self._read_as.pop(server_id, None)
 
+    def configured(self) -> list[int]:
+        """The servers that have settings of their own."""
+        return sorted(self._servers)
+
     def for_server(self, server_id: int | None) -> ServerSettings:
         """The settings in force for a server (the defaults for DMs and new servers)."""
         if server_id is None:

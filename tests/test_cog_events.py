@@ -400,3 +400,23 @@ async def test_each_event_is_logged_and_exposed_by_kind(
     assert 'stm_discord_events_total{kind="message_delete"} 1.0' in text
     assert 'stm_discord_events_total{kind="thread_delete"} 1.0' in text
     assert "stm_messages_deleted_total 2.0" in text
+
+
+async def test_a_server_that_removed_the_bot_while_it_was_offline_is_found_at_ready(
+    store_database: str, tmp_path: Path
+):
+    """No GUILD_DELETE comes for a removal while the bot was offline: at READY, a server
+    with settings that the bot is not in starts its grace period, and one it is in (even
+    unavailable) does not; a process that does not see every shard judges nothing."""
+    async with harness(tmp_path, database=store_database, server_removal_grace_minutes=60) as h:
+        gone = 4242
+        await h.memory.update_server_settings(gone, refresh_cadence=3)
+        await h.memory.update_server_settings(HARBOR, refresh_cadence=4)
+        await h.memory.flush()
+        h.bot.shard_count = 4  # one shard of four in this process
+        await h.cog.on_ready()
+        assert await h.memory.departures() == {}
+        h.bot.shard_count = None
+        await h.cog.on_ready()
+        assert set(await h.memory.departures()) == {gone}
+        assert h.memory.metrics.discord_events["guild_remove"] == 1

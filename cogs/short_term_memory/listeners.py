@@ -183,6 +183,31 @@ class DiscordEvents(commands.Cog):
             guild = self.bot.get_guild(server_id)
             if guild is not None:
                 await self._returned(guild)
+        if not self._sees_every_server():
+            return
+        # Removed while the bot was offline: no GUILD_DELETE ever comes, so a server with
+        # settings that the bot is not in now starts its grace period here (an outage
+        # still lists the server, as unavailable).
+        for server_id in self.memory.configured_servers():
+            if server_id not in departed and self.bot.get_guild(server_id) is None:
+                await self._apply(
+                    "guild_remove",
+                    f"server {server_id} (removed while the bot was offline)",
+                    self.memory.server_removed(server_id),
+                )
+
+    def _sees_every_server(self) -> bool:
+        """True when ``bot.guilds`` lists every server the bot is in: the guilds intent is
+        on and this process runs every shard (another process's shards have servers of
+        their own, which must not count as removed)."""
+        if not self.bot.intents.guilds:
+            return False
+        count = self.bot.shard_count
+        if count is None or count <= 1:
+            return True
+        shards = getattr(self.bot, "shard_ids", None)
+        every = shards is None or len(set(shards)) == count
+        return isinstance(self.bot, discord.AutoShardedClient) and every
 
     # -- members ------------------------------------------------------------------------
     @commands.Cog.listener()
