@@ -177,6 +177,11 @@ class ShortTermMemory:
         # Message ids deleted or edited on Discord lately, for captures and upgrades of
         # turns still being answered.
         self._forgotten = RecentlyForgotten()
+        # The servers that removed the bot, as last read (``departures``), and when: a
+        # start-up's many ``server_returned`` share one read per coherence bound.
+        self._departed: dict[int, float] | None = None
+        self._departed_read_at = 0.0
+        self._departures_lock = asyncio.Lock()
         self.follower = Follower(
             store,
             self.cache,
@@ -939,9 +944,12 @@ class ShortTermMemory:
         when 0) by ``clear_departed_servers``, unless ``server_returned`` comes first.
         Returns True when it was cleared at once."""
         check_id(server_id, "server_id")
+        left_at = self.clock()
         await self.writer.submit(
-            MarkDeparture(server_id, self.clock()), what=f"recording removal from {server_id}"
+            MarkDeparture(server_id, left_at), what=f"recording removal from {server_id}"
         )
+        if self._departed is not None:
+            self._departed[server_id] = left_at
         log.info(
             "removed from server %s: its memory is cleared in %g minutes unless re-invited",
             server_id,
@@ -961,6 +969,8 @@ class ShortTermMemory:
         await self.writer.submit(
             MarkDeparture(server_id, None), what=f"recording return to {server_id}"
         )
+        if self._departed is not None:
+            self._departed.pop(server_id, None)
         log.info("back in server %s: its memory is kept", server_id)
         return True
 
@@ -970,9 +980,17 @@ class ShortTermMemory:
         return self.settings.configured()
 
     async def departures(self) -> dict[int, float]:
-        """Servers the bot was removed from whose memory is not cleared yet, with when."""
-        found: dict[int, float] = await self.writer.submit(LoadDepartures(), what="departures")
-        return found
+        """Servers the bot was removed from whose memory is not cleared yet, with when: read
+        at most once per ``STM_COHERENCE_SECONDS`` (what other processes record meanwhile is
+        seen within that bound; this process's own records at once)."""
+        async with self._departures_lock:
+            fresh = time.monotonic() - self._departed_read_at < self.config.coherence_seconds
+            if self._departed is None or not fresh:
+                found: dict[int, float] = await self.writer.submit(
+                    LoadDepartures(), what="departures"
+                )
+                self._departed, self._departed_read_at = found, time.monotonic()
+            return dict(self._departed)
 
     async def clear_departed_servers(
         self, present: Callable[[int], bool] = lambda server_id: False
@@ -1001,6 +1019,8 @@ class ShortTermMemory:
         for channel_id in sorted(channels):
             await self.clear_short_term_memory_for_channel(channel_id)
         await self.writer.submit(ForgetServer(server_id), what=f"forgetting server {server_id}")
+        if self._departed is not None:
+            self._departed.pop(server_id, None)
         self.settings.drop(server_id)
         self._tally.discord_events["guild_cleared"] += 1
         log.info("cleared server %s: %d channels and its settings", server_id, len(channels))
