@@ -126,3 +126,28 @@ async def test_a_message_deleted_during_its_turn_stays_out_under_many_other_dele
     await memory.capture(turn(ctx, secret, 200, 201))
     entry = await memory.get_entry(server_key(SERVER, CHANNEL))
     assert entry is None or secret not in [m.content for m in entry.messages]
+
+
+async def test_a_turn_built_from_the_edited_message_keeps_its_upgrade(
+    open_memory: Opener,
+) -> None:
+    """A host that answers an edited message builds its turn from the new text: that
+    turn's upgrade is not refused for the edit (only a turn holding the old text is)."""
+    memory = await open_memory()
+    await memory.edit_message(CHANNEL, 200, "the corrected question")
+    ctx = TurnContext(
+        user_id=USER,
+        channel_id=CHANNEL,
+        server_id=SERVER,
+        message_id=200,
+        user_text="the corrected question",
+    )
+    await memory.build_context(ctx)
+    result = await memory.run_tool(ctx, {"summary": "About the corrected question."})
+    assert result.success, result.message
+    deleted = TurnContext(
+        user_id=USER, channel_id=CHANNEL, server_id=SERVER, message_id=201, user_text="gone"
+    )
+    await memory.forget_messages(CHANNEL, [201])
+    await memory.build_context(deleted)
+    assert not (await memory.run_tool(deleted, {"summary": "About gone."})).success

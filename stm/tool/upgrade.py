@@ -224,6 +224,14 @@ class Upgrades:
         ctx._intent = (gate, text, answer)
         return answer
 
+    @staticmethod
+    def _taken_back(ctx: TurnContext, forgotten: RecentlyForgotten) -> bool:
+        """The turn's own message was deleted, or edited into other text than the turn
+        holds (a turn built from the edited message keeps its upgrade)."""
+        assert ctx.message_id is not None
+        known, content = forgotten.get(ctx.message_id)
+        return known and (content is None or content.strip() != ctx.user_text.strip())
+
     def _refused(self, reason: str, message: str) -> ToolResult:
         self._tally.refused(reason)
         return _refused(message)
@@ -257,7 +265,7 @@ class Upgrades:
                 "already_updated",
                 f"{TOOL_NAME} is already being applied in this turn; do not call it again.",
             )
-        if ctx.message_id is not None and self.forgotten.get(ctx.message_id)[0]:
+        if ctx.message_id is not None and self._taken_back(ctx, self.forgotten):
             # The prompt held the message as it was; notes written from it now would keep
             # words its author took back.
             return self._refused(
