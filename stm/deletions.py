@@ -21,6 +21,7 @@ __all__ = [
     "Deletion",
     "DeletionLog",
     "Purge",
+    "add_reach",
     "apply_to_row",
     "in_scope",
     "overtakes",
@@ -45,13 +46,34 @@ class Purge:
     # the user's own distilled rows it deleted, by server.
     reach: PurgePreview | None = None
     own_distilled: dict[int | None, int] = field(default_factory=dict)
+    # What its ranges reach as counted so far (the store counts a wide reach in steps).
+    counted: PurgePreview | None = None
+    # While it is pending, the servers whose notes its plan may reach, once the store
+    # said (those of the notes the user is a member of: lineage stays in its server);
+    # None: any server in its scope.
+    servers: frozenset[int | None] | None = None
     # Called once the ranges are known (the facade wakes the upgrades waiting on it).
     resolved: list[Callable[[], None]] = field(default_factory=list)
+    # Called once, at the next progress: the servers are known, or the ranges.
+    waiting: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def pending(self) -> bool:
         """True until the store planned the purge's ranges."""
         return self.ranges is None
+
+    def may_reach(self, server_id: int | None) -> bool:
+        """While pending: may its plan reach notes of ``server_id``? (In its scope and,
+        once the store said where the user's notes are, in one of those servers.)"""
+        if not in_scope(self.deletion, server_id):
+            return False
+        return self.servers is None or server_id in self.servers
+
+    def narrow(self, servers: Iterable[int | None]) -> None:
+        """The store said which servers the plan may reach: only their notes wait for it."""
+        if self.pending:
+            self.servers = frozenset(servers)
+            self._progressed()
 
     def resolve(self, ranges: Iterable[Range]) -> None:
         """The store planned the purge: these are its ranges."""
@@ -59,6 +81,25 @@ class Purge:
         callbacks, self.resolved = self.resolved, []
         for callback in callbacks:
             callback()
+        self._progressed()
+
+    def _progressed(self) -> None:
+        callbacks, self.waiting = self.waiting, []
+        for callback in callbacks:
+            callback()
+
+
+def add_reach(total: PurgePreview | None, page: PurgePreview) -> PurgePreview:
+    """What a purge reaches, counted so far (``total``) and by one more step (``page``):
+    a purge of wide reach is counted a page of its ranges at a time."""
+    if total is None:
+        return page
+    shared = dict(total.shared_by_server)
+    for server, count in page.shared_by_server.items():
+        shared[server] = shared.get(server, 0) + count
+    # A server's distilled rows, as the first page that reached it counted them.
+    distilled = {**page.distilled_by_server, **total.distilled_by_server}
+    return PurgePreview(0, total.shared + page.shared, shared, distilled)
 
 
 def with_own(
@@ -178,7 +219,7 @@ def overtakes(
         if logged.deletion.user_id in shown.users or any(key in logged.keys for key in own_keys):
             return True
         if logged.ranges is None:
-            if shown.notes:
+            if shown.notes and logged.may_reach(server_id):
                 return True
         elif any(covers(logged.ranges, pin) for pin in shown.pins(current)):
             return True

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .cache import MemoryCache
-from .deletions import Purge, in_scope
+from .deletions import Purge
 from .lineage import Erasure, Range
 from .readthrough import ReadThrough
 from .store.base import DeleteChannel, PurgeUser
@@ -97,7 +97,7 @@ def forget_unplanned(cache: MemoryCache, purge: Purge) -> int:
     Returns how many. Costs a walk of the cache, on this rare path only."""
     dropped = 0
     for entry in cache:
-        if (entry.summary or entry.categories) and in_scope(purge.deletion, entry.server_id):
+        if (entry.summary or entry.categories) and purge.may_reach(entry.server_id):
             cache.drop_distilled(entry)
             entry.hydrated = False
             purge.keys.add(entry.key)

@@ -29,7 +29,8 @@ from .budget import TokenCounter, count_with, fit
 from .cache import Entry, MemoryCache
 from .config import STMConfig
 from .convert import snapshot
-from .deletions import Purge, with_own
+from .deletions import Purge, add_reach, with_own
+from .errors import StoreError
 from .follower import Follower
 from .forget import clear_channel, clear_ranges, forget_unplanned, purge_user
 from .frames import Frames, model_language
@@ -731,9 +732,15 @@ class ShortTermMemory:
         check_id(user_id, "user_id")
         check_optional_id(server_id, "server_id")
         erasure = self.config.erasure
-        preview: PurgePreview = await self.writer.submit(
-            PreviewPurge(user_id, server_id, erasure), what=f"preview of a purge of {user_id}"
-        )
+        preview: PurgePreview
+        try:
+            # Off the write path: a preview of a wide reach holds no other work up.
+            preview = await self.store.preview_aside(user_id, server_id, erasure)
+        except StoreError:
+            # Its own connection failed (opening it, say): through the writer, as any read.
+            preview = await self.writer.submit(
+                PreviewPurge(user_id, server_id, erasure), what=f"preview of a purge of {user_id}"
+            )
         return PurgeImpact(
             user_id,
             server_id,
@@ -812,24 +819,27 @@ class ShortTermMemory:
             if isinstance(result, PurgeResult):
                 purge.removed, purge.cleared = result.removed, result.cleared
                 purge.own_distilled = dict(result.own_distilled)
-                ranges, reach = result.ranges, result.reach
+                ranges, reach, more = result.ranges, result.reach, result.more
             else:
                 purge.cleared += result[0]  # a later step
-                ranges, reach = result[2], result[3]
-            if ranges is None:
-                return  # still being planned: a later step gives the ranges
-            cleared = clear_ranges(self.cache, purge, ranges)
-            log.info(
-                "purge of user %s %s: %d own rows deleted, notes of %d chains reached, "
-                "%d entries cleared here",
-                user_id,
-                where,
-                purge.removed,
-                len(ranges),
-                cleared,
-            )
-            if reach is not None:
-                purge.reach = with_own(reach, purge.removed, purge.own_distilled)
+                ranges, reach, more = result[2], result[3], result[1]
+            if ranges is not None:
+                cleared = clear_ranges(self.cache, purge, ranges)
+                log.info(
+                    "purge of user %s %s: %d own rows deleted, notes of %d chains reached, "
+                    "%d entries cleared here",
+                    user_id,
+                    where,
+                    purge.removed,
+                    len(ranges),
+                    cleared,
+                )
+            elif isinstance(result, PurgeResult) and result.servers is not None:
+                purge.narrow(result.servers)  # memory elsewhere need not wait for the plan
+            if reach is not None:  # with the ranges, or (of a wide reach) in later steps
+                purge.counted = add_reach(purge.counted, reach)
+            if not more and purge.counted is not None:
+                purge.reach = with_own(purge.counted, purge.removed, purge.own_distilled)
                 self._watch(user_id, member, purge.reach)
 
         self.writer.submit_delete(

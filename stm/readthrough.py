@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeVar
 from .cache import NO_CATEGORIES, Entry, GroupKey, MemoryCache, group_of
 from .config import STMConfig
 from .convert import entry_from
-from .deletions import DeletionLog, Purge, apply_to_row, in_scope, overtakes
+from .deletions import DeletionLog, Purge, apply_to_row, overtakes
 from .expiry import Expiry, Thresholds, row_expired
 from .keys import parse_key, turn_keys
 from .lineage import Pin
@@ -261,9 +261,10 @@ class ReadThrough:
         return current
 
     async def planned(self, server_id: int | None, wait: float = PURGE_WAIT_SECONDS) -> bool:
-        """Wait until no purge that may reach memory of ``server_id`` is pending, at most
-        ``wait`` seconds and no longer than until the store fails (then nothing queued will
-        be planned soon); False when one still is."""
+        """Wait until no purge whose plan may reach notes of ``server_id`` is pending, at
+        most ``wait`` seconds and no longer than until the store fails (then nothing queued
+        will be planned soon); False when one still is. A purge everywhere stops holding
+        up the servers it cannot reach as soon as the store said which it may."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         trouble = self._writer.trouble()
@@ -271,34 +272,42 @@ class ReadThrough:
             pending = [
                 p
                 for p in self.deletions.pending
-                if server_id == ANY_SERVER or in_scope(p.deletion, server_id)
+                if server_id == ANY_SERVER or p.may_reach(server_id)
             ]
             if not pending:
                 return True
             left = deadline - loop.time()
-            if left <= 0 or trouble.is_set() or not await self._planned(pending[0], left, trouble):
+            if left <= 0 or trouble.is_set():
                 return False
+            await self._progress(pending[0], left, trouble)
 
     async def planned_purge(self, purge: Purge, wait: float = PURGE_WAIT_SECONDS) -> bool:
         """Wait until the store planned ``purge``, at most ``wait`` seconds and no longer
         than until the store fails; False if it was not planned."""
-        if not purge.pending:
-            return True
-        if wait <= 0:
-            return False
-        return await self._planned(purge, wait, self._writer.trouble())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        trouble = self._writer.trouble()
+        while purge.pending:
+            left = deadline - loop.time()
+            if left <= 0 or trouble.is_set():
+                return False
+            await self._progress(purge, left, trouble)
+        return True
 
     @staticmethod
-    async def _planned(purge: Purge, wait: float, trouble: asyncio.Event) -> bool:
+    async def _progress(purge: Purge, wait: float, trouble: asyncio.Event) -> None:
+        """Wait for ``purge``'s next progress (where it may reach, or its plan), at most
+        ``wait`` seconds, or until the store fails."""
         done = asyncio.Event()
-        purge.resolved.append(done.set)
+        purge.waiting.append(done.set)
         waits = [asyncio.ensure_future(done.wait()), asyncio.ensure_future(trouble.wait())]
         try:
             await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiting in waits:
                 waiting.cancel()
-        return not purge.pending
+            if done.set in purge.waiting:
+                purge.waiting.remove(done.set)
 
     def visible(self, entry: _E) -> _E:
         """``entry``, or a copy without its distilled content while it is ``hidden``."""
@@ -312,7 +321,7 @@ class ReadThrough:
         pending = self.deletions.pending
         if not pending or entry is None or not (entry.summary or entry.categories):
             return False
-        return any(in_scope(purge.deletion, entry.server_id) for purge in pending)
+        return any(purge.may_reach(entry.server_id) for purge in pending)
 
     # -- hydration --------------------------------------------------------------
     def hydrate_in_background(self, keys: list[str]) -> None:

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
+from stm.errors import StoreError
+from stm.lineage import Erasure
 from stm.store import open_store
-from stm.store.base import LoadRows, Op, Store
+from stm.store.base import LoadRows, Op, PurgePreview, Store
 
 __all__ = ["Clock", "FaultyStore", "ManualScheduler", "ctx", "faulty_memory", "turn"]
 
@@ -75,7 +77,8 @@ def turn(
 
 class FaultyStore:
     """A real store whose transactions fail while ``broken`` is set or for the next
-    ``failures`` batches, and whose reads answer garbage while ``garbage_reads`` is set.
+    ``failures`` batches (its previews aside while ``broken`` or for the next
+    ``aside_failures``), and whose reads answer garbage while ``garbage_reads`` is set.
     ``batches`` records the operation names of every batch it was given."""
 
     def __init__(self, inner: Store) -> None:
@@ -83,6 +86,7 @@ class FaultyStore:
         self.broken = False
         self.failures = 0
         self.garbage_reads = False
+        self.aside_failures = 0
         self.batches: list[list[str]] = []
         self._gate: asyncio.Event | None = None
         self._holding = asyncio.Event()
@@ -138,6 +142,17 @@ class FaultyStore:
     @property
     def empty_at_open(self) -> bool:
         return self.inner.empty_at_open
+
+    async def preview_aside(
+        self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
+    ) -> PurgePreview:
+        """The real store's, failing while ``broken`` or for the next ``aside_failures``."""
+        if self.aside_failures:
+            self.aside_failures -= 1
+            raise StoreError("disk unavailable")
+        if self.broken:
+            raise StoreError("disk unavailable")
+        return await self.inner.preview_aside(user_id, server_id, erasure)
 
     async def load_server_settings(self) -> dict[int, str]:
         return await self.inner.load_server_settings()

@@ -58,6 +58,10 @@ MAX_BATCH = 2000
 MAX_BACKOFF = 30.0
 
 
+# How many of the items queued behind a failing batch its warning names.
+_NAMED_BEHIND = 5
+
+
 @dataclass(eq=False)
 class _Item:
     seq: int
@@ -583,10 +587,16 @@ class Writer:
         self._push(more)
 
     def _next_batch(self) -> list[_Item]:
-        """The items of the next transaction, in order."""
+        """The items of the next transaction, in order. A purge's step is a transaction of
+        its own: what was queued before it commits without waiting for it, and what comes
+        after waits for one bounded step at most."""
         items: list[_Item] = []
         limit = 1 if self._isolate else MAX_BATCH
         for item in self._queue:
+            if isinstance(item.op, PurgeUser | SweepPurge):
+                if not items:
+                    items.append(item)
+                break
             items.append(item)
             if len(items) == limit:
                 break
@@ -646,11 +656,16 @@ class Writer:
         if kept:
             wait = self._retry.failed(self.scheduler.now())
             level = logging.ERROR if first else logging.WARNING
+            # What waits behind the batch is named too: a purge is a batch of its own.
+            behind = [item.what for item in self._queue if item not in kept]
+            if len(behind) > _NAMED_BEHIND:
+                behind[_NAMED_BEHIND:] = [f"{len(behind) - _NAMED_BEHIND} more"]
             log.log(
                 level,
-                "short-term memory could not be made durable, retrying in %.1fs: %s",
+                "short-term memory could not be made durable, retrying in %.1fs: %s%s",
                 wait,
                 "; ".join(item.what for item in kept),
+                f" (queued behind it: {'; '.join(behind)})" if behind else "",
                 exc_info=first,
             )
         else:

@@ -171,9 +171,9 @@ def test_migrate_and_missing_schema(postgres_url: str, tmp_path: Path) -> None:
 def test_a_newer_schema_is_refused(pg: str, tmp_path: Path) -> None:
     """A schema from a newer version is refused: one line, status 1, nothing changed."""
     before = rows(pg)
-    query(pg, "UPDATE stm_schema SET version = 7")
+    query(pg, "UPDATE stm_schema SET version = $1", SCHEMA + 1)
     for args in (("stats",), ("purge-user", "42", "--yes"), ("migrate",), ("check",)):
-        one_line_error(stm_at(tmp_path, pg, *args), "schema version 7", "newer")
+        one_line_error(stm_at(tmp_path, pg, *args), f"schema version {SCHEMA + 1}", "newer")
     query(pg, "UPDATE stm_schema SET version = $1", SCHEMA)
     assert rows(pg) == before
 

@@ -543,6 +543,32 @@ async def test_a_purge_of_many_rows_is_cleared_in_chunks_and_hidden_meanwhile(
     assert isinstance(saved, Saved) and saved.pin.chain != 1
 
 
+async def test_a_purge_whose_rows_are_cleared_but_chains_not_finished_is_resumed(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that stops after the rows are cleared and before every chain is finished
+    leaves the purge among the pending sweeps."""
+    from stm.store import chains
+
+    monkeypatch.setattr(chains, "FINISH_CHUNK", 1)
+    keys = [server_key(100, channel) for channel in range(10, 14)]
+    for key in keys:
+        await store.run(saves(row(key), shown=(7,)))
+    (result,) = await store.run([PurgeUser(7, 100, "direct")])
+    cleared = result.cleared
+    step = None
+    while cleared < len(keys):
+        (step,) = await store.run([SweepPurge(result.position)])
+        cleared += step[0]
+    assert result.more or (step is not None and step[1])
+    assert await store.pending_sweeps() == [result.position]
+    while True:
+        (step,) = await store.run([SweepPurge(result.position)])
+        if not step[1]:
+            break
+    assert await store.pending_sweeps() == []
+
+
 async def test_a_preview_counts_what_a_purge_would_clear(store: Any) -> None:
     await _three_channels(store)
     await store.run(saves(row(user_key(7, 10), server_id=100), shown=(7,)))

@@ -411,7 +411,9 @@ class PurgeResult:
     the other rows its ranges reach and the distilled rows held, by server, as
     :class:`PreviewPurge` counts them but for the user's own distilled rows, counted before
     they went in ``own_distilled`` (a ``SweepPurge`` that completes the plan gives
-    ``reach`` as the last of its result: ``(rows cleared, more left, ranges, reach)``)."""
+    ``reach`` as the last of its result: ``(rows cleared, more left, ranges, reach)``).
+    While a purge everywhere is still being planned, ``servers`` says where it may reach,
+    so that memory elsewhere need not wait for its plan."""
 
     position: int
     removed: int
@@ -420,6 +422,9 @@ class PurgeResult:
     more: bool
     reach: PurgePreview | None = None
     own_distilled: dict[int | None, int] = field(default_factory=dict)
+    # While it is still being planned (a purge everywhere): the servers its plan may
+    # reach, those of the notes the user is a member of (lineage stays in its server).
+    servers: frozenset[int | None] | None = None
 
     def __bool__(self) -> bool:
         """True when it removed or cleared anything (and so left something to erase)."""
@@ -700,6 +705,13 @@ class Store(Protocol):
 
     async def load_server_settings(self) -> dict[int, str]:
         """Every stored server's settings JSON."""
+        ...
+
+    async def preview_aside(
+        self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
+    ) -> PurgePreview:
+        """What a purge of the user would delete and clear now (as :class:`PreviewPurge`
+        counts it), off the write path: no other work waits for it."""
         ...
 
     @property

@@ -36,15 +36,17 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from ..lineage import Erasure, Lineage, Pin, PurgePlanner, Range, merge_edges
-from .base import PurgePreview, SaveDistilled
+from .base import Change, Guard, PurgePreview, PurgeResult, SaveDistilled
 
 __all__ = [
+    "PREVIEW_TABLES",
     "SWEEP_CHUNK",
     "Procedure",
     "Step",
     "collect",
     "extend",
     "forget_purges",
+    "guard_ranges",
     "inspect_preview",
     "left",
     "live_of",
@@ -55,7 +57,6 @@ __all__ = [
     "positional",
     "preview",
     "purge",
-    "ranges_after",
     "ranges_of",
     "reach",
     "reached",
@@ -70,8 +71,12 @@ _T = TypeVar("_T")
 SWEEP_CHUNK = 100
 # Chains a purge's plan takes from the user's memberships per step, and the steps (each a
 # chunk of seeds or a round of edges) it takes per transaction.
-SEED_CHUNK = 5000
+SEED_CHUNK = 2000
 PLAN_STEPS = 4
+# Seeds and frontier chains a transaction plans at most (then the next step goes on).
+PLAN_CHAINS = SEED_CHUNK
+# Ranges whose rows a purge of wide reach counts per transaction (what it reaches).
+REACH_PAGE = 2000
 # Chains a purge finishes per transaction once their rows are cleared.
 FINISH_CHUNK = 300
 # Chains garbage-collected per janitor step.
@@ -151,6 +156,11 @@ _SEEDS = (
     "SELECT m.chain_id, m.first FROM stm_chain_members m JOIN stm_chains c ON c.id = m.chain_id "
     "WHERE m.member = :user"
 )
+# The servers of the chains the user is a member of: where a purge of theirs may reach.
+_SERVERS = (
+    "SELECT DISTINCT c.server_id FROM stm_chain_members m JOIN stm_chains c "
+    "ON c.id = m.chain_id WHERE m.member = :user"
+)
 _CHILDREN = (
     "SELECT child, own, parent_version, child_version FROM stm_chain_edges "
     "WHERE parent = :parent AND parent_version >= :from_version"
@@ -182,7 +192,22 @@ _PLANNED = "UPDATE stm_purges SET planned = 1 WHERE position = :position"
 # The cursor once every membership is seeded: what is left of planning is following edges.
 _SEEDED_ALL = -2
 _ALL_SEEDED = f"UPDATE stm_purges SET cursor = {_SEEDED_ALL} WHERE position = :position"
-_FRONTIER = "UPDATE stm_purge_ranges SET expanded = 2 WHERE position = :position AND expanded = 0"
+# Once planned, what has been told of it (each its own step for a purge of wide reach):
+# its ranges, then what they reach, a page of ranges at a time (meanwhile the cursor is
+# the last chain counted).
+_TOLD_RANGES = -3
+_TOLD_REACH = -4
+_PAGE = (
+    "SELECT max(chain_id), count(*) FROM (SELECT chain_id FROM stm_purge_ranges "
+    "WHERE position = :position AND chain_id > :after ORDER BY chain_id LIMIT :limit) AS page"
+)
+_TOLD = "UPDATE stm_purges SET cursor = :told WHERE position = :position"
+# A chunk of the chains reached whose edges are still to follow (a round's frontier).
+_FRONTIER = (
+    "UPDATE stm_purge_ranges SET expanded = 2 WHERE position = :position AND chain_id IN "
+    "(SELECT chain_id FROM stm_purge_ranges WHERE position = :position AND expanded = 0 "
+    "LIMIT :limit)"
+)
 # The children of the frontier (by the edges the policy follows) not reached yet, or now
 # reached from an earlier version.
 _REACH = (
@@ -210,11 +235,19 @@ _FINISHED = (
 _DROP_PLAN = "DELETE FROM stm_purge_ranges WHERE position = :position"
 _DROP_PURGE = "DELETE FROM stm_purges WHERE position = :position"
 # The rows of one purge still to clear (through the chain index), a chunk at a time.
+# In chain order, so that the ranges before the last row's chain are known to be cleared
+# (``done`` 0 -> 2: their rows are cleared, their chains not finished yet; 1 once the
+# whole purge is): a later chunk looks only at the ranges still to clear.
 _TO_CLEAR = (
-    "SELECT m.id FROM short_term_memories m JOIN stm_purge_ranges r "
+    "SELECT m.id, r.chain_id FROM short_term_memories m JOIN stm_purge_ranges r "
     "ON r.chain_id = m.chain_id AND m.chain_version >= r.from_version "
-    "WHERE r.position = :position AND r.done = 0 LIMIT :limit"
+    "WHERE r.position = :position AND r.done = 0 ORDER BY r.chain_id LIMIT :limit"
 )
+_CLEARED_BEFORE = (
+    "UPDATE stm_purge_ranges SET done = 2 WHERE position = :position AND done = 0 "
+    "AND chain_id < :chain"
+)
+_CLEARED = "UPDATE stm_purge_ranges SET done = 2 WHERE position = :position AND done = 0"
 _CLEAR = (
     "UPDATE short_term_memories SET summary = NULL, categories = '{}', chain_id = NULL, "
     "chain_version = NULL WHERE id = :id"
@@ -222,17 +255,17 @@ _CLEAR = (
 _DONE = "UPDATE stm_purge_ranges SET done = 1 WHERE position = :position"
 _RANGES_OF = "SELECT chain_id, from_version FROM stm_purge_ranges WHERE position = :position"
 _PENDING = (
-    "SELECT position FROM stm_purge_ranges WHERE done = 0 UNION "
+    "SELECT position FROM stm_purge_ranges WHERE done IN (0, 2) UNION "
     "SELECT position FROM stm_purges WHERE planned = 0 ORDER BY position"
 )
-_UNPLANNED_AFTER = "SELECT position FROM stm_purges WHERE planned = 0 AND position > :after"
-_RANGES_AFTER = (
-    "SELECT position, chain_id, from_version FROM stm_purge_ranges WHERE position > :after"
+_PURGE_PLANNED = "SELECT planned FROM stm_purges WHERE position = :position"
+_RANGE = (
+    "SELECT from_version FROM stm_purge_ranges WHERE position = :position AND chain_id = :chain"
 )
 _COUNT_PLANNED = (
     "SELECT m.server_id, count(*) FROM short_term_memories m JOIN stm_purge_ranges r "
     "ON r.chain_id = m.chain_id AND m.chain_version >= r.from_version "
-    "WHERE r.position = :position AND NOT (m.scope = 'user' AND m.user_id = :user) "
+    "WHERE r.position = :position AND NOT (m.scope = 'user' AND m.user_id = :user){page} "
     "GROUP BY m.server_id"
 )
 # The rows _COUNT_PLANNED counts, of one range: for a read-only connection, which cannot
@@ -243,10 +276,9 @@ _COUNT_IN_RANGE = (
     "(scope = 'user' AND user_id = :user) GROUP BY server_id"
 )
 _COUNT_OWN = "SELECT count(*) FROM short_term_memories WHERE +scope = 'user' AND user_id = :user"
-# Through stm_by_group (scope, server_id, ...): both scopes of one server.
+# From stm_distilled_by_server alone: both scopes of one server.
 _DISTILLED_IN_SERVER = (
-    "SELECT count(*) FROM short_term_memories WHERE scope IN ('server', 'user') "
-    "AND server_id = :server AND chain_id IS NOT NULL"
+    "SELECT count(*) FROM short_term_memories WHERE server_id = :server AND chain_id IS NOT NULL"
 )
 # Ended chains no row pins any more and no chain was written from: nothing can need them.
 _UNUSED = (
@@ -377,11 +409,15 @@ def _plan(user: int, server: int | None, erasure: Erasure) -> Procedure[list[Ran
     return planner.result()
 
 
-def _plan_step(position: int, chunk: int | None = None) -> Procedure[bool | None]:
+def _plan_step(
+    position: int, chunk: int | None = None, work: list[int] | None = None
+) -> Procedure[bool | None]:
     """The next step of planning the purge at ``position``: seed up to ``chunk`` more
-    chains from the user's memberships, or follow one more round of edges. True once every
-    range is known (a purge recorded before plans were staged always is); None after a
-    full chunk of seeds (enough for one transaction); False otherwise."""
+    chains from the user's memberships, or follow the edges of up to ``chunk`` chains
+    reached. True once every range is known (a purge recorded before plans were staged
+    always is); None after a full chunk of seeds (enough for one transaction); False
+    otherwise. ``work`` is given how many chains it seeded or followed."""
+    work = [] if work is None else work
     state = yield Step(_PLAN_STATE, {"position": position}, "one")
     if state is None or state[3]:
         return True
@@ -391,12 +427,15 @@ def _plan_step(position: int, chunk: int | None = None) -> Procedure[bool | None
         sql = _SEED.format(server="" if server is None else " AND c.server_id = :server")
         params = {"position": position, "user": user, "server": server, "cursor": cursor}
         seeded = yield Step(sql, {**params, "limit": chunk}, "count")
+        work.append(int(seeded))
         if seeded == chunk:
             yield Step(_SEEDED, {"position": position}, "exec")
             return None
         yield Step(_ALL_SEEDED, {"position": position}, "exec")
     # Every seed is in: follow the edges the policy follows, a round per step.
-    if (yield Step(_FRONTIER, {"position": position}, "count")):
+    frontier = yield Step(_FRONTIER, {"position": position, "limit": chunk}, "count")
+    work.append(int(frontier))
+    if frontier:
         reach = _REACH.format(own=" AND e.own = 1" if erasure == "direct" else "")
         yield Step(reach, {"position": position}, "exec")
         yield Step(_FOLLOWED, {"position": position}, "exec")
@@ -406,69 +445,93 @@ def _plan_step(position: int, chunk: int | None = None) -> Procedure[bool | None
 
 
 def _plan_steps(position: int) -> Procedure[bool]:
-    """Up to ``PLAN_STEPS`` steps of planning (fewer after a full chunk of seeds); True once
-    the purge is planned."""
+    """Up to ``PLAN_STEPS`` steps of planning, fewer once they seeded or followed
+    ``PLAN_CHAINS`` chains; True once the purge is planned."""
+    work: list[int] = []
     for _ in range(PLAN_STEPS):
-        step = yield from _plan_step(position)
+        step = yield from _plan_step(position, work=work)
         if step is None:
             return False
         if step:
             return True
+        if sum(work) >= PLAN_CHAINS:
+            return False
     return False
 
 
-def _plan_here(
-    user: int, server: int | None, erasure: Erasure, position: int
-) -> Procedure[tuple[Range, ...]]:
+def _plan_here(user: int, server: int | None, erasure: Erasure, position: int) -> Procedure[None]:
     """Plan a purge under ``position`` to the end, in this transaction (a preview's)."""
     yield Step(
         _PLAN, {"position": position, "user": user, "server": server, "erasure": erasure}, "exec"
     )
     while not (yield from _plan_step(position, chunk=1 << 30)):
         pass  # a preview plans to the end in its one transaction
-    return (yield from ranges_of(position))
 
 
 def purge(
     user: int, server: int | None, erasure: Erasure, position: int, chunk: int = SWEEP_CHUNK
-) -> Procedure[
-    tuple[int, tuple[Range, ...] | None, int, bool, dict[int | None, int], PurgePreview | None]
-]:
+) -> Procedure[PurgeResult]:
     """A purge's first transaction, at feed ``position``: delete the user's own rows, record
     the purge and take its first planning step; when it is planned, count what it reaches
-    (``reach``) and, when that is little, also clear (at most a chunk) and finish. Returns
-    (own rows deleted, ranges, or None while it is still being planned, rows cleared,
-    whether more is left, the user's own distilled rows by server as they were, and what
-    it reaches once planned): what is left, ``sweep`` does in later transactions, so that
-    no transaction of a purge of any size holds the write lock for long."""
+    (``reach``) and, when that is little, also clear (at most a chunk) and finish. What is
+    left, ``sweep`` does in later transactions, so that no transaction of a purge of any
+    size holds the write lock for long. A purge everywhere that is still being planned
+    says which servers it may reach (``servers``): lineage stays in its server, so those
+    of the chains the user is a member of."""
     params = {"user": user, "server": server}
     # Counted before they go, so that a share of a server's memory is of what it held.
     own_sql = _in_server(_OWN_DISTILLED, server, "server_id") + " GROUP BY server_id"
     own = yield Step(own_sql, params, "all")
     own_distilled = {_server(server_id): int(count) for server_id, count in own}
-    removed = yield Step(_in_server(_OWN_ROWS, server, "server_id"), params, "count")
+    removed = int((yield Step(_in_server(_OWN_ROWS, server, "server_id"), params, "count")))
     yield Step(
         _PLAN, {"position": position, "user": user, "server": server, "erasure": erasure}, "exec"
     )
     if not (yield from _plan_steps(position)):
-        return int(removed), None, 0, True, own_distilled, None
+        servers = None
+        if server is None:
+            rows = yield Step(_SERVERS, {"user": user}, "all")
+            servers = frozenset(_server(row[0]) for row in rows)
+        return PurgeResult(position, removed, None, 0, True, None, own_distilled, servers)
     ranges = yield from ranges_of(position)
+    if len(ranges) > chunk:
+        # Of wide reach: what it reaches is counted by a step of its own.
+        yield Step(_TOLD, {"position": position, "told": _TOLD_RANGES}, "exec")
+        return PurgeResult(position, removed, ranges, 0, True, None, own_distilled)
     found = yield from reach(position, user)
     if not ranges:
         yield Step(_DONE, {"position": position}, "exec")
-        return int(removed), ranges, 0, False, own_distilled, found
-    if len(ranges) > chunk:
-        return int(removed), ranges, 0, True, own_distilled, found
+        return PurgeResult(position, removed, ranges, 0, False, found, own_distilled)
+    yield Step(_TOLD, {"position": position, "told": _TOLD_REACH}, "exec")
     cleared, more, _, _ = yield from sweep(position, chunk)
-    return int(removed), ranges, cleared, more, own_distilled, found
+    return PurgeResult(position, removed, ranges, cleared, more, found, own_distilled)
 
 
 def reach(position: int, user: int) -> Procedure[PurgePreview]:
     """What the planned purge at ``position`` reaches, before it clears anything: the other
     rows its ranges hold (``shared``), by server, and the distilled rows each such server
     holds (``own`` is not counted: 0)."""
-    counted = yield Step(_COUNT_PLANNED, {"position": position, "user": user}, "all")
+    counted = yield Step(
+        _COUNT_PLANNED.format(page=""), {"position": position, "user": user}, "all"
+    )
     by_server = {_server(server_id): int(count) for server_id, count in counted}
+    distilled = yield from _distilled_in(by_server)
+    return PurgePreview(0, sum(by_server.values()), by_server, distilled)
+
+
+def _reach_page(position: int, user: int, after: int) -> Procedure[PurgePreview]:
+    """What the next ``REACH_PAGE`` ranges of the planned purge at ``position`` (those of
+    chains after ``after``) reach, as ``reach`` counts it; the pages add up to its reach."""
+    params = {"position": position, "after": after, "limit": REACH_PAGE}
+    last, ranges = yield Step(_PAGE, params, "one")
+    by_server: dict[int | None, int] = {}
+    if ranges:
+        sql = _COUNT_PLANNED.format(page=" AND r.chain_id > :after AND r.chain_id <= :last")
+        page = {"position": position, "user": user, "after": after, "last": last}
+        counted = yield Step(sql, page, "all")
+        by_server = {_server(server_id): int(count) for server_id, count in counted}
+    told = int(last) if ranges == REACH_PAGE else _TOLD_REACH
+    yield Step(_TOLD, {"position": position, "told": told}, "exec")
     distilled = yield from _distilled_in(by_server)
     return PurgePreview(0, sum(by_server.values()), by_server, distilled)
 
@@ -495,18 +558,27 @@ def sweep(
     ``FINISH_CHUNK`` of its chains (end them, and forget the purged user as their member:
     the user is read off the purge's change, and if the feed no longer has it, garbage
     collection drops those rows with their chains). Returns (rows cleared, whether more is
-    left, and, when this step completed its plan, its ranges and what they reach)."""
+    left, its ranges in the step after the one that completed its plan, and what they
+    reach in the step after that; else None): each step's work is bounded."""
     state = yield Step(_PLAN_STATE, {"position": position}, "one")
     if state is not None and not state[3]:
-        if not (yield from _plan_steps(position)):
-            return 0, True, None, None
-        ranges = yield from ranges_of(position)
-        return 0, True, ranges, (yield from reach(position, int(state[0])))
+        yield from _plan_steps(position)
+        return 0, True, None, None  # once planned, the next step tells its ranges
+    told = _TOLD_REACH if state is None else int(state[4])
+    if told == _SEEDED_ALL:
+        yield Step(_TOLD, {"position": position, "told": _TOLD_RANGES}, "exec")
+        return 0, True, (yield from ranges_of(position)), None
+    if told == _TOLD_RANGES or told >= 0:
+        assert state is not None
+        return 0, True, None, (yield from _reach_page(position, int(state[0]), max(told, 0)))
     ids = yield Step(_TO_CLEAR, {"position": position, "limit": chunk}, "all")
     if ids:
         yield Step(_CLEAR, [{"id": row[0]} for row in ids], "many")
         if len(ids) == chunk:
+            last = {"position": position, "chain": ids[-1][1]}
+            yield Step(_CLEARED_BEFORE, last, "exec")
             return len(ids), True, None, None
+    yield Step(_CLEARED, {"position": position}, "exec")
     finishing = yield Step(_TO_FINISH, {"position": position, "limit": FINISH_CHUNK}, "all")
     chains = [{"chain": row[0], "position": position} for row in finishing]
     if chains:
@@ -535,16 +607,37 @@ def planned_ranges(position: int) -> Procedure[tuple[Range, ...] | None]:
     return (yield from ranges_of(position))
 
 
-def ranges_after(position: int) -> Procedure[dict[int, dict[int, int] | None]]:
-    """The ranges of every purge after feed ``position``, by position (chain -> first
-    version cleared), None for one still being planned: what guards judge by."""
+def guard_ranges(
+    guards: Sequence[Guard], deletes: Sequence[Change]
+) -> Procedure[dict[int, dict[int, int] | None]]:
+    """What ``guards`` judge ``deletes``' purges by (``overtaking``'s ``ranges``): for each
+    purge that may refuse one of them (after its turn began, of another origin, in its
+    scope), the ranges it holds of the chains the guards' pins name, or None while it is
+    still being planned. Read by key, so a guard costs what its prompt showed, not what
+    the purges reach."""
     found: dict[int, dict[int, int] | None] = {}
-    for at, chain, start in (yield Step(_RANGES_AFTER, {"after": position}, "all")):
-        held = found.setdefault(int(at), {})
-        assert held is not None
-        held[int(chain)] = int(start)
-    for (at,) in (yield Step(_UNPLANNED_AFTER, {"after": position}, "all")):
-        found[int(at)] = None
+    for change in deletes:
+        if change.kind != "purge_user":
+            continue
+        judged = [
+            guard
+            for guard in guards
+            if change.position > guard.after
+            and not (guard.own_origin and change.origin == guard.own_origin)
+            and (change.server_id is None or change.server_id == guard.server_id)
+        ]
+        if not judged:
+            continue
+        state = yield Step(_PURGE_PLANNED, {"position": change.position}, "one")
+        if state is not None and not state[0]:
+            found[change.position] = None
+            continue
+        held: dict[int, int] = {}
+        for chain in sorted({pin.chain for guard in judged for pin in guard.pins}):
+            row = yield Step(_RANGE, {"position": change.position, "chain": chain}, "one")
+            if row is not None:
+                held[chain] = int(row[0])
+        found[change.position] = held
     return found
 
 
@@ -566,7 +659,7 @@ def preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgeP
     for drop in (_DROP_PLAN, _DROP_PURGE):
         yield Step(drop, {"position": _SCRATCH}, "exec")
     yield from _plan_here(user, server, erasure, _SCRATCH)
-    counts = yield Step(_COUNT_PLANNED, {"position": _SCRATCH, "user": user}, "all")
+    counts = yield Step(_COUNT_PLANNED.format(page=""), {"position": _SCRATCH, "user": user}, "all")
     by_server = {_server(s): int(n) for s, n in counts}
     for drop in (_DROP_PLAN, _DROP_PURGE):
         yield Step(drop, {"position": _SCRATCH}, "exec")
@@ -577,6 +670,18 @@ def preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgeP
         shared_by_server=by_server,
         distilled_by_server=distilled,
     )
+
+
+# A preview's plan, kept apart: these shadow the purge tables of the same names in the
+# transaction of a preview run aside (``preview`` unchanged), and go with it.
+PREVIEW_TABLES = (
+    "CREATE TEMP TABLE stm_purges (position BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, "
+    "server_id BIGINT, erasure TEXT NOT NULL, planned INTEGER NOT NULL, cursor BIGINT NOT NULL)"
+    "{end}",
+    "CREATE TEMP TABLE stm_purge_ranges (position BIGINT NOT NULL, chain_id BIGINT NOT NULL, "
+    "from_version BIGINT NOT NULL, done INTEGER NOT NULL DEFAULT 0, "
+    "expanded INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (position, chain_id)){end}",
+)
 
 
 def inspect_preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgePreview]:

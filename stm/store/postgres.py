@@ -66,7 +66,6 @@ from .base import (
     Overtaken,
     PreviewPurge,
     PurgePreview,
-    PurgeResult,
     PurgeUser,
     Saved,
     SaveDistilled,
@@ -254,6 +253,10 @@ MIGRATIONS: tuple[str, ...] = (
         server_id BIGINT PRIMARY KEY,
         left_at DOUBLE PRECISION NOT NULL
     );
+    """,  # How many distilled rows a server holds, counted from an index (a purge's share).
+    """
+    CREATE INDEX stm_distilled_by_server ON short_term_memories (server_id)
+        WHERE chain_id IS NOT NULL;
     """,
 )
 # The migration after which rows stored in the clear are sealed.
@@ -643,6 +646,22 @@ class PostgresStore:
         """What a purge of the user would delete and clear now, by server."""
         return await self._inspect(_run, chains.inspect_preview(user_id, server_id, erasure))
 
+    async def preview_aside(
+        self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
+    ) -> PurgePreview:
+        """What a purge of the user would delete and clear now, planned off the write path:
+        on a pooled connection, in temporary tables dropped with its transaction, so that
+        no other work waits for it."""
+        self._check_open()
+        asyncpg = _asyncpg()
+        try:
+            async with self._acquire() as conn, transaction(conn, isolation="repeatable_read"):
+                for table in chains.PREVIEW_TABLES:
+                    await conn.execute(table.format(end=" ON COMMIT DROP"))
+                return await _run(conn, chains.preview(user_id, server_id, erasure))
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(redact_text(_explain(self.path, exc), self._dsn)) from exc
+
     async def count_expired(self, thresholds: tuple[float, float]) -> int:
         """Rows the janitor would delete now."""
         sql = f"SELECT count(*) FROM short_term_memories WHERE {_EXPIRED}"
@@ -872,8 +891,7 @@ async def _save_many(conn: Any, saves: list[SaveDistilled], feed: _Feed) -> list
             after,
         )
         deletes = [Change(*row) for row in rows]
-        if any(change.kind == "purge_user" for change in deletes):
-            ranges = await _run(conn, chains.ranges_after(after))
+        ranges = await _run(conn, chains.guard_ranges(guards, deletes))
     keys = _Keys()
     await keys.load(conn, sorted({save.row.key for save in saves}))
     for group in upgrades(saves):
@@ -957,10 +975,7 @@ async def _apply(conn: Any, op: Op, feed: _Feed) -> object:
             return len(gone)
         case PurgeUser(user_id, server_id, erasure):
             position = await feed.now(("purge_user", None, None, None, user_id, server_id))
-            removed, ranges, cleared, more, own_distilled, reach = await _run(
-                conn, chains.purge(user_id, server_id, erasure, position)
-            )
-            return PurgeResult(position, removed, ranges, cleared, more, reach, own_distilled)
+            return await _run(conn, chains.purge(user_id, server_id, erasure, position))
         case SweepPurge(position):
             return await _run(conn, chains.sweep(position))
         case PreviewPurge(user_id, server_id, erasure):

@@ -62,7 +62,6 @@ from .base import (
     Overtaken,
     PreviewPurge,
     PurgePreview,
-    PurgeResult,
     PurgeUser,
     Saved,
     SaveDistilled,
@@ -225,6 +224,10 @@ MIGRATIONS: tuple[str, ...] = (
         server_id INTEGER PRIMARY KEY,
         left_at REAL NOT NULL
     );
+    """,  # How many distilled rows a server holds, counted from an index (a purge's share).
+    """
+    CREATE INDEX stm_distilled_by_server ON short_term_memories (server_id)
+        WHERE chain_id IS NOT NULL;
     """,
 )
 
@@ -314,6 +317,9 @@ class SQLiteStore:
         self._data_version = 0
         # Touched on the connection's thread only.
         self._known = KnownKeys()
+        # The read connection of previews, opened by the first.
+        self._reader: aiosqlite.Connection | None = None
+        self._reader_lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, path: str, *, busy_timeout_ms: int = 5000) -> SQLiteStore:
@@ -446,10 +452,33 @@ class SQLiteStore:
         """Run one statement outside the batch path (inspection, tests); return its rows."""
         return await self._call(_fetch_anything, self._db, self._known, sql, params)
 
+    async def preview_aside(
+        self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
+    ) -> PurgePreview:
+        """What a purge of the user would delete and clear now, planned off the write path:
+        on a read connection of its own, in temporary tables, so that no other work waits
+        for it (a ``:memory:`` database has one connection: there, between batches)."""
+        if self.path == ":memory:":
+            return await self._call(_run, self._db, chains.preview(user_id, server_id, erasure))
+        if self.closed:
+            raise StoreError(f"short-term memory database {self.path!r} is closed")
+        async with self._reader_lock:
+            try:
+                if self._reader is None:
+                    uri = _readonly_uri(self.path)
+                    self._reader = await aiosqlite.connect(uri, uri=True, isolation_level=None)
+                on_thread = cast(Callable[..., Awaitable[PurgePreview]], self._reader._execute)
+                db = self._reader._conn
+                return await on_thread(_preview_aside, db, user_id, server_id, erasure)
+            except sqlite3.Error as exc:
+                raise StoreError(_explain(self.path, exc)) from exc
+
     async def close(self) -> None:
         """Close the connection."""
         if not self.closed:
             self.closed = True
+            if self._reader is not None:
+                await self._reader.close()
             await self._connection.close()
 
     # -- the operator's read-only view (``inspect.Inspector``) ------------------------
@@ -527,6 +556,20 @@ class SQLiteStore:
 
 
 # -- on the connection's thread ------------------------------------------------------
+def _preview_aside(
+    db: sqlite3.Connection, user_id: int, server_id: int | None, erasure: Erasure
+) -> PurgePreview:
+    """``chains.preview`` in one read transaction, its plan in temporary tables that the
+    rollback takes away."""
+    db.execute("BEGIN")
+    try:
+        for table in chains.PREVIEW_TABLES:
+            db.execute(table.format(end=""))
+        return _run(db, chains.preview(user_id, server_id, erasure))
+    finally:
+        db.execute("ROLLBACK")
+
+
 def _scalar(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
     row = db.execute(sql, params).fetchone()
     return None if row is None else row[0]
@@ -844,10 +887,7 @@ def apply(
             else:
                 feed.append(change)
                 position = 0
-            removed, ranges, cleared, more, own_distilled, reach = _run(
-                db, chains.purge(user_id, server_id, erasure, position)
-            )
-            return PurgeResult(position, removed, ranges, cleared, more, reach, own_distilled)
+            return _run(db, chains.purge(user_id, server_id, erasure, position))
         case SweepPurge(position):
             return _run(db, chains.sweep(position))
         case PreviewPurge(user_id, server_id, erasure):
@@ -959,8 +999,7 @@ def _save_many(
             (after,),
         )
         deletes = [Change(*row) for row in rows]
-        if any(change.kind == "purge_user" for change in deletes):
-            ranges = _run(db, chains.ranges_after(after))
+        ranges = _run(db, chains.guard_ranges(guards, deletes))
     # Distilled text is stored encrypted under the row's own key (see shred.py).
     sealer = shred.Sealer(
         db, [save.row.key for save in saves], known.keys if known is not None else None

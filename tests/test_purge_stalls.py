@@ -1,0 +1,153 @@
+"""A purge of any reach holds no other work up for long, on both stores: an everywhere
+purge still being planned does not hold up memory of servers it cannot reach, each step
+of a purge is a transaction of its own, a preview runs off the write path, and a purge
+counted a page at a time adds up to what a preview counts. (A purge resumed after its
+rows are cleared: ``test_store_behaviour``.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from helpers import Opener
+
+from stm import STMConfig
+from stm.store import chains
+from stm.testing import Clock, ctx, faulty_memory, turn
+
+BOTH_STORES = True
+SERVER, ELSEWHERE = 100, 300
+ALICE, BOB, CAROL = 1, 2, 3
+CHANNELS = range(20, 32)
+
+
+async def _alice_everywhere(memory: object) -> None:
+    """Alice's words in the notes of many channels of SERVER (each a chain of its own),
+    Bob's own notes in ELSEWHERE."""
+    for channel in CHANNELS:
+        for user in (ALICE, CAROL):
+            here = ctx(user=user, channel=channel, server=SERVER)
+            await memory.capture(turn(here, f"user {user} in {channel}"))  # type: ignore[attr-defined]
+            result = await memory.run_tool(here, {"summary": f"notes {user} {channel}"})  # type: ignore[attr-defined]
+            assert result.success, result.message
+    bob = ctx(user=BOB, channel=40, server=ELSEWHERE)
+    await memory.capture(turn(bob, "bob says hi"))  # type: ignore[attr-defined]
+    assert (await memory.run_tool(bob, {"summary": "bob's notes"})).success  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def slow_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans of one chain per transaction: a purge of Alice takes many steps to plan."""
+    monkeypatch.setattr(chains, "SEED_CHUNK", 1)
+    monkeypatch.setattr(chains, "PLAN_CHAINS", 1)
+
+
+@pytest.mark.usefixtures("slow_plans")
+async def test_an_upgrade_in_a_server_a_purge_cannot_reach_does_not_wait_for_its_plan(
+    config: STMConfig, clock: Clock
+) -> None:
+    memory, store = await faulty_memory(config, clock=clock)
+    try:
+        await _alice_everywhere(memory)
+        purging = asyncio.create_task(memory.clear_short_term_memory_for_user(ALICE))
+        pending = memory._reads.deletions.pending
+        # Once the first transaction said where the purge may reach: only SERVER.
+        narrowed = store.until(lambda: bool(pending) and pending[0].servers is not None)
+        await asyncio.wait_for(narrowed, timeout=10)
+        (purge,) = pending
+        assert purge.servers == frozenset({SERVER})
+        bob = ctx(user=BOB, channel=40, server=ELSEWHERE)
+        await memory.capture(turn(bob, "bob again"))
+        assert (await memory.run_tool(bob, {"summary": "bob's notes, later"})).success
+        # It committed while the plan still had steps to go.
+        assert purge.pending
+        carol = ctx(user=CAROL, channel=CHANNELS[0], server=SERVER)
+        await memory.capture(turn(carol, "carol again"))
+        await memory.run_tool(carol, {"summary": "carol's notes, later"})
+        assert not purge.pending  # an upgrade where it may reach waited for its plan
+        await purging
+        await memory.flush()
+        for channel in CHANNELS[1:]:
+            entry = await memory.get_entry(f"shortterm:server:{SERVER}:{channel}")
+            assert entry is None or entry.summary is None
+        kept = await memory.get_entry(f"shortterm:server:{ELSEWHERE}:40")
+        assert kept is not None and kept.summary == "bob's notes, later"
+    finally:
+        await memory.close()
+
+
+async def test_each_step_of_a_purge_is_a_transaction_of_its_own(
+    config: STMConfig, clock: Clock
+) -> None:
+    """What is queued before a purge commits without waiting for it, and what comes after
+    waits for one step of it at most."""
+    memory, store = await faulty_memory(config, clock=clock)
+    try:
+        await _alice_everywhere(memory)
+        store.batches.clear()
+        store.hold()
+        bob = ctx(user=BOB, channel=40, server=ELSEWHERE)
+        await memory.capture(turn(bob, "bob again"))
+        upgrading = asyncio.create_task(memory.run_tool(bob, {"summary": "bob, later"}))
+        await store.holding()  # the upgrade's batch is in flight
+        purging = asyncio.create_task(memory.purge(ALICE))
+        await asyncio.sleep(0.05)
+        store.release()
+        assert (await upgrading).success
+        await purging
+        purge_steps = [b for b in store.batches if {"PurgeUser", "SweepPurge"} & set(b)]
+        assert purge_steps and all(len(b) == 1 for b in purge_steps), store.batches
+    finally:
+        await memory.close()
+
+
+async def test_a_preview_runs_off_the_write_path(config: STMConfig, clock: Clock) -> None:
+    memory, store = await faulty_memory(config, clock=clock)
+    try:
+        await _alice_everywhere(memory)
+        before = await memory.preview_purge(ALICE)
+        assert before.own == len(CHANNELS) and before.shared_by_server[SERVER] > 0
+        store.hold()
+        bob = ctx(user=BOB, channel=40, server=ELSEWHERE)
+        await memory.capture(turn(bob, "bob again"))
+        upgrading = asyncio.create_task(memory.run_tool(bob, {"summary": "bob, later"}))
+        await store.holding()  # the writer is stuck in a transaction
+        try:
+            preview = await asyncio.wait_for(memory.preview_purge(ALICE), timeout=10)
+        finally:
+            store.release()
+        assert preview == before
+        assert (await upgrading).success
+    finally:
+        await memory.close()
+
+
+async def test_a_preview_that_cannot_be_read_aside_is_read_through_the_writer(
+    config: STMConfig, clock: Clock
+) -> None:
+    memory, store = await faulty_memory(config, clock=clock)
+    try:
+        await _alice_everywhere(memory)
+        store.aside_failures = 1
+        preview = await asyncio.wait_for(memory.preview_purge(ALICE), timeout=10)
+        assert preview.own == len(CHANNELS)
+        assert ["PreviewPurge"] in store.batches
+    finally:
+        await memory.close()
+
+
+@pytest.mark.usefixtures("slow_plans")
+async def test_a_wide_reach_counted_a_page_at_a_time_adds_up(
+    open_memory: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chains, "REACH_PAGE", 2)
+    memory = await open_memory()
+    await _alice_everywhere(memory)
+    bob = ctx(user=BOB, channel=41, server=ELSEWHERE)
+    await memory.capture(turn(bob, "bob hears of alice"))
+    preview = await memory.preview_purge(ALICE)
+    assert preview.shared > 2 * chains.REACH_PAGE  # counted over several pages
+    done = await memory.purge(ALICE)
+    assert (done.own, done.shared) == (preview.own, preview.shared)
+    assert done.shared_by_server == preview.shared_by_server
+    assert done.distilled_by_server == preview.distilled_by_server
