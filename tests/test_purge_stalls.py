@@ -90,11 +90,14 @@ async def test_each_step_of_a_purge_is_a_transaction_of_its_own(
         await memory.capture(turn(bob, "bob again"))
         upgrading = asyncio.create_task(memory.run_tool(bob, {"summary": "bob, later"}))
         await store.holding()  # the upgrade's batch is in flight
+        # Queued behind it: a channel clear elsewhere, then the purge.
+        await memory.clear_short_term_memory_for_channel(42)
         purging = asyncio.create_task(memory.purge(ALICE))
         await asyncio.sleep(0.05)
         store.release()
         assert (await upgrading).success
         await purging
+        assert any("DeleteChannel" in b for b in store.batches)
         purge_steps = [b for b in store.batches if {"PurgeUser", "SweepPurge"} & set(b)]
         assert purge_steps and all(len(b) == 1 for b in purge_steps), store.batches
     finally:
