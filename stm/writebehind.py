@@ -10,7 +10,7 @@ from .convert import row_of
 from .store.base import Touch
 from .timing import Scheduler
 
-__all__ = ["WriteBehind", "describe"]
+__all__ = ["TouchGuard", "WriteBehind", "describe"]
 
 # (the feed position the cache is current with, crude and summary expiry thresholds) for
 # each write-behind batch: see ``Touch``.
