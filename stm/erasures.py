@@ -22,8 +22,8 @@ _ERASING = "erasing deleted text from the file"
 
 
 class Erasures:
-    """When the writer next erases from the files what committed deletes left there (the
-    store's ``Scrub``), and the state of the last try: one job, apart from the queue."""
+    """Due after deletes that removed something, run between batches, retried on its own:
+    the erasure's schedule and the state of its last try, one job apart from the queue."""
 
     def __init__(self, store: Store, delay: float, retry_delay: float) -> None:
         self.store = store
