@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["DISCORD_EVENTS", "REFUSAL_REASONS", "MetricsSnapshot", "Tally"]
+__all__ = ["DISCORD_EVENTS", "REFUSAL_REASONS", "MetricsSnapshot", "Tally", "WriterCounters"]
 
 # Why ``run_tool`` answered success=False, one word each (the label of the refusal count).
 REFUSAL_REASONS = (
@@ -65,6 +65,28 @@ class Tally:
     def refused(self, reason: str) -> None:
         """Count one refusal of the tool."""
         self.refusals[reason] = self.refusals.get(reason, 0) + 1
+
+
+@dataclass(slots=True)
+class WriterCounters:
+    """What the writer counts as it goes: store round trips, committed transactions and
+    their operations, the largest batch, time spent in the store, failed transactions,
+    retries after one, and operations dropped as unstorable."""
+
+    round_trips: int = 0
+    commits: int = 0
+    ops_committed: int = 0
+    largest_batch: int = 0
+    store_seconds: float = 0.0
+    failures: int = 0
+    retries: int = 0
+    rejected: int = 0
+
+    def committed(self, ops: int) -> None:
+        """Count one committed transaction of ``ops`` operations."""
+        self.commits += 1
+        self.ops_committed += ops
+        self.largest_batch = max(self.largest_batch, ops)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""Time for background work: a monotonic clock, sleeping, waiting with a deadline.
+"""Time for background work: a monotonic clock, sleeping, waiting with a deadline, and
+the one rule for waiting longer after each failure (``Backoff``).
 
 The writer (write-behind, retry backoff, scrub delay) and the janitor take a
 ``Scheduler`` instead of reading the event loop's clock and sleeping on it, so
@@ -9,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["LoopScheduler", "Scheduler"]
+__all__ = ["MAX_BACKOFF", "Backoff", "LoopScheduler", "Scheduler"]
+
+MAX_BACKOFF = 30.0
 
 
 class Scheduler(Protocol):
@@ -46,3 +50,23 @@ class LoopScheduler:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout_at(deadline):
                 await event.wait()
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Waits that double after each failure, from ``first`` up to ``MAX_BACKOFF``: the
+    writer's retries of the queue and of an erasure share this rule. ``at`` is when the
+    next try is due (0: now; a caller may bring it forward by setting it to 0)."""
+
+    first: float
+    delay: float = 0.0
+    at: float = 0.0
+
+    def failed(self, now: float) -> float:
+        """One more failure at ``now``: the next try waits longer; returns the wait."""
+        self.delay = min(MAX_BACKOFF, max(self.first, self.delay * 2))
+        self.at = now + self.delay
+        return self.delay
+
+    def succeeded(self) -> None:
+        self.delay = self.at = 0.0

@@ -1,0 +1,71 @@
+"""Write-behind: the entries captures changed, written in batches after a delay rather than
+one round trip per capture."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from .cache import Entry
+from .convert import row_of
+from .store.base import Touch
+from .timing import Scheduler
+
+__all__ = ["TouchGuard", "WriteBehind", "describe"]
+
+# (the feed position the cache is current with, crude and summary expiry thresholds) for
+# each write-behind batch: see ``Touch``.
+TouchGuard = Callable[[], tuple[int | None, float, float]]
+
+
+class WriteBehind:
+    """The dirty entries not queued yet, since when they wait, and the ``Touch`` that writes
+    a batch of them: one job, apart from the queue."""
+
+    def __init__(self, delay: float, scheduler: Scheduler, guard: TouchGuard | None) -> None:
+        self.delay = delay
+        self.scheduler = scheduler
+        self.guard = guard
+        self._dirty: dict[str, Entry] = {}
+        self._since = 0.0
+
+    def __len__(self) -> int:
+        return len(self._dirty)
+
+    def mark(self, entry: Entry) -> bool:
+        """Write ``entry``'s identity and counters behind; True when it is the first dirty
+        entry (the writer must wake to write it ``delay`` from now)."""
+        first = not self._dirty
+        if first:
+            self._since = self.scheduler.now()
+        self._dirty[entry.key] = entry
+        return first
+
+    def forget(self, keys: Iterable[str]) -> None:
+        """Do not write these keys behind (they were deleted)."""
+        for key in keys:
+            self._dirty.pop(key, None)
+
+    def take(self) -> dict[str, Entry]:
+        """The dirty entries, to queue as one batch ({}: none); none are left dirty."""
+        dirty, self._dirty = self._dirty, {}
+        return dirty
+
+    def due_at(self) -> float:
+        """When the dirty entries are to be written (0: none are dirty)."""
+        return self._since + self.delay if self._dirty else 0.0
+
+    def touch(self, dirty: dict[str, Entry]) -> Touch:
+        """The operation that writes a batch. Built when it runs, not when marked: the
+        latest counters, and never a deleted entry."""
+        rows = tuple(row_of(e) for e in dirty.values() if not e.deleted)
+        if self.guard is None:
+            return Touch(rows)
+        after, crude_before, summary_before = self.guard()
+        return Touch(rows, after, crude_before, summary_before)
+
+
+def describe(dirty: dict[str, Entry]) -> str:
+    """What a write-behind batch is, in a log line: its first keys."""
+    keys = list(dirty)
+    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+    return f"write-behind of {', '.join(keys[:3])}{more}"
