@@ -1,8 +1,11 @@
 """The PostgreSQL store on asyncpg: migrations, a pool, group commit, the change feed.
 
-This is the only module that speaks SQL to PostgreSQL. It keeps the SQLite
-store's semantics for every operation of ``base.py``; the tests of store
-behaviour run against both.
+This is the only module that runs SQL on PostgreSQL: its schema and
+migrations, and the procedures both stores share (``ops``, ``feed``,
+``operator``, ``chains``), which it runs with ``_Session`` (their ``:name``
+parameters numbered, see ``chains.positional``). So every operation of
+``base.py`` means the same here as on SQLite; the tests of store behaviour run
+against both.
 
 Ordering of the change feed. PostgreSQL sequences hand out numbers that can
 commit out of order (a transaction that took 7 can commit after one that took
@@ -40,50 +43,32 @@ from typing import Any, TypeVar, cast
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from ..errors import NoDatabase, SchemaVersionError, StoreError
-from ..expiry import DISTILLED_SQL, EXPIRED_SQL
+from ..expiry import DISTILLED_SQL
 from ..lineage import Erasure, Pin, Range
 from ..redact import redact_text, redact_url
-from . import chains, shred
+from . import chains, operator, shred
+from . import feed as change_feed
+from . import ops as operations
 from .base import (
-    GUARD_KINDS_SQL,
     PROVENANCE_TABLES,
     ROW_COLUMNS,
     SELECT_TAIL,
-    Change,
-    ChangeKind,
     CheckReport,
-    DeleteChannel,
-    DeleteExpired,
     FeedPage,
-    ForgetMessages,
-    ForgetServer,
     LoadChannelKeys,
-    LoadDepartures,
     LoadRecent,
-    LoadRows,
-    MarkDeparture,
     Op,
-    Overtaken,
-    PreviewPurge,
     PurgePreview,
-    PurgeResult,
-    PurgeUser,
-    Saved,
     SaveDistilled,
-    SaveOptOut,
-    SaveServerSettings,
     Scrub,
-    ServerChannels,
     StoredRow,
     StoreStats,
-    SweepPurge,
-    Touch,
     UserHoldings,
-    deleted_since,
-    overtaking,
     row_from_columns,
 )
-from .chains import live_of, upgrades
+from .chains import Step
+from .dialect import POSTGRES
+from .feed import Changes, Pending
 from .pgconnect import Limits, pooled, transaction, unwritable_tables
 
 __all__ = ["CHANNEL", "MIGRATIONS", "PostgresStore"]
@@ -259,45 +244,10 @@ MIGRATIONS: tuple[str, ...] = (
 # The migration after which rows stored in the clear are sealed.
 _SEALING = 2
 
-_COLUMNS = ROW_COLUMNS
-_KEEP_IDENTITY = (
-    "parent_channel_id = excluded.parent_channel_id, "
-    "channel_name = coalesce(excluded.channel_name, m.channel_name), "
-    "server_name = coalesce(excluded.server_name, m.server_name), "
-    "channel_private = excluded.channel_private, "
-    "updated_at = greatest(m.updated_at, excluded.updated_at)"
-)
-_IDENTITY = (
-    "INSERT INTO short_term_memories AS m (key, scope, server_id, user_id, channel_id, "
-    "persona_id, parent_channel_id, channel_name, server_name, channel_private, "
-    "turns_since_refresh, last_refreshed_turn, updated_at) "
-    "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13) "
-    f"ON CONFLICT (key) DO UPDATE SET {_KEEP_IDENTITY}"
-)
-_TOUCH = (
-    _IDENTITY + ", turns_since_refresh = excluded.turns_since_refresh, "
-    "last_refreshed_turn = excluded.last_refreshed_turn"
-)
-_SAVE = (
-    f"INSERT INTO short_term_memories AS m ({_COLUMNS}, chain_id, chain_version, key_slot, "
-    "version) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,1) "
-    f"ON CONFLICT (key) DO UPDATE SET {_KEEP_IDENTITY}, "
-    "summary = excluded.summary, categories = excluded.categories, "
-    "turns_since_refresh = excluded.turns_since_refresh, "
-    "last_refreshed_turn = excluded.last_refreshed_turn, chain_id = excluded.chain_id, "
-    "chain_version = excluded.chain_version, key_slot = excluded.key_slot, "
-    "version = m.version + 1 RETURNING id, version"
-)
-# The expiry rule of stm/expiry.py, in PostgreSQL's spelling ($1: crude threshold, $2:
-# summary threshold).
-_EXPIRED = (
-    EXPIRED_SQL.replace("max(:crude, :summary)", "greatest(:crude, :summary)")
-    .replace(":crude", "$1::float8")
-    .replace(":summary", "$2::float8")
-)
+# The upsert of an upgraded row (``ops.save_values``, numbered).
+_SAVE = operations.save_sql(",".join(f"${n}" for n in range(1, 19)), POSTGRES)
+_EXPIRED = POSTGRES.expired()
 _T = TypeVar("_T")
-_FEED_COLUMNS = "position, kind, origin, at, key, version, channel_id, user_id, server_id"
-_Pending = tuple[ChangeKind, str | None, int | None, int | None, int | None, int | None]
 
 
 class PostgresStore:
@@ -394,6 +344,7 @@ class PostgresStore:
                 await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
             results: list[object] = []
             feed = _Feed(conn, self.origin)
+            session = _Session(conn, feed)
             index = 0
             while index < len(ops):
                 op = ops[index]
@@ -402,10 +353,10 @@ class PostgresStore:
                     while end < len(ops) and isinstance(ops[end], SaveDistilled):
                         end += 1
                     saves = [o for o in ops[index:end] if isinstance(o, SaveDistilled)]
-                    results.extend(await _save_many(conn, saves, feed))
+                    results.extend(await session.run(operations.save_many(saves, feed, POSTGRES)))
                     index = end
                     continue
-                results.append(await _apply(conn, op, feed))
+                results.append(await session.run(operations.apply(op, feed, POSTGRES)))
                 index += 1
             await feed.flush()
         return results
@@ -433,7 +384,8 @@ class PostgresStore:
     async def current_position(self) -> int:
         """The position of the newest committed change (0 when there was none)."""
         self._check_open()
-        return int(await self._value("SELECT position FROM stm_feed WHERE id = 1"))
+        async with self._acquire() as conn:
+            return await _run(conn, change_feed.current_position(POSTGRES))
 
     async def read_changes(self, after: int, limit: int = 1000) -> FeedPage:
         """The committed changes after position ``after``, oldest first, at most ``limit``."""
@@ -444,42 +396,14 @@ class PostgresStore:
             self._acquire() as conn,
             transaction(conn, isolation="repeatable_read", readonly=True),
         ):
-            position, pruned_through = await conn.fetchrow(
-                "SELECT position, pruned_through FROM stm_feed WHERE id = 1"
-            )
-            if after < pruned_through:
-                return FeedPage((), int(position), fell_behind=True)
-            rows = await conn.fetch(
-                f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > $1 "
-                "ORDER BY position LIMIT $2",
-                after,
-                limit,
-            )
-        changes = tuple(Change(*row) for row in rows)
-        return FeedPage(
-            changes, changes[-1].position if changes else after, more=len(changes) == limit
-        )
+            return await _run(conn, change_feed.read(after, limit, POSTGRES))
 
     async def prune_changes(self, *, older_than: float, keep_last: int = 0) -> int:
         """Delete changes committed before ``older_than``, except the newest ``keep_last``
         (always a prefix of the feed: clocks disagree, positions do not)."""
         self._check_open()
         async with self._acquire() as conn, transaction(conn):
-            position = await conn.fetchval("SELECT position FROM stm_feed WHERE id = 1 FOR UPDATE")
-            through = await conn.fetchval(
-                "SELECT max(position) FROM stm_changes WHERE at < $1", older_than
-            )
-            through = min(int(through or 0), int(position) - max(0, keep_last))
-            status = await conn.execute("DELETE FROM stm_changes WHERE position <= $1", through)
-            gone = _count(status)
-            if gone:
-                await conn.execute(
-                    "UPDATE stm_feed SET pruned_through = greatest(pruned_through, $1) "
-                    "WHERE id = 1",
-                    through,
-                )
-                await _run(conn, chains.forget_purges(through))
-        return gone
+            return await _run(conn, change_feed.prune(older_than, max(0, keep_last), POSTGRES))
 
     async def poll_changed(self) -> bool:
         """True when the feed moved since the previous call (this process's own changes
@@ -616,22 +540,20 @@ class PostgresStore:
     async def stats(self, thresholds: tuple[float, float], soon: tuple[float, float]) -> StoreStats:
         """Counts; ``thresholds`` and ``soon`` are (crude_before, summary_before) for now and
         for the end of the "near expiry" window."""
-        return await self._inspect(_stats, thresholds, soon)
+        return await self._inspect(_run, operator.stats(thresholds, soon, POSTGRES, _SIZE))
 
     async def row(self, key: str) -> StoredRow | None:
         """The row under ``key``, expired or not."""
-        rows = await self._inspect(_select, f"{_INSPECT} WHERE key = $1", key)
-        return rows[0] if rows else None
+        return await self._inspect(_run, operator.row(key))
 
     async def rows_of_channel(self, channel_id: int) -> list[StoredRow]:
         """Every row of a channel, any scope or persona, newest first."""
-        sql = f"{_INSPECT} WHERE channel_id = $1 ORDER BY updated_at DESC, key"
-        return await self._inspect(_select, sql, channel_id)
+        return await self._inspect(_run, operator.rows_of_channel(channel_id))
 
     async def holdings_of_user(self, user_id: int, erasure: Erasure = "complete") -> UserHoldings:
         """The user's own rows, the other rows a purge of the user would clear, and the
         opt-out."""
-        return await self._inspect(_holdings, user_id, erasure)
+        return await self._inspect(_run, operator.holdings(user_id, erasure, POSTGRES))
 
     async def members(self, pin: Pin) -> list[int]:
         """Everyone whose words a prompt of ``pin``'s chain showed directly, to its version."""
@@ -645,8 +567,7 @@ class PostgresStore:
 
     async def count_expired(self, thresholds: tuple[float, float]) -> int:
         """Rows the janitor would delete now."""
-        sql = f"SELECT count(*) FROM short_term_memories WHERE {_EXPIRED}"
-        return int(await self._inspect(_fetchval, sql, *thresholds))
+        return await self._inspect(_run, operator.count_expired(thresholds, POSTGRES))
 
     async def check(self) -> CheckReport:
         """Every table read through, orphaned contributor rows, and the schema version."""
@@ -772,21 +693,15 @@ class _Keys:
         return summary, sealed, slot
 
 
-class _Feed:
+class _Feed(Changes):
     """The changes of one batch, written in op order: together at the end, except where an
     operation needs its own change's position now (a purge records its ranges by it)."""
 
     def __init__(self, conn: Any, origin: str) -> None:
-        self.conn, self.origin = conn, origin
-        self.pending: list[_Pending] = []
+        super().__init__(origin)
+        self.conn = conn
 
-    def append(self, change: _Pending) -> None:
-        self.pending.append(change)
-
-    def extend(self, changes: Any) -> None:
-        self.pending.extend(changes)
-
-    async def now(self, change: _Pending) -> int:
+    async def now(self, change: Pending) -> int:
         """Write what is pending and ``change``; return ``change``'s position."""
         self.pending.append(change)
         return await self.flush()
@@ -799,32 +714,67 @@ class _Feed:
         return await _write_feed(self.conn, pending, self.origin)
 
 
-async def _run(conn: Any, procedure: chains.Procedure[_T]) -> _T:
-    """Run one of ``chains``' procedures on this connection."""
-    result: Any = None
-    try:
-        while True:
-            step = procedure.send(result)
-            sql, names = _statement(step.sql)
-            if step.mode == "many":
-                rows = cast(Sequence[Mapping[str, Any]], step.params)
-                if rows:
-                    await conn.executemany(sql, [[row[n] for n in names] for row in rows])
-                result = None
-                continue
-            params = cast(Mapping[str, Any], step.params)
-            values = [params[n] for n in names]
-            if step.mode == "one":
-                result = await conn.fetchrow(sql, *values)
-            elif step.mode == "all":
-                result = await conn.fetch(sql, *values)
-            elif step.mode == "count":
-                result = _count(await conn.execute(sql, *values))
-            else:
-                await conn.execute(sql, *values)
-                result = None
-    except StopIteration as done:
-        return cast(_T, done.value)
+class _Session:
+    """Runs the shared procedures (``chains``, ``ops``, ``feed``, ``operator``) on this
+    connection, answering what only the store can: rows decrypted, rows sealed and
+    written, a change's position."""
+
+    def __init__(self, conn: Any, feed: _Feed | None = None) -> None:
+        self.conn, self.feed = conn, feed
+        self.keys = _Keys()
+
+    async def run(self, procedure: operations.Procedure[_T]) -> _T:
+        conn = self.conn
+        result: Any = None
+        try:
+            while True:
+                request = procedure.send(result)
+                if isinstance(request, Step):
+                    result = await _step(conn, request)
+                elif isinstance(request, operations.Write):
+                    sealed = await self.keys.seal(conn, request.row)
+                    values = operations.save_values(request.row, request.pin, sealed, POSTGRES)
+                    memory_id, version = await conn.fetchrow(_SAVE, *values)
+                    result = int(memory_id), int(version)
+                elif isinstance(request, operations.Rows):
+                    sql, names = _statement(f"{_INSPECT} {request.where}")
+                    rows = await conn.fetch(sql, *[request.params[n] for n in names])
+                    result = [_row_from(row) for row in rows]
+                elif isinstance(request, operations.Sealing):
+                    self.keys = _Keys()
+                    await self.keys.load(conn, sorted(set(request.keys)))
+                    result = None
+                elif isinstance(request, operations.Dropped):
+                    result = None  # no key outlives its transaction here
+                else:
+                    assert self.feed is not None, "a change's position is asked outside a batch"
+                    result = await self.feed.now(request.change)
+        except StopIteration as done:
+            return cast(_T, done.value)
+
+
+async def _step(conn: Any, step: Step) -> Any:
+    sql, names = _statement(step.sql)
+    if step.mode == "many":
+        rows = cast(Sequence[Mapping[str, Any]], step.params)
+        if rows:
+            await conn.executemany(sql, [[row[n] for n in names] for row in rows])
+        return None
+    params = cast(Mapping[str, Any], step.params)
+    values = [params[n] for n in names]
+    if step.mode == "one":
+        return await conn.fetchrow(sql, *values)
+    if step.mode == "all":
+        return await conn.fetch(sql, *values)
+    if step.mode == "count":
+        return _count(await conn.execute(sql, *values))
+    await conn.execute(sql, *values)
+    return None
+
+
+async def _run(conn: Any, procedure: operations.Procedure[_T]) -> _T:
+    """Run one of the shared procedures on this connection."""
+    return await _Session(conn).run(procedure)
 
 
 @functools.lru_cache(maxsize=256)
@@ -833,7 +783,7 @@ def _statement(sql: str) -> tuple[str, tuple[str, ...]]:
     return text, tuple(names)
 
 
-async def _write_feed(conn: Any, changes: list[_Pending], origin: str) -> int:
+async def _write_feed(conn: Any, changes: list[Pending], origin: str) -> int:
     last = int(
         await conn.fetchval(
             "UPDATE stm_feed SET position = position + $1 WHERE id = 1 RETURNING position",
@@ -852,260 +802,8 @@ async def _write_feed(conn: Any, changes: list[_Pending], origin: str) -> int:
 
 
 async def _save_many(conn: Any, saves: list[SaveDistilled], feed: _Feed) -> list[object]:
-    """A run of upgrades, in order; one result per save (``Saved``, or ``Overtaken``).
-
-    The guards share one read of the feed's deletes; the saves of one upgrade (one
-    lineage) are one version of their chain."""
-    results: list[object] = [None] * len(saves)
-    guards = [save.guard for save in saves if save.guard is not None]
-    deletes: list[Change] = []
-    ranges: dict[int, dict[int, int] | None] = {}
-    pruned_through = 0
-    if guards:
-        after = min(g.after for g in guards)
-        pruned_through = int(
-            await conn.fetchval("SELECT pruned_through FROM stm_feed WHERE id = 1")
-        )
-        rows = await conn.fetch(
-            f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > $1 "
-            f"AND kind IN {GUARD_KINDS_SQL} ORDER BY position",
-            after,
-        )
-        deletes = [Change(*row) for row in rows]
-        if any(change.kind == "purge_user" for change in deletes):
-            ranges = await _run(conn, chains.ranges_after(after))
-    keys = _Keys()
-    await keys.load(conn, sorted({save.row.key for save in saves}))
-    for group in upgrades(saves):
-        refusal: Overtaken | None = None
-        for index in group:
-            guard = saves[index].guard
-            if guard is None or refusal is not None:
-                continue
-            if guard.after < pruned_through:
-                refusal = Overtaken(pruned_through)  # what came after it is unknown
-            else:
-                refusal = overtaking(guard, deletes, ranges)
-        pin: Pin | int | None = None
-        if refusal is None:
-            live = saves[live_of(group, saves)].row
-            pin = await _run(conn, chains.extend(live.key, live.server_id))
-            if isinstance(pin, int):
-                refusal = Overtaken(pin)  # a purge is clearing what it would extend
-        if refusal is not None or not isinstance(pin, Pin):
-            for index in group:
-                results[index] = refusal
-            continue
-        lineage = saves[group[0]].lineage
-        if lineage is not None:
-            await _run(conn, chains.record(pin, lineage))
-        for index in group:
-            row = saves[index].row
-            sealed = await keys.seal(conn, row)
-            memory_id, version = await conn.fetchrow(_SAVE, *_row_params(row, pin, sealed))
-            feed.append(("upgrade", row.key, int(version), None, None, None))
-            results[index] = Saved(int(memory_id), pin)
-    return results
-
-
-async def _apply(conn: Any, op: Op, feed: _Feed) -> object:
-    """Run one operation (other than an upgrade) inside the caller's transaction."""
-    match op:
-        case Scrub():
-            # Nothing to rewrite: see docs/guarantees.md for what PostgreSQL keeps.
-            return None
-        case Touch():
-            return await _touch(conn, op, feed)
-        case SaveDistilled():  # pragma: no cover - runs of upgrades go to _save_many
-            return (await _save_many(conn, [op], feed))[0]
-        case ForgetMessages(channel_id):
-            kind: ChangeKind = "edit_messages" if op.edited else "delete_messages"
-            feed.append((kind, op.feed_key(), None, channel_id, None, None))
-            return len(op.message_ids)
-        case MarkDeparture(server_id, left_at):
-            if left_at is None:
-                await conn.execute("DELETE FROM stm_departures WHERE server_id = $1", server_id)
-            else:
-                await conn.execute(
-                    "INSERT INTO stm_departures (server_id, left_at) VALUES ($1, $2) "
-                    "ON CONFLICT (server_id) DO NOTHING",
-                    server_id,
-                    left_at,
-                )
-            return None
-        case LoadDepartures():
-            rows = await conn.fetch("SELECT server_id, left_at FROM stm_departures")
-            return {int(row[0]): float(row[1]) for row in rows}
-        case ServerChannels(server_id):
-            rows = await conn.fetch(
-                "SELECT DISTINCT channel_id FROM short_term_memories WHERE server_id = $1",
-                server_id,
-            )
-            return sorted(int(row[0]) for row in rows)
-        case ForgetServer(server_id):
-            await conn.execute("DELETE FROM stm_server_settings WHERE server_id = $1", server_id)
-            await conn.execute("DELETE FROM stm_departures WHERE server_id = $1", server_id)
-            feed.append(("settings", None, None, None, None, server_id))
-            return None
-        case DeleteChannel(channel_id):
-            gone = await conn.fetch(
-                "DELETE FROM short_term_memories WHERE channel_id = $1 RETURNING key, chain_id",
-                channel_id,
-            )
-            await _run(conn, chains.left([(row[0], row[1]) for row in gone]))
-            feed.append(("clear_channel", None, None, channel_id, None, None))
-            return len(gone)
-        case PurgeUser(user_id, server_id, erasure):
-            position = await feed.now(("purge_user", None, None, None, user_id, server_id))
-            removed, ranges, cleared, more, own_distilled, reach = await _run(
-                conn, chains.purge(user_id, server_id, erasure, position)
-            )
-            return PurgeResult(position, removed, ranges, cleared, more, reach, own_distilled)
-        case SweepPurge(position):
-            return await _run(conn, chains.sweep(position))
-        case PreviewPurge(user_id, server_id, erasure):
-            return await _run(conn, chains.preview(user_id, server_id, erasure))
-        case DeleteExpired(crude_before, summary_before):
-            gone = await conn.fetch(
-                f"DELETE FROM short_term_memories WHERE {_EXPIRED} RETURNING key, chain_id",
-                crude_before,
-                summary_before,
-            )
-            await _run(conn, chains.left([(row[0], row[1]) for row in gone]))
-            feed.extend(("expire", row[0], None, None, None, None) for row in gone)
-            await _run(conn, chains.collect())
-            return len(gone)
-        case LoadRows(keys, crude_before, summary_before):
-            if not keys:
-                return []
-            gone = await conn.fetch(
-                f"DELETE FROM short_term_memories WHERE key = ANY($3::text[]) AND {_EXPIRED} "
-                "RETURNING key, chain_id",
-                crude_before,
-                summary_before,
-                list(keys),
-            )
-            await _run(conn, chains.left([(row[0], row[1]) for row in gone]))
-            feed.extend(("expire", row[0], None, None, None, None) for row in gone)
-            return await _select(conn, f"{_INSPECT} WHERE key = ANY($1::text[])", list(keys))
-        case LoadRecent():
-            return await _load_recent(conn, op)
-        case LoadChannelKeys(channel_id, crude_before, summary_before):
-            found = await conn.fetch(
-                f"SELECT key FROM short_term_memories WHERE channel_id = $3 "
-                f"AND NOT ({_EXPIRED}) ORDER BY key",
-                crude_before,
-                summary_before,
-                channel_id,
-            )
-            return [row[0] for row in found]
-        case SaveServerSettings(server_id, settings_json):
-            await conn.execute(
-                "INSERT INTO stm_server_settings (server_id, settings) VALUES ($1, $2) "
-                "ON CONFLICT (server_id) DO UPDATE SET settings = excluded.settings",
-                server_id,
-                settings_json,
-            )
-            feed.append(("settings", None, None, None, None, server_id))
-            return None
-        case SaveOptOut(user_id, opted_out, at):
-            if opted_out:
-                await conn.execute(
-                    "INSERT INTO stm_user_opt_outs (user_id, since) VALUES ($1, $2) "
-                    "ON CONFLICT (user_id) DO NOTHING",
-                    user_id,
-                    at,
-                )
-            else:
-                await conn.execute("DELETE FROM stm_user_opt_outs WHERE user_id = $1", user_id)
-            feed.append(("opt_out", None, None, None, user_id, None))
-            return None
-    raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
-
-
-async def _touch(conn: Any, op: Touch, feed: _Feed) -> int:
-    """Write behind identity rows and counters, never over what others deleted or what
-    expired (see ``Touch``)."""
-    rows = op.rows
-    if op.crude_before is not None and op.summary_before is not None and rows:
-        # An expired row is absent: activity starts a new one, it does not revive the old.
-        gone = await conn.fetch(
-            f"DELETE FROM short_term_memories WHERE key = ANY($3::text[]) AND {_EXPIRED} "
-            "RETURNING key, chain_id",
-            op.crude_before,
-            op.summary_before,
-            [row.key for row in rows],
-        )
-        await _run(conn, chains.left([(row[0], row[1]) for row in gone]))
-        feed.extend(("expire", row[0], None, None, None, None) for row in gone)
-    if op.after is not None and rows:
-        deletes = [
-            Change(*row)
-            for row in await conn.fetch(
-                f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > $1 "
-                "AND kind IN ('clear_channel', 'purge_user') AND origin <> $2 ORDER BY position",
-                op.after,
-                feed.origin,
-            )
-        ]
-        if deletes:
-            rows = tuple(row for row in rows if not deleted_since(row, deletes))
-    known = [_identity_params(r) for r in rows if r.counters_known]
-    unknown = [_identity_params(r) for r in rows if not r.counters_known]
-    if known:
-        await conn.executemany(_TOUCH, known)
-    if unknown:
-        await conn.executemany(_IDENTITY, unknown)
-    return len(rows)
-
-
-async def _load_recent(conn: Any, op: LoadRecent) -> list[StoredRow]:
-    params: list[Any] = [op.crude_before, op.summary_before, op.owner_id, op.limit]
-    if op.scope == "server":
-        where = "scope = 'server' AND server_id = $3 AND user_id IS NULL"
-    else:
-        where = "scope = 'user' AND user_id = $3"
-        if op.server_id is None:
-            where += " AND server_id IS NULL"
-        else:
-            params.append(op.server_id)
-            where += f" AND server_id = ${len(params)}"
-    if op.persona_id is None:
-        where += " AND persona_id IS NULL"
-    else:
-        params.append(op.persona_id)
-        where += f" AND persona_id = ${len(params)}"
-    return await _select(
-        conn,
-        f"{_INSPECT} WHERE {where} "
-        f"AND channel_private = FALSE AND NOT ({_EXPIRED}) ORDER BY updated_at DESC LIMIT $4",
-        *params,
-    )
-
-
-async def _select(conn: Any, sql: str, *params: Any) -> list[StoredRow]:
-    return [_row_from(row) for row in await conn.fetch(sql, *params)]
-
-
-def _identity_params(row: StoredRow) -> tuple[Any, ...]:
-    return (
-        row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
-        row.parent_channel_id, row.channel_name, row.server_name, row.channel_private,
-        row.turns_since_refresh, row.last_refreshed_turn, row.updated_at,
-    )  # fmt: skip
-
-
-def _row_params(
-    row: StoredRow, pin: Pin, sealed: tuple[str | None, str, int | None]
-) -> tuple[Any, ...]:
-    summary, categories, slot = sealed
-    distilled = slot is not None
-    return (
-        row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
-        row.parent_channel_id, row.channel_name, row.server_name, row.channel_private,
-        summary, categories, row.turns_since_refresh, row.last_refreshed_turn, row.updated_at,
-        pin.chain if distilled else None, pin.version if distilled else None, slot,
-    )  # fmt: skip
+    """A run of upgrades in the caller's transaction (``ops.save_many``)."""
+    return await _Session(conn, feed).run(operations.save_many(saves, feed, POSTGRES))
 
 
 def _row_from(row: Any) -> StoredRow:
@@ -1121,7 +819,7 @@ def _row_from(row: Any) -> StoredRow:
 
 # -- the operator's read-only view ------------------------------------------------------
 _INSPECT = (
-    f"SELECT m.id, {_COLUMNS}, {SELECT_TAIL}, "
+    f"SELECT m.id, {ROW_COLUMNS}, {SELECT_TAIL}, "
     "(SELECT k.key FROM stm_keys k WHERE k.slot = m.key_slot) AS secret "
     "FROM short_term_memories m"
 )
@@ -1181,65 +879,10 @@ def _explain(name: str, exc: BaseException) -> str:
     return f"short-term memory database {name} cannot be read: {exc}"
 
 
-async def _fetchval(conn: Any, sql: str, *params: Any) -> Any:
-    return await conn.fetchval(sql, *params)
-
-
-async def _stats(
-    conn: Any, thresholds: tuple[float, float], soon: tuple[float, float]
-) -> StoreStats:
-    count = "SELECT count(*) FROM short_term_memories"
-    by_scope = {"server": 0, "user": 0} | {
-        str(scope): int(n)
-        for scope, n in await conn.fetch(
-            "SELECT scope, count(*) FROM short_term_memories GROUP BY scope"
-        )
-    }
-    expired_later = _EXPIRED.replace("$1", "$3").replace("$2", "$4")
-    sizes = " + ".join(f"coalesce(pg_total_relation_size(to_regclass('{t}')), 0)" for t in _TABLES)
-    return StoreStats(
-        entries=sum(by_scope.values()),
-        entries_by_scope=by_scope,
-        distilled=int(await conn.fetchval(f"{count} WHERE {DISTILLED_SQL}")),
-        servers=int(
-            await conn.fetchval("SELECT count(DISTINCT server_id) FROM short_term_memories")
-        ),
-        users=int(
-            await conn.fetchval(
-                "SELECT count(*) FROM (SELECT user_id FROM short_term_memories "
-                "WHERE user_id IS NOT NULL UNION SELECT member FROM stm_chain_members) u"
-            )
-        ),
-        expired=int(await conn.fetchval(f"{count} WHERE {_EXPIRED}", *thresholds)),
-        near_expiry=int(
-            await conn.fetchval(
-                f"{count} WHERE {expired_later} AND NOT ({_EXPIRED})", *thresholds, *soon
-            )
-        ),
-        opt_outs=int(await conn.fetchval("SELECT count(*) FROM stm_user_opt_outs")),
-        server_settings=int(await conn.fetchval("SELECT count(*) FROM stm_server_settings")),
-        schema_version=int(await conn.fetchval("SELECT version FROM stm_schema")),
-        database_bytes=int(await conn.fetchval(f"SELECT {sizes}")),
-        feed_position=int(await conn.fetchval("SELECT position FROM stm_feed WHERE id = 1")),
-    )
-
-
-async def _holdings(conn: Any, user_id: int, erasure: Erasure) -> UserHoldings:
-    own = await _select(
-        conn,
-        f"{_INSPECT} WHERE scope = 'user' AND user_id = $1 ORDER BY updated_at DESC",
-        user_id,
-    )
-    ids = await _run(conn, chains.reached(user_id, None, erasure))
-    contributed = await _select(
-        conn,
-        f"{_INSPECT} WHERE m.id = ANY($1::bigint[]) AND NOT (scope = 'user' AND user_id = $2) "
-        "ORDER BY updated_at DESC, key",
-        ids,
-        user_id,
-    )
-    since = await conn.fetchval("SELECT since FROM stm_user_opt_outs WHERE user_id = $1", user_id)
-    return UserHoldings(user_id, own, contributed, None if since is None else float(since))
+# What the database's tables take on disk, indexes and TOAST included.
+_SIZE = "SELECT " + " + ".join(
+    f"coalesce(pg_total_relation_size(to_regclass('{table}')), 0)" for table in _TABLES
+)
 
 
 async def _check(conn: Any) -> CheckReport:
@@ -1247,6 +890,4 @@ async def _check(conn: Any) -> CheckReport:
     # reading every row of every table is the check available without extensions.
     for table in _TABLES:
         await conn.fetchval(f"SELECT count(*) FROM (SELECT * FROM {table}) t")
-    foreign = await _run(conn, chains.orphans())
-    version = int(await conn.fetchval("SELECT version FROM stm_schema"))
-    return CheckReport(version, len(MIGRATIONS), ["ok"], foreign)
+    return await _run(conn, operator.check(["ok"], [], len(MIGRATIONS), POSTGRES))

@@ -1,6 +1,9 @@
 """The SQLite store: WAL, forward-only migrations, secure delete, crypto-shredding.
 
-This is the only module that speaks SQL to SQLite. One aiosqlite connection,
+This is the only module that runs SQL on SQLite: its schema and migrations, and
+the procedures both stores share (``ops``, ``feed``, ``operator``, ``chains``),
+which it runs with ``_Session``, answering what only it can (rows decrypted,
+rows sealed under their keys, a change's position). One aiosqlite connection,
 on the thread aiosqlite gives it, serves the whole process; the facade's
 writer hands it one batch at a time, so no two tasks ever share a transaction.
 The functions below the class run on that thread (and take a plain
@@ -25,61 +28,46 @@ never reused, even after pruning) commit in order.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import aiosqlite
 
 from ..errors import NoDatabase, SchemaVersionError, StoreError
-from ..expiry import DISTILLED_SQL, EXPIRED_SQL
+from ..expiry import DISTILLED_SQL
 from ..lineage import Erasure, Pin, Range
-from . import chains, shred
+from . import chains, operator, shred
+from . import feed as change_feed
+from . import ops as operations
 from .base import (
-    GUARD_KINDS_SQL,
     ROW_COLUMNS,
     SELECT_TAIL,
-    Change,
-    ChangeKind,
     CheckReport,
-    DeleteChannel,
-    DeleteExpired,
     FeedPage,
-    ForgetMessages,
-    ForgetServer,
     LoadChannelKeys,
-    LoadDepartures,
     LoadRecent,
-    LoadRows,
-    MarkDeparture,
     Op,
-    Overtaken,
     PreviewPurge,
     PurgePreview,
-    PurgeResult,
-    PurgeUser,
-    Saved,
     SaveDistilled,
     SaveOptOut,
     SaveServerSettings,
     Scrub,
-    ServerChannels,
     StoredRow,
     StoreStats,
-    SweepPurge,
     Touch,
     UserHoldings,
-    deleted_since,
-    overtaking,
     row_from_columns,
 )
-from .chains import live_of, upgrades
+from .chains import Step
+from .dialect import SQLITE
+from .feed import Changes, Pending
 
 __all__ = [
     "MIGRATIONS",
@@ -228,52 +216,20 @@ MIGRATIONS: tuple[str, ...] = (
     """,
 )
 
-_COLUMNS = ROW_COLUMNS
-_IDENTITY = (
-    "INSERT INTO short_term_memories (key, scope, server_id, user_id, channel_id, persona_id, "
-    "parent_channel_id, channel_name, server_name, channel_private, turns_since_refresh, "
-    "last_refreshed_turn, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
-    "ON CONFLICT (key) DO UPDATE SET "
-    "parent_channel_id = excluded.parent_channel_id, "
-    "channel_name = coalesce(excluded.channel_name, channel_name), "
-    "server_name = coalesce(excluded.server_name, server_name), "
-    "channel_private = excluded.channel_private, "
-    "updated_at = max(updated_at, excluded.updated_at)"
-)
-_TOUCH = (
-    _IDENTITY + ", turns_since_refresh = excluded.turns_since_refresh, "
-    "last_refreshed_turn = excluded.last_refreshed_turn"
-)
-_SAVE_INTO = (
-    f"INSERT INTO short_term_memories ({_COLUMNS}, key_slot, chain_id, chain_version, version) "
-)
-_SAVE_ON_CONFLICT = (
-    "ON CONFLICT (key) DO UPDATE SET "
-    "parent_channel_id = excluded.parent_channel_id, "
-    "channel_name = coalesce(excluded.channel_name, channel_name), "
-    "server_name = coalesce(excluded.server_name, server_name), "
-    "channel_private = excluded.channel_private, "
-    "summary = excluded.summary, categories = excluded.categories, "
-    "turns_since_refresh = excluded.turns_since_refresh, "
-    "last_refreshed_turn = excluded.last_refreshed_turn, key_slot = excluded.key_slot, "
-    "chain_id = excluded.chain_id, chain_version = excluded.chain_version, "
-    "updated_at = max(updated_at, excluded.updated_at), version = version + 1 "
-    "RETURNING id, version"
-)
-# The upsert of a row, by which of its values are NULL: written into the statement, not
-# bound (binding None makes the sqlite3 module look for an adapter, which costs more
-# than the rest of the value). A few shapes in all: the statement cache holds them.
+# The upsert of an upgraded row, by which of its values are NULL: written into the
+# statement, not bound (binding None makes the sqlite3 module look for an adapter, which
+# costs more than the rest of the value). A few shapes in all: the statement cache holds
+# them.
 _SAVES: dict[tuple[bool, ...], str] = {}
 
 
 def _save_statement(params: tuple[Any, ...]) -> tuple[str, list[Any]]:
-    """The upsert of the row of ``params`` (in ``_COLUMNS`` order, then ``key_slot``,
-    ``chain_id`` and ``chain_version``), and the values it binds."""
+    """The upsert of the row of ``params`` (``operations.save_values``), and the values it binds."""
     nulls = tuple([value is None for value in params])
     sql = _SAVES.get(nulls)
     if sql is None:
         values = ",".join("NULL" if null else "?" for null in nulls)
-        sql = _SAVES[nulls] = f"{_SAVE_INTO}VALUES ({values},1) {_SAVE_ON_CONFLICT}"
+        sql = _SAVES[nulls] = operations.save_sql(values, SQLITE)
     return sql, [value for value in params if value is not None]
 
 
@@ -285,13 +241,9 @@ _FEED = (
 _FEED_UPGRADE = (
     "INSERT INTO stm_changes (kind, key, version, origin, at) VALUES ('upgrade',?,?,?,?)"
 )
-_FEED_COLUMNS = "position, kind, origin, at, key, version, channel_id, user_id, server_id"
-# A change as the feed stores it, before it has a position.
-_Pending = tuple[ChangeKind, str | None, int | None, int | None, int | None, int | None]
 # Rows past their TTL, by the rule the cache applies (stm/expiry.py): a row exactly at
 # its TTL goes in the same janitor pass as its cache entry.
-_EXPIRED = EXPIRED_SQL
-_LIVE = f"NOT ({_EXPIRED})"
+_EXPIRED = SQLITE.expired()
 
 
 class SQLiteStore:
@@ -482,46 +434,47 @@ class SQLiteStore:
     async def stats(self, thresholds: tuple[float, float], soon: tuple[float, float]) -> StoreStats:
         """Counts; ``thresholds`` and ``soon`` are (crude_before, summary_before) for now and
         for the end of the "near expiry" window."""
-        return await self._inspect(_stats, self.path, thresholds, soon)
+        size = await asyncio.to_thread(_file_bytes, self.path)
+        return await self._inspect(operator.stats(thresholds, soon, SQLITE, size))
 
     async def row(self, key: str) -> StoredRow | None:
         """The row under ``key``, expired or not."""
-        rows = await self._inspect(_select, f"{_SELECT} WHERE key = :key", {"key": key})
-        return rows[0] if rows else None
+        return await self._inspect(operator.row(key))
 
     async def rows_of_channel(self, channel_id: int) -> list[StoredRow]:
         """Every row of a channel, any scope or persona, newest first."""
-        sql = f"{_SELECT} WHERE channel_id = :channel ORDER BY updated_at DESC, key"
-        return await self._inspect(_select, sql, {"channel": channel_id})
+        return await self._inspect(operator.rows_of_channel(channel_id))
 
     async def holdings_of_user(self, user_id: int, erasure: Erasure = "complete") -> UserHoldings:
         """The user's own rows, the other rows a purge of the user would clear, and the
         opt-out."""
-        return await self._inspect(_holdings, user_id, erasure)
+        return await self._inspect(operator.holdings(user_id, erasure, SQLITE))
 
     async def members(self, pin: Pin) -> list[int]:
         """Everyone whose words a prompt of ``pin``'s chain showed directly, to its version."""
-        return await self._inspect(_run, chains.members(pin))
+        return await self._inspect(chains.members(pin))
 
     async def preview_purge(
         self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
     ) -> PurgePreview:
         """What a purge of the user would delete and clear now, by server."""
-        return await self._inspect(_run, chains.inspect_preview(user_id, server_id, erasure))
+        return await self._inspect(chains.inspect_preview(user_id, server_id, erasure))
 
     async def count_expired(self, thresholds: tuple[float, float]) -> int:
         """Rows the janitor would delete now."""
-        params = {"crude": thresholds[0], "summary": thresholds[1]}
-        sql = f"SELECT count(*) FROM short_term_memories WHERE {_EXPIRED}"
-        return await self._inspect(_count, sql, params)
+        return await self._inspect(operator.count_expired(thresholds, SQLITE))
 
     async def check(self) -> CheckReport:
         """``PRAGMA integrity_check`` and ``foreign_key_check``, and the schema version."""
-        return await self._inspect(_check)
-
-    async def _inspect(self, fn: Callable[..., _T], *args: Any) -> _T:
         try:
-            return await self._call(fn, self._db, *args)
+            return await self._call(_check, self._db)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(_explain(self.path, exc)) from exc
+
+    async def _inspect(self, procedure: operations.Procedure[_T]) -> _T:
+        """Run ``procedure`` in one read snapshot."""
+        try:
+            return await self._call(_read, self._db, procedure)
         except sqlite3.DatabaseError as exc:
             raise StoreError(_explain(self.path, exc)) from exc
 
@@ -659,6 +612,7 @@ def run_batch(
     db.execute("BEGIN IMMEDIATE")
     try:
         memo = known.usable(db, ops) if known is not None else None
+        session = _Session(db, feed, memo)
         index = 0
         while index < len(ops):
             if isinstance(ops[index], SaveDistilled):
@@ -667,10 +621,10 @@ def run_batch(
                 while end < len(ops) and isinstance(ops[end], SaveDistilled):
                     end += 1
                 saves = cast(Sequence[SaveDistilled], ops[index:end])
-                results.extend(_save_many(db, saves, feed, memo))
+                results.extend(session.run(operations.save_many(saves, feed, SQLITE)))
                 index = end
                 continue
-            results.append(apply(db, ops[index], feed, memo))
+            results.append(session.run(operations.apply(ops[index], feed, SQLITE)))
             index += 1
         feed.flush()
         db.execute("COMMIT")
@@ -683,28 +637,27 @@ def run_batch(
     return results
 
 
-class _Feed:
+class _Feed(Changes):
     """The changes of one batch, written in op order: together at the end, except where
-    an operation needs its own change's position now (a purge records its ranges by it)."""
+    an operation needs its own change's position now (a purge records its ranges by it).
+    Without ``db`` (an operation run alone, see ``apply``) nothing is written and such a
+    change has no position yet (0)."""
 
-    def __init__(self, db: sqlite3.Connection, origin: str, at: float) -> None:
-        self.db, self.origin, self.at = db, origin, at
-        self.pending: list[_Pending] = []
+    def __init__(self, db: sqlite3.Connection | None, origin: str, at: float) -> None:
+        super().__init__(origin)
+        self.db, self.at = db, at
 
-    def append(self, change: _Pending) -> None:
-        self.pending.append(change)
-
-    def extend(self, changes: Iterable[_Pending]) -> None:
-        self.pending.extend(changes)
-
-    def now(self, change: _Pending) -> int:
+    def now(self, change: Pending) -> int:
         """Write what is pending and ``change``; return ``change``'s position."""
+        if self.db is None:
+            self.append(change)
+            return 0
         self.flush()
         row = self.db.execute(f"{_FEED} RETURNING position", (*change, self.origin, self.at))
         return int(row.fetchone()[0])
 
     def flush(self) -> None:
-        if self.pending:
+        if self.pending and self.db is not None:
             _write_feed(self.db, self.pending, self.origin, self.at)
             self.pending = []
 
@@ -758,310 +711,87 @@ class KnownKeys:
         return self
 
 
-def _run(db: sqlite3.Connection, procedure: chains.Procedure[_T]) -> _T:
-    """Run one of ``chains``' procedures on this connection."""
-    result: Any = None
-    try:
-        while True:
-            step = procedure.send(result)
-            if step.mode == "many":
-                params = cast(Sequence[Mapping[str, Any]], step.params)
-                result = db.executemany(step.sql, params) if params else None
-                continue
-            cursor = db.execute(step.sql, cast(Mapping[str, Any], step.params))
-            if step.mode == "one":
-                result = cursor.fetchone()
-            elif step.mode == "all":
-                result = cursor.fetchall()
-            elif step.mode == "count":
-                result = cursor.rowcount
-            else:
-                result = None
-    except StopIteration as done:
-        return cast(_T, done.value)
+class _Session:
+    """Runs the shared procedures (``chains``, ``ops``, ``feed``, ``operator``) on this
+    connection, answering what only the store can: rows decrypted, rows sealed and
+    written, remembered keys forgotten, a change's position."""
+
+    def __init__(
+        self, db: sqlite3.Connection, feed: _Feed | None = None, known: KnownKeys | None = None
+    ) -> None:
+        self.db, self.feed, self.known = db, feed, known
+        self.sealer: shred.Sealer | None = None
+
+    def run(self, procedure: operations.Procedure[_T]) -> _T:
+        db = self.db
+        result: Any = None
+        try:
+            while True:
+                request = procedure.send(result)
+                if isinstance(request, Step):
+                    result = _step(db, request)
+                elif isinstance(request, operations.Write):
+                    result = self._write(request)
+                elif isinstance(request, operations.Rows):
+                    result = _select(db, f"{_SELECT} {request.where}", request.params)
+                elif isinstance(request, operations.Sealing):
+                    live = self.known.keys if self.known is not None else None
+                    self.sealer, result = shred.Sealer(db, request.keys, live), None
+                elif isinstance(request, operations.Dropped):
+                    if self.known is not None:
+                        for key in request.keys:
+                            self.known.keys.pop(key, None)
+                    result = None
+                else:
+                    assert self.feed is not None, "a change's position is asked outside a batch"
+                    result = self.feed.now(request.change)
+        except StopIteration as done:
+            return cast(_T, done.value)
+
+    def _write(self, request: operations.Write) -> tuple[int, int]:
+        assert self.sealer is not None, "rows are written before their keys are read"
+        row = request.row
+        sealed = self.sealer.seal(row.key, row.summary, operations.categories_json(row))
+        values = operations.save_values(row, request.pin, sealed, SQLITE)
+        memory_id, version = self.db.execute(*_save_statement(values)).fetchone()
+        return int(memory_id), int(version)
+
+
+def _step(db: sqlite3.Connection, step: Step) -> Any:
+    if step.mode == "many":
+        params = cast(Sequence[Mapping[str, Any]], step.params)
+        return db.executemany(step.sql, params) if params else None
+    cursor = db.execute(step.sql, cast(Mapping[str, Any], step.params))
+    if step.mode == "one":
+        return cursor.fetchone()
+    if step.mode == "all":
+        return cursor.fetchall()
+    if step.mode == "count":
+        return cursor.rowcount
+    return None
+
+
+def _run(db: sqlite3.Connection, procedure: operations.Procedure[_T]) -> _T:
+    """Run one of the shared procedures on this connection, outside a batch."""
+    return _Session(db).run(procedure)
 
 
 def apply(
     db: sqlite3.Connection,
     op: Op,
-    changes: _Feed | list[_Pending] | None = None,
+    changes: _Feed | list[Pending] | None = None,
     known: KnownKeys | None = None,
 ) -> object:
     """Run one operation inside the caller's transaction; add the changes it makes to the
     feed (``changes``: the batch's feed, or a list of pending changes when run alone)."""
-    feed: _Feed | list[_Pending] = [] if changes is None else changes
-    match op:
-        case Scrub():
-            return None  # done after the commit: VACUUM cannot run inside a transaction
-        case Touch():
-            return _touch(db, op, feed, known)
-        case SaveDistilled():
-            own = feed if isinstance(feed, _Feed) else _Feed(db, "", time.time())
-            results = _save_many(db, [op], own)
-            if not isinstance(feed, _Feed):
-                feed.extend(own.pending)
-            return results[0]
-        case ForgetMessages(channel_id):
-            kind: ChangeKind = "edit_messages" if op.edited else "delete_messages"
-            feed.append((kind, op.feed_key(), None, channel_id, None, None))
-            return len(op.message_ids)
-        case MarkDeparture(server_id, left_at):
-            if left_at is None:
-                db.execute("DELETE FROM stm_departures WHERE server_id = ?", (server_id,))
-            else:
-                db.execute(
-                    "INSERT INTO stm_departures (server_id, left_at) VALUES (?, ?) "
-                    "ON CONFLICT (server_id) DO NOTHING",
-                    (server_id, left_at),
-                )
-            return None
-        case LoadDepartures():
-            rows = db.execute("SELECT server_id, left_at FROM stm_departures").fetchall()
-            return {int(server): float(at) for server, at in rows}
-        case ServerChannels(server_id):
-            rows = db.execute(
-                "SELECT DISTINCT channel_id FROM short_term_memories WHERE server_id = ?",
-                (server_id,),
-            ).fetchall()
-            return sorted(int(row[0]) for row in rows)
-        case ForgetServer(server_id):
-            db.execute("DELETE FROM stm_server_settings WHERE server_id = ?", (server_id,))
-            db.execute("DELETE FROM stm_departures WHERE server_id = ?", (server_id,))
-            feed.append(("settings", None, None, None, None, server_id))
-            return None
-        case DeleteChannel(channel_id):
-            gone = db.execute(
-                "DELETE FROM short_term_memories WHERE channel_id = ? RETURNING key, chain_id",
-                (channel_id,),
-            ).fetchall()
-            _run(db, chains.left(gone))
-            feed.append(("clear_channel", None, None, channel_id, None, None))
-            return len(gone)
-        case PurgeUser(user_id, server_id, erasure):
-            change: _Pending = ("purge_user", None, None, None, user_id, server_id)
-            if isinstance(feed, _Feed):
-                position = feed.now(change)
-            else:
-                feed.append(change)
-                position = 0
-            removed, ranges, cleared, more, own_distilled, reach = _run(
-                db, chains.purge(user_id, server_id, erasure, position)
-            )
-            return PurgeResult(position, removed, ranges, cleared, more, reach, own_distilled)
-        case SweepPurge(position):
-            return _run(db, chains.sweep(position))
-        case PreviewPurge(user_id, server_id, erasure):
-            return _run(db, chains.preview(user_id, server_id, erasure))
-        case DeleteExpired(crude_before, summary_before):
-            gone = db.execute(
-                f"DELETE FROM short_term_memories WHERE {_EXPIRED} RETURNING key, chain_id",
-                {"crude": crude_before, "summary": summary_before},
-            ).fetchall()
-            _run(db, chains.left(gone))
-            feed.extend(("expire", key, None, None, None, None) for key, _ in gone)
-            _run(db, chains.collect())
-            return len(gone)
-        case LoadRows(keys, crude_before, summary_before):
-            return _load_rows(db, keys, crude_before, summary_before, feed)
-        case LoadRecent():
-            return _load_recent(db, op)
-        case LoadChannelKeys(channel_id, crude_before, summary_before):
-            return [
-                key
-                for (key,) in db.execute(
-                    f"SELECT key FROM short_term_memories WHERE channel_id = :channel "
-                    f"AND {_LIVE} ORDER BY key",
-                    {"channel": channel_id, "crude": crude_before, "summary": summary_before},
-                )
-            ]
-        case SaveServerSettings(server_id, settings_json):
-            db.execute(
-                "INSERT INTO stm_server_settings (server_id, settings) VALUES (?, ?) "
-                "ON CONFLICT (server_id) DO UPDATE SET settings = excluded.settings",
-                (server_id, settings_json),
-            )
-            feed.append(("settings", None, None, None, None, server_id))
-            return None
-        case SaveOptOut(user_id, opted_out, at):
-            if opted_out:
-                db.execute(
-                    "INSERT OR IGNORE INTO stm_user_opt_outs (user_id, since) VALUES (?, ?)",
-                    (user_id, at),
-                )
-            else:
-                db.execute("DELETE FROM stm_user_opt_outs WHERE user_id = ?", (user_id,))
-            feed.append(("opt_out", None, None, None, user_id, None))
-            return None
-    raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+    feed = changes if isinstance(changes, _Feed) else _Feed(None, "", 0.0)
+    result = _Session(db, feed, known).run(operations.apply(op, feed, SQLITE))
+    if isinstance(changes, list):
+        changes.extend(feed.pending)
+    return result
 
 
-def _touch(
-    db: sqlite3.Connection, op: Touch, feed: _Feed | list[_Pending], known: KnownKeys | None
-) -> int:
-    """Write behind identity rows and counters, never over what others deleted or what
-    expired (see ``Touch``)."""
-    rows = op.rows
-    if op.crude_before is not None and op.summary_before is not None and rows:
-        # An expired row is absent: activity starts a new one, it does not revive the old.
-        named = {f"k{i}": row.key for i, row in enumerate(rows)}
-        where = "key IN (" + ",".join(f":k{i}" for i in range(len(rows))) + ")"
-        gone = db.execute(
-            f"DELETE FROM short_term_memories WHERE {where} AND {_EXPIRED} RETURNING key, chain_id",
-            {"crude": op.crude_before, "summary": op.summary_before, **named},
-        ).fetchall()
-        _run(db, chains.left(gone))
-        feed.extend(("expire", key, None, None, None, None) for key, _ in gone)
-        if known is not None:
-            for key, _ in gone:
-                known.keys.pop(key, None)
-    if op.after is not None and rows:
-        origin = feed.origin if isinstance(feed, _Feed) else ""
-        deletes = [
-            Change(*row)
-            for row in db.execute(
-                f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
-                "AND kind IN ('clear_channel', 'purge_user') AND origin != ? ORDER BY position",
-                (op.after, origin),
-            )
-        ]
-        if deletes:
-            rows = tuple(row for row in rows if not deleted_since(row, deletes))
-    known_rows = [_identity_params(r) for r in rows if r.counters_known]
-    unknown = [_identity_params(r) for r in rows if not r.counters_known]
-    if known_rows:
-        db.executemany(_TOUCH, known_rows)
-    if unknown:
-        db.executemany(_IDENTITY, unknown)
-    return len(rows)
-
-
-def _save_many(
-    db: sqlite3.Connection,
-    saves: Sequence[SaveDistilled],
-    feed: _Feed,
-    known: KnownKeys | None = None,
-) -> list[object]:
-    """A run of upgrades, in order; one result per save (``Saved``, or ``Overtaken``).
-
-    The guards share one read of the feed's deletes; the saves of one upgrade (one
-    lineage) are one version of their chain."""
-    results: list[object] = [None] * len(saves)
-    guards = [save.guard for save in saves if save.guard is not None]
-    deletes: list[Change] = []
-    ranges: dict[int, dict[int, int] | None] = {}
-    pruned_through = 0
-    if guards:
-        after = min(guard.after for guard in guards)
-        pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
-        rows = db.execute(
-            f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? "
-            f"AND kind IN {GUARD_KINDS_SQL} ORDER BY position",
-            (after,),
-        )
-        deletes = [Change(*row) for row in rows]
-        if any(change.kind == "purge_user" for change in deletes):
-            ranges = _run(db, chains.ranges_after(after))
-    # Distilled text is stored encrypted under the row's own key (see shred.py).
-    sealer = shred.Sealer(
-        db, [save.row.key for save in saves], known.keys if known is not None else None
-    )
-    for group in upgrades(saves):
-        refusal = _refusal(group, saves, pruned_through, deletes, ranges)
-        pin: Pin | int | None = None
-        if refusal is None:
-            live = saves[live_of(group, saves)].row
-            pin = _run(db, chains.extend(live.key, live.server_id))
-            if isinstance(pin, int):
-                refusal = Overtaken(pin)  # a purge is clearing what it would extend
-        if refusal is not None or not isinstance(pin, Pin):
-            for index in group:
-                results[index] = refusal
-            continue
-        lineage = saves[group[0]].lineage
-        if lineage is not None:
-            _run(db, chains.record(pin, lineage))
-        for index in group:
-            row = saves[index].row
-            categories = json.dumps(row.categories, ensure_ascii=False) if row.categories else "{}"
-            summary, sealed, slot = sealer.seal(row.key, row.summary, categories)
-            distilled = summary is not None or sealed != "{}"
-            memory_id, version = db.execute(
-                *_save_statement((
-                    row.key, row.scope, row.server_id, row.user_id, row.channel_id,
-                    row.persona_id, row.parent_channel_id, row.channel_name, row.server_name,
-                    int(row.channel_private), summary, sealed, row.turns_since_refresh,
-                    row.last_refreshed_turn, row.updated_at, slot,
-                    pin.chain if distilled else None, pin.version if distilled else None,
-                ))
-            ).fetchone()  # fmt: skip
-            feed.append(("upgrade", row.key, version, None, None, None))
-            results[index] = Saved(int(memory_id), pin)
-    return results
-
-
-def _refusal(
-    group: list[int],
-    saves: Sequence[SaveDistilled],
-    pruned_through: int,
-    deletes: list[Change],
-    ranges: dict[int, dict[int, int] | None],
-) -> Overtaken | None:
-    """Why one upgrade's guard refuses it, or None."""
-    for index in group:
-        guard = saves[index].guard
-        if guard is None:
-            continue
-        if guard.after < pruned_through:
-            return Overtaken(pruned_through)  # what came after it is no longer known
-        overtaken = overtaking(guard, deletes, ranges) if deletes else None
-        if overtaken is not None:
-            return overtaken
-    return None
-
-
-def _load_rows(
-    db: sqlite3.Connection,
-    keys: Sequence[str],
-    crude_before: float,
-    summary_before: float,
-    feed: _Feed | list[_Pending],
-) -> list[StoredRow]:
-    if not keys:
-        return []
-    params = {"crude": crude_before, "summary": summary_before}
-    named = {f"k{i}": key for i, key in enumerate(keys)}
-    where = "key IN (" + ",".join(f":k{i}" for i in range(len(keys))) + ")"
-    gone = db.execute(
-        f"DELETE FROM short_term_memories WHERE {where} AND {_EXPIRED} RETURNING key, chain_id",
-        {**params, **named},
-    ).fetchall()
-    _run(db, chains.left(gone))
-    feed.extend(("expire", key, None, None, None, None) for key, _ in gone)
-    return _select(db, f"{_SELECT} WHERE {where}", named)
-
-
-def _load_recent(db: sqlite3.Connection, op: LoadRecent) -> list[StoredRow]:
-    params: dict[str, Any] = {
-        "crude": op.crude_before,
-        "summary": op.summary_before,
-        "owner": op.owner_id,
-        "server": op.server_id,
-        "persona": op.persona_id,
-        "limit": op.limit,
-    }
-    if op.scope == "server":
-        where = "scope = 'server' AND server_id = :owner AND user_id IS NULL"
-    else:
-        where = "scope = 'user' AND server_id IS :server AND user_id = :owner"
-    where += " AND persona_id IS :persona AND channel_private = 0"
-    return _select(
-        db,
-        f"{_SELECT} WHERE {where} AND {_LIVE} ORDER BY updated_at DESC LIMIT :limit",
-        params,
-    )
-
-
-def _select(db: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[StoredRow]:
+def _select(db: sqlite3.Connection, sql: str, params: Mapping[str, Any]) -> list[StoredRow]:
     rows = db.execute(sql, params).fetchall()
     if not rows:
         return []
@@ -1069,7 +799,7 @@ def _select(db: sqlite3.Connection, sql: str, params: dict[str, Any]) -> list[St
     return [_row_from(row, keys.get(row[0])) for row in rows]
 
 
-def _write_feed(db: sqlite3.Connection, changes: list[_Pending], origin: str, at: float) -> None:
+def _write_feed(db: sqlite3.Connection, changes: list[Pending], origin: str, at: float) -> None:
     """Append ``changes`` to the feed, in order. Upgrades, most of it, bind no NULLs: the
     sqlite3 module looks for an adapter for each None (or bytes) it binds, at a cost
     greater than the rest of the row's."""
@@ -1130,54 +860,29 @@ def statements(script: str) -> list[str]:
 
 
 def _current_position(db: sqlite3.Connection) -> int:
-    # AUTOINCREMENT keeps the highest position ever given in sqlite_sequence, even
-    # once pruning has emptied the table.
-    seq = _scalar(db, "SELECT seq FROM sqlite_sequence WHERE name = 'stm_changes'")
-    return 0 if seq is None else int(seq)
+    return _run(db, change_feed.current_position(SQLITE))
 
 
 def read_changes(db: sqlite3.Connection, after: int, limit: int) -> FeedPage:
     """The feed after ``after`` (see ``FeedPage``), read in one snapshot."""
     db.execute("BEGIN")
     try:
-        pruned_through = int(_scalar(db, "SELECT pruned_through FROM stm_feed"))
-        if after < pruned_through:
-            return FeedPage((), _current_position(db), fell_behind=True)
-        rows = db.execute(
-            f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > ? ORDER BY position LIMIT ?",
-            (after, limit),
-        ).fetchall()
+        return _run(db, change_feed.read(after, limit, SQLITE))
     finally:
         db.execute("COMMIT")
-    changes = tuple(Change(*row) for row in rows)
-    return FeedPage(changes, changes[-1].position if changes else after, more=len(changes) == limit)
 
 
 def prune_changes(db: sqlite3.Connection, older_than: float, keep_last: int) -> int:
-    """Delete old changes, remembering the newest position deleted.
-
-    What goes is always a prefix of the feed (every position up to the newest change
-    older than ``older_than``): clocks of several processes disagree, positions do not.
-    The newest old change is found walking back from the newest position, through the
-    retained changes only, so ``at`` needs no index.
-    """
+    """Delete old changes, remembering the newest position deleted (``feed.prune``)."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        through = _scalar(db, "SELECT max(position) FROM stm_changes WHERE at < ?", (older_than,))
-        through = min(int(through or 0), _current_position(db) - keep_last)
-        gone = db.execute(
-            "DELETE FROM stm_changes WHERE position <= ? RETURNING position", (through,)
-        ).fetchall()
-        if gone:
-            pruned = max(p for (p,) in gone)
-            db.execute("UPDATE stm_feed SET pruned_through = max(pruned_through, ?)", (pruned,))
-            _run(db, chains.forget_purges(pruned))
+        gone = _run(db, change_feed.prune(older_than, keep_last, SQLITE))
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
-    return len(gone)
+    return gone
 
 
 def _on_disk(db: sqlite3.Connection) -> bool:
@@ -1188,14 +893,6 @@ def _make_folder(path: str) -> None:
     Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
 
 
-def _identity_params(row: StoredRow) -> tuple[Any, ...]:
-    return (
-        row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
-        row.parent_channel_id, row.channel_name, row.server_name, int(row.channel_private),
-        row.turns_since_refresh, row.last_refreshed_turn, row.updated_at,
-    )  # fmt: skip
-
-
 def _row_from(row: Any, secret: bytes | None = None) -> StoredRow:
     key = row[1]
     return row_from_columns(
@@ -1204,7 +901,7 @@ def _row_from(row: Any, secret: bytes | None = None) -> StoredRow:
 
 
 # -- the operator's read-only view, on the connection's thread -------------------------
-_SELECT = f"SELECT m.id, {_COLUMNS}, {SELECT_TAIL} FROM short_term_memories m"
+_SELECT = f"SELECT m.id, {ROW_COLUMNS}, {SELECT_TAIL} FROM short_term_memories m"
 
 
 def _readonly_uri(path: str) -> str:
@@ -1250,82 +947,17 @@ def _explain(path: str, exc: sqlite3.Error) -> str:
     return f"short-term memory database {path!r} {why}: {exc}"
 
 
-def _stats(
-    db: sqlite3.Connection,
-    path: str,
-    thresholds: tuple[float, float],
-    soon: tuple[float, float],
-) -> StoreStats:
-    now = {"crude": thresholds[0], "summary": thresholds[1]}
-    # Near expiry: expired by the end of the window, not yet now.
-    window = {"crude": soon[0], "summary": soon[1], "crude_now": now["crude"]}
-    window["summary_now"] = now["summary"]
-    count = "SELECT count(*) FROM short_term_memories"
-    db.execute("BEGIN")  # one snapshot for every count
+def _read(db: sqlite3.Connection, procedure: operations.Procedure[_T]) -> _T:
+    db.execute("BEGIN")  # one snapshot for every statement
     try:
-        rows = db.execute("SELECT scope, count(*) FROM short_term_memories GROUP BY scope")
-        by_scope = {"server": 0, "user": 0} | {str(s): int(n) for s, n in rows}
-        distilled = f"{count} WHERE {DISTILLED_SQL}"
-        users = (
-            "SELECT count(*) FROM (SELECT user_id FROM short_term_memories "
-            "WHERE user_id IS NOT NULL UNION SELECT member FROM stm_chain_members)"
-        )
-        return StoreStats(
-            entries=sum(by_scope.values()),
-            entries_by_scope=by_scope,
-            distilled=int(_scalar(db, distilled)),
-            servers=int(_scalar(db, "SELECT count(DISTINCT server_id) FROM short_term_memories")),
-            users=int(_scalar(db, users)),
-            expired=_count(db, f"{count} WHERE {_EXPIRED}", now),
-            near_expiry=_count(db, f"{count} WHERE {_EXPIRED} AND NOT ({_EXPIRED_NOW})", window),
-            opt_outs=int(_scalar(db, "SELECT count(*) FROM stm_user_opt_outs")),
-            server_settings=int(_scalar(db, "SELECT count(*) FROM stm_server_settings")),
-            schema_version=int(_scalar(db, "PRAGMA user_version")),
-            database_bytes=_file_bytes(path),
-            feed_position=_current_position(db),
-        )
+        return _run(db, procedure)
     finally:
         db.execute("COMMIT")
-
-
-def _count(db: sqlite3.Connection, sql: str, params: Mapping[str, Any]) -> int:
-    return int(db.execute(sql, params).fetchone()[0])
-
-
-_EXPIRED_NOW = _EXPIRED.replace(":crude", ":crude_now").replace(":summary", ":summary_now")
 
 
 def _file_bytes(path: str) -> int:
     """The database file and its WAL, as they are on disk."""
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
-
-
-def _holdings(db: sqlite3.Connection, user_id: int, erasure: Erasure) -> UserHoldings:
-    params = {"user": user_id}
-    db.execute("BEGIN")
-    try:
-        own = _select(
-            db,
-            f"{_SELECT} WHERE +scope = 'user' AND user_id = :user ORDER BY updated_at DESC",
-            params,
-        )
-        ids = _run(db, chains.reached(user_id, None, erasure))
-        contributed = [
-            row
-            for start in range(0, len(ids), 500)
-            for row in _select(
-                db,
-                f"{_SELECT} WHERE m.id IN (SELECT value FROM json_each(:ids)) "
-                "AND NOT (scope = 'user' AND user_id = :user)",
-                {"ids": json.dumps(ids[start : start + 500]), "user": user_id},
-            )
-        ]
-        contributed.sort(key=lambda row: (-row.updated_at, row.key))
-        row = db.execute("SELECT since FROM stm_user_opt_outs WHERE user_id = ?", (user_id,))
-        since = row.fetchone()
-    finally:
-        db.execute("COMMIT")
-    return UserHoldings(user_id, own, contributed, None if since is None else float(since[0]))
 
 
 def _check(db: sqlite3.Connection) -> CheckReport:
@@ -1334,6 +966,4 @@ def _check(db: sqlite3.Connection) -> CheckReport:
         f"{table} row {rowid} refers to a missing {parent} row"
         for table, rowid, parent, _ in db.execute("PRAGMA foreign_key_check")
     ]
-    foreign += _run(db, chains.orphans())
-    version = int(_scalar(db, "PRAGMA user_version"))
-    return CheckReport(version, len(MIGRATIONS), integrity, foreign)
+    return _run(db, operator.check(integrity, foreign, len(MIGRATIONS), SQLITE))
