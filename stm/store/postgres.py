@@ -44,32 +44,27 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from ..errors import NoDatabase, SchemaVersionError, StoreError
 from ..expiry import DISTILLED_SQL
-from ..lineage import Erasure, Pin, Range
 from ..redact import redact_text, redact_url
 from . import chains, operator, shred
-from . import feed as change_feed
 from . import ops as operations
 from .base import (
     PROVENANCE_TABLES,
     ROW_COLUMNS,
     SELECT_TAIL,
     CheckReport,
-    FeedPage,
     LoadChannelKeys,
     LoadRecent,
     Op,
-    PurgePreview,
     SaveDistilled,
     Scrub,
     StoredRow,
-    StoreStats,
-    UserHoldings,
     row_from_columns,
 )
 from .chains import Step
 from .dialect import POSTGRES
 from .feed import Changes, Pending
 from .pgconnect import Limits, pooled, transaction, unwritable_tables
+from .runner import ProcedureStore
 
 __all__ = ["CHANNEL", "MIGRATIONS", "PostgresStore"]
 
@@ -250,7 +245,7 @@ _EXPIRED = POSTGRES.expired()
 _T = TypeVar("_T")
 
 
-class PostgresStore:
+class PostgresStore(ProcedureStore):
     """A store in a PostgreSQL database, on an asyncpg pool."""
 
     def __init__(self, pool: Any, dsn: str, limits: Limits | None = None) -> None:
@@ -258,6 +253,7 @@ class PostgresStore:
         self._dsn = dsn
         self.limits = limits or Limits()
         self.path = redact_url(dsn)
+        self.dialect = POSTGRES
         self.closed = False
         self.origin = secrets.token_hex(8)
         # A shared server: another process may always hold rows this one does not know.
@@ -361,18 +357,6 @@ class PostgresStore:
             await feed.flush()
         return results
 
-    async def purge_ranges(self, position: int) -> tuple[Range, ...] | None:
-        """The ranges the purge at feed ``position`` cleared; None while it is planned."""
-        self._check_open()
-        async with self._acquire() as conn:
-            return await _run(conn, chains.planned_ranges(position))
-
-    async def pending_sweeps(self) -> list[int]:
-        """Positions of purges whose ranges still hold rows to clear."""
-        self._check_open()
-        async with self._acquire() as conn:
-            return await _run(conn, chains.pending_sweeps())
-
     @property
     def held_keys(self) -> int:
         """Always 0: row keys are read inside the transaction that uses them (``_Keys``)."""
@@ -380,30 +364,6 @@ class PostgresStore:
 
     async def forget_keys(self) -> None:
         """Nothing to drop: no row key outlives its transaction here."""
-
-    async def current_position(self) -> int:
-        """The position of the newest committed change (0 when there was none)."""
-        self._check_open()
-        async with self._acquire() as conn:
-            return await _run(conn, change_feed.current_position(POSTGRES))
-
-    async def read_changes(self, after: int, limit: int = 1000) -> FeedPage:
-        """The committed changes after position ``after``, oldest first, at most ``limit``."""
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        self._check_open()
-        async with (
-            self._acquire() as conn,
-            transaction(conn, isolation="repeatable_read", readonly=True),
-        ):
-            return await _run(conn, change_feed.read(after, limit, POSTGRES))
-
-    async def prune_changes(self, *, older_than: float, keep_last: int = 0) -> int:
-        """Delete changes committed before ``older_than``, except the newest ``keep_last``
-        (always a prefix of the feed: clocks disagree, positions do not)."""
-        self._check_open()
-        async with self._acquire() as conn, transaction(conn):
-            return await _run(conn, change_feed.prune(older_than, max(0, keep_last), POSTGRES))
 
     async def poll_changed(self) -> bool:
         """True when the feed moved since the previous call (this process's own changes
@@ -537,43 +497,37 @@ class PostgresStore:
             raise
         return store
 
-    async def stats(self, thresholds: tuple[float, float], soon: tuple[float, float]) -> StoreStats:
-        """Counts; ``thresholds`` and ``soon`` are (crude_before, summary_before) for now and
-        for the end of the "near expiry" window."""
-        return await self._inspect(_run, operator.stats(thresholds, soon, POSTGRES, _SIZE))
-
-    async def row(self, key: str) -> StoredRow | None:
-        """The row under ``key``, expired or not."""
-        return await self._inspect(_run, operator.row(key))
-
-    async def rows_of_channel(self, channel_id: int) -> list[StoredRow]:
-        """Every row of a channel, any scope or persona, newest first."""
-        return await self._inspect(_run, operator.rows_of_channel(channel_id))
-
-    async def holdings_of_user(self, user_id: int, erasure: Erasure = "complete") -> UserHoldings:
-        """The user's own rows, the other rows a purge of the user would clear, and the
-        opt-out."""
-        return await self._inspect(_run, operator.holdings(user_id, erasure, POSTGRES))
-
-    async def members(self, pin: Pin) -> list[int]:
-        """Everyone whose words a prompt of ``pin``'s chain showed directly, to its version."""
-        return await self._inspect(_run, chains.members(pin))
-
-    async def preview_purge(
-        self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
-    ) -> PurgePreview:
-        """What a purge of the user would delete and clear now, by server."""
-        return await self._inspect(_run, chains.inspect_preview(user_id, server_id, erasure))
-
-    async def count_expired(self, thresholds: tuple[float, float]) -> int:
-        """Rows the janitor would delete now."""
-        return await self._inspect(_run, operator.count_expired(thresholds, POSTGRES))
-
     async def check(self) -> CheckReport:
         """Every table read through, orphaned contributor rows, and the schema version."""
-        return await self._inspect(_check)
+        return await self._reading(_check)
 
-    async def _inspect(self, fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+    # -- how the shared procedures run here (``ProcedureStore``) ------------------------
+    async def _once(self, procedure: operations.Procedure[_T]) -> _T:
+        self._check_open()
+        async with self._acquire() as conn:
+            return await _run(conn, procedure)
+
+    async def _snapshot(self, procedure: operations.Procedure[_T]) -> _T:
+        self._check_open()
+        async with (
+            self._acquire() as conn,
+            transaction(conn, isolation="repeatable_read", readonly=True),
+        ):
+            return await _run(conn, procedure)
+
+    async def _exclusive(self, procedure: operations.Procedure[_T]) -> _T:
+        self._check_open()
+        async with self._acquire() as conn, transaction(conn):
+            return await _run(conn, procedure)
+
+    async def _inspect(self, procedure: operations.Procedure[_T]) -> _T:
+        return await self._reading(_run, procedure)
+
+    async def _database_size(self) -> str:
+        return _SIZE
+
+    async def _reading(self, fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        """``fn(conn, *args)`` in a read-only snapshot, its failures explained."""
         self._check_open()
         asyncpg = _asyncpg()
         try:

@@ -41,9 +41,8 @@ import aiosqlite
 
 from ..errors import NoDatabase, SchemaVersionError, StoreError
 from ..expiry import DISTILLED_SQL
-from ..lineage import Erasure, Pin, Range
-from . import chains, operator, shred
 from . import feed as change_feed
+from . import operator, shred
 from . import ops as operations
 from .base import (
     ROW_COLUMNS,
@@ -54,20 +53,18 @@ from .base import (
     LoadRecent,
     Op,
     PreviewPurge,
-    PurgePreview,
     SaveDistilled,
     SaveOptOut,
     SaveServerSettings,
     Scrub,
     StoredRow,
-    StoreStats,
     Touch,
-    UserHoldings,
     row_from_columns,
 )
 from .chains import Step
 from .dialect import SQLITE
 from .feed import Changes, Pending
+from .runner import ProcedureStore
 
 __all__ = [
     "MIGRATIONS",
@@ -246,7 +243,7 @@ _FEED_UPGRADE = (
 _EXPIRED = SQLITE.expired()
 
 
-class SQLiteStore:
+class SQLiteStore(ProcedureStore):
     """A store in one SQLite file (or ``:memory:``).
 
     The connection lives on aiosqlite's thread, and a whole batch runs there
@@ -259,6 +256,7 @@ class SQLiteStore:
         # The sqlite3 connection under it, for the functions that run on its thread.
         self._db: sqlite3.Connection = connection._conn
         self.path = path
+        self.dialect = SQLITE
         self.closed = False
         self.origin = secrets.token_hex(8)
         # See Store.empty_at_open: this open created the schema, or the file is private.
@@ -334,20 +332,6 @@ class SQLiteStore:
         using them there)."""
         await self._call(self._known.clear)
 
-    async def current_position(self) -> int:
-        """The position of the newest committed change (0 when there was none)."""
-        return await self._call(_current_position, self._db)
-
-    async def read_changes(self, after: int, limit: int = 1000) -> FeedPage:
-        """The committed changes after position ``after``, oldest first, at most ``limit``."""
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        return await self._call(read_changes, self._db, after, limit)
-
-    async def prune_changes(self, *, older_than: float, keep_last: int = 0) -> int:
-        """Delete changes committed before ``older_than``, except the newest ``keep_last``."""
-        return await self._call(prune_changes, self._db, older_than, max(0, keep_last))
-
     async def poll_changed(self) -> bool:
         """True when another connection committed since the previous call (``data_version``)."""
         version = int(await self._call(_scalar, self._db, "PRAGMA data_version"))
@@ -367,14 +351,6 @@ class SQLiteStore:
             if left <= 0:
                 return False
             await asyncio.sleep(min(POLL_SECONDS, left))
-
-    async def purge_ranges(self, position: int) -> tuple[Range, ...] | None:
-        """The ranges the purge at feed ``position`` cleared; None while it is planned."""
-        return await self._call(_run, self._db, chains.planned_ranges(position))
-
-    async def pending_sweeps(self) -> list[int]:
-        """Positions of purges whose ranges still hold rows to clear."""
-        return await self._call(_run, self._db, chains.pending_sweeps())
 
     async def load_server_settings(self) -> dict[int, str]:
         """Every stored server's settings JSON."""
@@ -431,39 +407,6 @@ class SQLiteStore:
             raise
         return store
 
-    async def stats(self, thresholds: tuple[float, float], soon: tuple[float, float]) -> StoreStats:
-        """Counts; ``thresholds`` and ``soon`` are (crude_before, summary_before) for now and
-        for the end of the "near expiry" window."""
-        size = await asyncio.to_thread(_file_bytes, self.path)
-        return await self._inspect(operator.stats(thresholds, soon, SQLITE, size))
-
-    async def row(self, key: str) -> StoredRow | None:
-        """The row under ``key``, expired or not."""
-        return await self._inspect(operator.row(key))
-
-    async def rows_of_channel(self, channel_id: int) -> list[StoredRow]:
-        """Every row of a channel, any scope or persona, newest first."""
-        return await self._inspect(operator.rows_of_channel(channel_id))
-
-    async def holdings_of_user(self, user_id: int, erasure: Erasure = "complete") -> UserHoldings:
-        """The user's own rows, the other rows a purge of the user would clear, and the
-        opt-out."""
-        return await self._inspect(operator.holdings(user_id, erasure, SQLITE))
-
-    async def members(self, pin: Pin) -> list[int]:
-        """Everyone whose words a prompt of ``pin``'s chain showed directly, to its version."""
-        return await self._inspect(chains.members(pin))
-
-    async def preview_purge(
-        self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
-    ) -> PurgePreview:
-        """What a purge of the user would delete and clear now, by server."""
-        return await self._inspect(chains.inspect_preview(user_id, server_id, erasure))
-
-    async def count_expired(self, thresholds: tuple[float, float]) -> int:
-        """Rows the janitor would delete now."""
-        return await self._inspect(operator.count_expired(thresholds, SQLITE))
-
     async def check(self) -> CheckReport:
         """``PRAGMA integrity_check`` and ``foreign_key_check``, and the schema version."""
         try:
@@ -471,12 +414,24 @@ class SQLiteStore:
         except sqlite3.DatabaseError as exc:
             raise StoreError(_explain(self.path, exc)) from exc
 
+    # -- how the shared procedures run here (``ProcedureStore``) ------------------------
+    async def _once(self, procedure: operations.Procedure[_T]) -> _T:
+        return await self._call(_run, self._db, procedure)
+
+    async def _snapshot(self, procedure: operations.Procedure[_T]) -> _T:
+        return await self._call(_read, self._db, procedure)
+
+    async def _exclusive(self, procedure: operations.Procedure[_T]) -> _T:
+        return await self._call(_exclusively, self._db, procedure)
+
     async def _inspect(self, procedure: operations.Procedure[_T]) -> _T:
-        """Run ``procedure`` in one read snapshot."""
         try:
             return await self._call(_read, self._db, procedure)
         except sqlite3.DatabaseError as exc:
             raise StoreError(_explain(self.path, exc)) from exc
+
+    async def _database_size(self) -> int:
+        return await asyncio.to_thread(_file_bytes, self.path)
 
 
 # -- on the connection's thread ------------------------------------------------------
@@ -859,30 +814,26 @@ def statements(script: str) -> list[str]:
     return found
 
 
-def _current_position(db: sqlite3.Connection) -> int:
-    return _run(db, change_feed.current_position(SQLITE))
-
-
 def read_changes(db: sqlite3.Connection, after: int, limit: int) -> FeedPage:
     """The feed after ``after`` (see ``FeedPage``), read in one snapshot."""
-    db.execute("BEGIN")
-    try:
-        return _run(db, change_feed.read(after, limit, SQLITE))
-    finally:
-        db.execute("COMMIT")
+    return _read(db, change_feed.read(after, limit, SQLITE))
 
 
 def prune_changes(db: sqlite3.Connection, older_than: float, keep_last: int) -> int:
     """Delete old changes, remembering the newest position deleted (``feed.prune``)."""
+    return _exclusively(db, change_feed.prune(older_than, keep_last, SQLITE))
+
+
+def _exclusively(db: sqlite3.Connection, procedure: operations.Procedure[_T]) -> _T:
     db.execute("BEGIN IMMEDIATE")
     try:
-        gone = _run(db, change_feed.prune(older_than, keep_last, SQLITE))
+        result = _run(db, procedure)
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
-    return gone
+    return result
 
 
 def _on_disk(db: sqlite3.Connection) -> bool:
