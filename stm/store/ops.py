@@ -69,6 +69,7 @@ __all__ = [
     "Sealing",
     "Write",
     "apply",
+    "batch",
     "categories_json",
     "identity_params",
     "refusal",
@@ -209,6 +210,25 @@ def _equal(column: str, name: str, value: int | None) -> str:
 
 
 # -- the operations ---------------------------------------------------------------------
+def batch(ops: Sequence[Op], feed: Changes, dialect: Dialect) -> Procedure[list[object]]:
+    """Run ``ops`` in order inside the batch's transaction; one result per op. A run of
+    upgrades (an upgrade storm's whole batch) shares its reads (``save_many``)."""
+    results: list[object] = []
+    index = 0
+    while index < len(ops):
+        end = index
+        while end < len(ops) and isinstance(ops[end], SaveDistilled):
+            end += 1
+        if end > index:
+            saves = [op for op in ops[index:end] if isinstance(op, SaveDistilled)]
+            results.extend((yield from save_many(saves, feed, dialect)))
+            index = end
+        else:
+            results.append((yield from apply(ops[index], feed, dialect)))
+            index += 1
+    return results
+
+
 def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
     """Run one operation inside the batch's transaction, adding the changes it makes to
     ``feed``; returns its result."""

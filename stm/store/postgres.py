@@ -241,7 +241,6 @@ _SEALING = 2
 
 # The upsert of an upgraded row (``ops.save_values``, numbered).
 _SAVE = operations.save_sql(",".join(f"${n}" for n in range(1, 19)), POSTGRES)
-_EXPIRED = POSTGRES.expired()
 _T = TypeVar("_T")
 
 
@@ -338,22 +337,8 @@ class PostgresStore(ProcedureStore):
             if any(_writes(op) for op in ops):
                 # Before anything else: see the module's docstring.
                 await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
-            results: list[object] = []
             feed = _Feed(conn, self.origin)
-            session = _Session(conn, feed)
-            index = 0
-            while index < len(ops):
-                op = ops[index]
-                if isinstance(op, SaveDistilled):
-                    end = index
-                    while end < len(ops) and isinstance(ops[end], SaveDistilled):
-                        end += 1
-                    saves = [o for o in ops[index:end] if isinstance(o, SaveDistilled)]
-                    results.extend(await session.run(operations.save_many(saves, feed, POSTGRES)))
-                    index = end
-                    continue
-                results.append(await session.run(operations.apply(op, feed, POSTGRES)))
-                index += 1
+            results = await _Session(conn, feed).run(operations.batch(ops, feed, POSTGRES))
             await feed.flush()
         return results
 

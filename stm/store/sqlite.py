@@ -238,9 +238,6 @@ _FEED = (
 _FEED_UPGRADE = (
     "INSERT INTO stm_changes (kind, key, version, origin, at) VALUES ('upgrade',?,?,?,?)"
 )
-# Rows past their TTL, by the rule the cache applies (stm/expiry.py): a row exactly at
-# its TTL goes in the same janitor pass as its cache entry.
-_EXPIRED = SQLITE.expired()
 
 
 class SQLiteStore(ProcedureStore):
@@ -562,25 +559,11 @@ def run_batch(
         if checkpoint and _on_disk(db):
             _erase(db)
         return [None] * len(ops)
-    results: list[object] = []
     feed = _Feed(db, origin, time.time())
     db.execute("BEGIN IMMEDIATE")
     try:
         memo = known.usable(db, ops) if known is not None else None
-        session = _Session(db, feed, memo)
-        index = 0
-        while index < len(ops):
-            if isinstance(ops[index], SaveDistilled):
-                # A run of upgrades (an upgrade storm's whole batch) shares its reads.
-                end = index + 1
-                while end < len(ops) and isinstance(ops[end], SaveDistilled):
-                    end += 1
-                saves = cast(Sequence[SaveDistilled], ops[index:end])
-                results.extend(session.run(operations.save_many(saves, feed, SQLITE)))
-                index = end
-                continue
-            results.append(session.run(operations.apply(ops[index], feed, SQLITE)))
-            index += 1
+        results = _Session(db, feed, memo).run(operations.batch(ops, feed, SQLITE))
         feed.flush()
         db.execute("COMMIT")
     except BaseException:
