@@ -1,6 +1,6 @@
 """The SQLite store: WAL, forward-only migrations, secure delete, crypto-shredding.
 
-This is the only module that runs SQL on SQLite: its schema and migrations, and
+This is the only module that runs SQL on SQLite: its migrations (``schema``), and
 the procedures both stores share (``ops``, ``feed``, ``operator``, ``chains``),
 which it runs with ``_Session``, answering what only it can (rows decrypted,
 rows sealed under their keys, a change's position). One aiosqlite connection,
@@ -39,10 +39,9 @@ from typing import Any, TypeVar, cast
 
 import aiosqlite
 
-from ..errors import NoDatabase, SchemaVersionError, StoreError
-from ..expiry import DISTILLED_SQL
+from ..errors import NoDatabase, StoreError
 from . import feed as change_feed
-from . import operator, shred
+from . import operator, schema, shred
 from . import ops as operations
 from .base import (
     ROW_COLUMNS,
@@ -65,6 +64,8 @@ from .chains import Step
 from .dialect import SQLITE
 from .feed import Changes, Pending
 from .runner import ProcedureStore
+from .schema import SQLITE_MIGRATIONS as MIGRATIONS
+from .schema import statements
 
 __all__ = [
     "MIGRATIONS",
@@ -81,137 +82,6 @@ _T = TypeVar("_T")
 # How often wait_for_change looks at data_version.
 POLL_SECONDS = 0.05
 
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE short_term_memories (
-        id INTEGER PRIMARY KEY,
-        key TEXT NOT NULL UNIQUE,
-        scope TEXT NOT NULL CHECK (scope IN ('server', 'user')),
-        server_id INTEGER,
-        user_id INTEGER,
-        channel_id INTEGER NOT NULL,
-        persona_id INTEGER,
-        parent_channel_id INTEGER,
-        channel_name TEXT,
-        server_name TEXT,
-        channel_private INTEGER NOT NULL DEFAULT 0,
-        categories TEXT NOT NULL DEFAULT '{}',
-        summary TEXT,
-        turns_since_refresh INTEGER NOT NULL DEFAULT 0,
-        last_refreshed_turn INTEGER NOT NULL DEFAULT 0,
-        updated_at REAL NOT NULL
-    );
-    CREATE INDEX stm_by_channel ON short_term_memories (channel_id);
-    CREATE INDEX stm_by_user ON short_term_memories (user_id, server_id);
-    CREATE INDEX stm_by_group
-        ON short_term_memories (scope, server_id, user_id, persona_id, updated_at);
-    CREATE INDEX stm_by_updated ON short_term_memories (updated_at);
-    CREATE TABLE short_term_memory_contributors (
-        user_id INTEGER NOT NULL,
-        memory_id INTEGER NOT NULL REFERENCES short_term_memories (id) ON DELETE CASCADE,
-        PRIMARY KEY (user_id, memory_id)
-    ) WITHOUT ROWID;
-    CREATE INDEX stm_contributors_by_memory ON short_term_memory_contributors (memory_id);
-    CREATE TABLE stm_server_settings (
-        server_id INTEGER PRIMARY KEY,
-        settings TEXT NOT NULL
-    );
-    CREATE TABLE stm_user_opt_outs (
-        user_id INTEGER PRIMARY KEY,
-        since REAL NOT NULL
-    );
-    """,
-    shred.MIGRATION,
-    # The change feed other processes follow, and a version per row that it names.
-    """
-    ALTER TABLE short_term_memories ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
-    CREATE TABLE stm_changes (
-        position INTEGER PRIMARY KEY AUTOINCREMENT,
-        kind TEXT NOT NULL,
-        key TEXT,
-        version INTEGER,
-        channel_id INTEGER,
-        user_id INTEGER,
-        server_id INTEGER,
-        origin TEXT NOT NULL,
-        at REAL NOT NULL
-    );
-    CREATE TABLE stm_feed (
-        id INTEGER PRIMARY KEY CHECK (id = 1),
-        pruned_through INTEGER NOT NULL
-    );
-    INSERT INTO stm_feed (id, pruned_through) VALUES (1, 0);
-    """,
-    # Provenance as chains of versions (see lineage.py and store/chains.py) instead of a
-    # set of contributors per row. Each row that holds distilled content becomes the
-    # first version of a chain of its own whose members are its contributors: a purge
-    # clears what it cleared before.
-    f"""
-    CREATE TABLE stm_chains (
-        id INTEGER PRIMARY KEY,
-        live_key TEXT NOT NULL,
-        server_id INTEGER,
-        head INTEGER NOT NULL,
-        ended INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX stm_chains_ended ON stm_chains (id) WHERE ended = 1;
-    CREATE TABLE stm_chain_members (
-        member INTEGER NOT NULL,
-        chain_id INTEGER NOT NULL,
-        first INTEGER NOT NULL,
-        PRIMARY KEY (member, chain_id)
-    ) WITHOUT ROWID;
-    CREATE INDEX stm_members_by_chain ON stm_chain_members (chain_id);
-    CREATE TABLE stm_chain_edges (
-        parent INTEGER NOT NULL,
-        child INTEGER NOT NULL,
-        own INTEGER NOT NULL,
-        parent_version INTEGER NOT NULL,
-        child_version INTEGER NOT NULL,
-        PRIMARY KEY (parent, child, own, parent_version)
-    ) WITHOUT ROWID;
-    CREATE INDEX stm_edges_by_child ON stm_chain_edges (child);
-    CREATE TABLE stm_purge_ranges (
-        position INTEGER NOT NULL,
-        chain_id INTEGER NOT NULL,
-        from_version INTEGER NOT NULL,
-        done INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (position, chain_id)
-    ) WITHOUT ROWID;
-    CREATE INDEX stm_ranges_pending ON stm_purge_ranges (chain_id) WHERE done = 0;
-    ALTER TABLE short_term_memories ADD COLUMN chain_id INTEGER;
-    ALTER TABLE short_term_memories ADD COLUMN chain_version INTEGER;
-    CREATE INDEX stm_by_chain ON short_term_memories (chain_id, chain_version);
-    INSERT INTO stm_chains (id, live_key, server_id, head)
-        SELECT id, key, server_id, 1 FROM short_term_memories WHERE {DISTILLED_SQL};
-    UPDATE short_term_memories SET chain_id = id, chain_version = 1 WHERE {DISTILLED_SQL};
-    INSERT INTO stm_chain_members (member, chain_id, first)
-        SELECT c.user_id, c.memory_id, 1 FROM short_term_memory_contributors c
-        JOIN short_term_memories m ON m.id = c.memory_id WHERE m.chain_id IS NOT NULL;
-    DROP TABLE short_term_memory_contributors;
-    """,
-    # Purges plan their ranges in the store, round after round of edges followed.
-    """
-    ALTER TABLE stm_purge_ranges ADD COLUMN expanded INTEGER NOT NULL DEFAULT 1;
-    """,  # A purge is planned in steps, each its own transaction: its plan's state.
-    """
-    CREATE TABLE stm_purges (
-        position INTEGER PRIMARY KEY,
-        user_id INTEGER NOT NULL,
-        server_id INTEGER,
-        erasure TEXT NOT NULL,
-        planned INTEGER NOT NULL,
-        cursor INTEGER NOT NULL
-    );
-    CREATE INDEX stm_purges_unplanned ON stm_purges (position) WHERE planned = 0;
-    """,  # Servers that removed the bot, cleared once their grace period is over.
-    """
-    CREATE TABLE stm_departures (
-        server_id INTEGER PRIMARY KEY,
-        left_at REAL NOT NULL
-    );
-    """,
-)
 
 # The upsert of an upgraded row, by which of its values are NULL: written into the
 # statement, not bound (binding None makes the sqlite3 module look for an adapter, which
@@ -536,10 +406,7 @@ def migrate(db: sqlite3.Connection, path: str = "") -> int:
 def _checked_version(db: sqlite3.Connection, path: str) -> int:
     version = int(_scalar(db, "PRAGMA user_version"))
     if version > len(MIGRATIONS):
-        raise SchemaVersionError(
-            f"{path!r} has schema version {version}, newer than this version of the library "
-            f"understands ({len(MIGRATIONS)}); upgrade the library or use another file"
-        )
+        raise schema.newer(repr(path), version, len(MIGRATIONS), "file")
     return version
 
 
@@ -782,21 +649,6 @@ def _run_script(db: sqlite3.Connection, script: str) -> None:
         db.execute(statement)
 
 
-def statements(script: str) -> list[str]:
-    """The complete statements of ``script`` (a trigger's body holds semicolons, so
-    splitting on them does not work)."""
-    found, statement = [], ""
-    for line in script.splitlines(keepends=True):
-        statement += line
-        if sqlite3.complete_statement(statement):
-            if statement.strip(" \n\t;"):
-                found.append(statement)
-            statement = ""
-    if statement.strip():
-        raise ValueError(f"incomplete statement in a migration: {statement!r}")
-    return found
-
-
 def read_changes(db: sqlite3.Connection, after: int, limit: int) -> FeedPage:
     """The feed after ``after`` (see ``FeedPage``), read in one snapshot."""
     return _read(db, change_feed.read(after, limit, SQLITE))
@@ -851,18 +703,15 @@ def _check_existing(
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
     except sqlite3.DatabaseError as exc:
         raise StoreError(_explain(path, exc)) from exc
-    if version > len(MIGRATIONS):
-        raise SchemaVersionError(
-            f"{path!r} has schema version {version}, newer than this version of the "
-            f"library understands ({len(MIGRATIONS)}); upgrade the library or use another file"
-        )
-    if version == 0 and tables:
-        raise StoreError(f"{path!r} is not a short-term memory database (it holds other tables)")
-    if require_current and version < len(MIGRATIONS):
-        raise StoreError(
-            f"{path!r} has schema version {version}, older than this library's "
-            f"({len(MIGRATIONS)}); run 'python -m stm migrate' first"
-        )
+    schema.check_version(
+        repr(path),
+        version,
+        len(MIGRATIONS),
+        kind="file",
+        made=version != 0,
+        other_tables=bool(tables),
+        require_current=require_current,
+    )
 
 
 def _explain(path: str, exc: sqlite3.Error) -> str:
