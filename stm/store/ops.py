@@ -62,6 +62,7 @@ from .dialect import Dialect
 from .feed import Changes, Position, deletes_after
 
 __all__ = [
+    "KEEPS_KEYS",
     "Dropped",
     "Procedure",
     "Request",
@@ -115,6 +116,18 @@ class Dropped:
 
 
 Request = Step | Rows | Sealing | Write | Dropped | Position
+
+# Operations that change no row's key (upgrades follow the keys they change themselves);
+# any other, a delete above all, may destroy keys a store remembers between batches.
+KEEPS_KEYS = (
+    SaveDistilled,
+    Touch,
+    LoadRecent,
+    LoadChannelKeys,
+    SaveServerSettings,
+    SaveOptOut,
+    PreviewPurge,
+)
 Procedure = Generator[Request, Any, _T]
 
 # -- statements -------------------------------------------------------------------------

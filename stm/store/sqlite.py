@@ -48,16 +48,9 @@ from .base import (
     SELECT_TAIL,
     CheckReport,
     FeedPage,
-    LoadChannelKeys,
-    LoadRecent,
     Op,
-    PreviewPurge,
-    SaveDistilled,
-    SaveOptOut,
-    SaveServerSettings,
     Scrub,
     StoredRow,
-    Touch,
     row_from_columns,
 )
 from .chains import Step
@@ -66,6 +59,7 @@ from .feed import Changes, Pending
 from .runner import ProcedureStore
 from .schema import SQLITE_MIGRATIONS as MIGRATIONS
 from .schema import statements
+from .shred import KnownKeys
 
 __all__ = [
     "MIGRATIONS",
@@ -429,7 +423,8 @@ def run_batch(
     feed = _Feed(db, origin, time.time())
     db.execute("BEGIN IMMEDIATE")
     try:
-        memo = known.usable(db, ops) if known is not None else None
+        keeps_keys = all(isinstance(op, operations.KEEPS_KEYS) for op in ops)
+        memo = known.usable(db, keeps_keys) if known is not None else None
         results = _Session(db, feed, memo).run(operations.batch(ops, feed, SQLITE))
         feed.flush()
         db.execute("COMMIT")
@@ -465,55 +460,6 @@ class _Feed(Changes):
         if self.pending and self.db is not None:
             _write_feed(self.db, self.pending, self.origin, self.at)
             self.pending = []
-
-
-# Operations that change no row's key (upgrades keep ``known`` exact themselves). Any
-# other, a delete above all, makes ``known`` start over.
-_KEEPS_KEYS = (
-    SaveDistilled,
-    Touch,
-    LoadRecent,
-    LoadChannelKeys,
-    SaveServerSettings,
-    SaveOptOut,
-    PreviewPurge,
-)
-
-
-class KnownKeys:
-    """The live keys of recently upgraded rows (by row key), with their ciphers, as this
-    connection last wrote or read them: an upgrade of the same row then neither reads its
-    key nor sets up a cipher for it again.
-
-    Exact, or empty: it is dropped when another connection committed since this one's
-    last batch (``PRAGMA data_version``), when a batch holds an operation that may change
-    keys otherwise (a delete, a read that deletes expired rows), when a batch fails, and
-    when anything else runs SQL on the connection (``SQLiteStore.execute``).
-    """
-
-    LIMIT = 20_000  # rows remembered; the oldest go first
-
-    def __init__(self) -> None:
-        self.keys: dict[str, shred.LiveKey] = {}
-        self._data_version = -1
-
-    def clear(self) -> None:
-        self.keys.clear()
-
-    def usable(self, db: sqlite3.Connection, ops: Sequence[Op]) -> KnownKeys | None:
-        """Self, made exact for a batch of ``ops`` that has begun; None when the batch must
-        not use it (it is then empty, and stays so)."""
-        version = int(_scalar(db, "PRAGMA data_version"))
-        if version != self._data_version:
-            self._data_version = version
-            self.clear()
-        if not all(isinstance(op, _KEEPS_KEYS) for op in ops):
-            self.clear()
-            return None
-        keys = self.keys
-        while len(keys) > self.LIMIT:
-            del keys[next(iter(keys))]
-        return self
 
 
 class _Session:
