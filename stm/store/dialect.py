@@ -44,6 +44,12 @@ class Dialect:
             f":{crude}{self.real_cast}", f":{summary}{self.real_cast}", self.greatest
         )
 
+    def values(self, count: int) -> str:
+        """``count`` parameters bound by position, in order."""
+        if self.arrays:
+            return ",".join(f"${n}" for n in range(1, count + 1))
+        return ",".join("?" * count)
+
     def in_list(
         self, column: str, name: str, values: Sequence[Any], array_type: str
     ) -> tuple[str, dict[str, Any]]:

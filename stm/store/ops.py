@@ -19,6 +19,7 @@ asyncpg) and spells what differs through its :class:`~stm.store.dialect.Dialect`
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ from .feed import Changes, Position, deletes_after
 __all__ = [
     "KEEPS_KEYS",
     "Dropped",
+    "Many",
     "Procedure",
     "Request",
     "Rows",
@@ -72,7 +74,7 @@ __all__ = [
     "apply",
     "batch",
     "categories_json",
-    "identity_params",
+    "identity_values",
     "refusal",
     "save_many",
     "save_sql",
@@ -109,13 +111,23 @@ class Write:
 
 
 @dataclass(frozen=True, slots=True)
+class Many:
+    """Run ``sql`` once per row of ``rows``, its values numbered (``Dialect.values``): for
+    the statements run for many rows at once, which bind tuples faster than mappings."""
+
+    sql: str
+    rows: Sequence[tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
 class Dropped:
     """These rows were deleted, and their keys with them."""
 
     keys: tuple[str, ...]
 
 
-Request = Step | Rows | Sealing | Write | Dropped | Position
+Request = Step | Rows | Many | Sealing | Write | Dropped | Position
+Procedure = Generator[Request, Any, _T]
 
 # Operations that change no row's key (upgrades follow the keys they change themselves);
 # any other, a delete above all, may destroy keys a store remembers between batches.
@@ -128,7 +140,6 @@ KEEPS_KEYS = (
     SaveOptOut,
     PreviewPurge,
 )
-Procedure = Generator[Request, Any, _T]
 
 # -- statements -------------------------------------------------------------------------
 _IDENTITY_COLUMNS = (
@@ -137,6 +148,7 @@ _IDENTITY_COLUMNS = (
 )
 
 
+@functools.cache
 def _keep_identity(dialect: Dialect) -> str:
     return (
         "parent_channel_id = excluded.parent_channel_id, "
@@ -147,14 +159,16 @@ def _keep_identity(dialect: Dialect) -> str:
     )
 
 
+@functools.cache
 def _identity(dialect: Dialect) -> str:
-    values = ", ".join(f":{column.strip()}" for column in _IDENTITY_COLUMNS.split(","))
+    values = dialect.values(len(_IDENTITY_COLUMNS.split(",")))
     return (
         f"INSERT INTO short_term_memories AS m ({_IDENTITY_COLUMNS}) VALUES ({values}) "
         f"ON CONFLICT (key) DO UPDATE SET {_keep_identity(dialect)}"
     )
 
 
+@functools.cache
 def _touch_sql(dialect: Dialect) -> str:
     return (
         _identity(dialect) + ", turns_since_refresh = excluded.turns_since_refresh, "
@@ -199,23 +213,14 @@ def categories_json(row: StoredRow) -> str:
     return json.dumps(row.categories, ensure_ascii=False) if row.categories else "{}"
 
 
-def identity_params(row: StoredRow, dialect: Dialect) -> dict[str, Any]:
-    """The parameters of the identity upserts of ``row``."""
-    return {
-        "key": row.key,
-        "scope": row.scope,
-        "server_id": row.server_id,
-        "user_id": row.user_id,
-        "channel_id": row.channel_id,
-        "persona_id": row.persona_id,
-        "parent_channel_id": row.parent_channel_id,
-        "channel_name": row.channel_name,
-        "server_name": row.server_name,
-        "channel_private": dialect.flag(row.channel_private),
-        "turns_since_refresh": row.turns_since_refresh,
-        "last_refreshed_turn": row.last_refreshed_turn,
-        "updated_at": row.updated_at,
-    }
+def identity_values(row: StoredRow, dialect: Dialect) -> tuple[Any, ...]:
+    """What the identity upserts write of ``row``, in ``_IDENTITY_COLUMNS`` order."""
+    return (
+        row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
+        row.parent_channel_id, row.channel_name, row.server_name,
+        dialect.flag(row.channel_private), row.turns_since_refresh, row.last_refreshed_turn,
+        row.updated_at,
+    )  # fmt: skip
 
 
 def _equal(column: str, name: str, value: int | None) -> str:
@@ -407,12 +412,12 @@ def touch(op: Touch, feed: Changes, dialect: Dialect) -> Procedure[int]:
         deletes = yield from deletes_after(op.after, _TOUCH_KINDS_SQL, feed.origin)
         if deletes:
             rows = tuple(row for row in rows if not deleted_since(row, deletes))
-    known = [identity_params(r, dialect) for r in rows if r.counters_known]
-    unknown = [identity_params(r, dialect) for r in rows if not r.counters_known]
+    known = [identity_values(r, dialect) for r in rows if r.counters_known]
+    unknown = [identity_values(r, dialect) for r in rows if not r.counters_known]
     if known:
-        yield Step(_touch_sql(dialect), known, "many")
+        yield Many(_touch_sql(dialect), known)
     if unknown:
-        yield Step(_identity(dialect), unknown, "many")
+        yield Many(_identity(dialect), unknown)
     return len(rows)
 
 

@@ -76,7 +76,7 @@ _MIGRATION_LOCK = 0x5354_4D00_0001
 
 
 # The upsert of an upgraded row (``ops.save_values``, numbered).
-_SAVE = operations.save_sql(",".join(f"${n}" for n in range(1, 19)), POSTGRES)
+_SAVE = operations.save_sql(POSTGRES.values(18), POSTGRES)
 _T = TypeVar("_T")
 
 
@@ -508,6 +508,10 @@ class _Session:
                     values = operations.save_values(request.row, request.pin, sealed, POSTGRES)
                     memory_id, version = await conn.fetchrow(_SAVE, *values)
                     result = int(memory_id), int(version)
+                elif isinstance(request, operations.Many):
+                    if request.rows:
+                        await conn.executemany(request.sql, request.rows)
+                    result = None
                 elif isinstance(request, operations.Rows):
                     sql, names = _statement(f"{_INSPECT} {request.where}")
                     rows = await conn.fetch(sql, *[request.params[n] for n in names])

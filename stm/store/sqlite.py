@@ -483,6 +483,8 @@ class _Session:
                     result = _step(db, request)
                 elif isinstance(request, operations.Write):
                     result = self._write(request)
+                elif isinstance(request, operations.Many):
+                    result = db.executemany(request.sql, request.rows) if request.rows else None
                 elif isinstance(request, operations.Rows):
                     result = _select(db, f"{_SELECT} {request.where}", request.params)
                 elif isinstance(request, operations.Sealing):
