@@ -20,7 +20,17 @@ from .dialect import Dialect
 from .feed import current_position
 from .ops import Procedure, Rows
 
-__all__ = ["check", "count_expired", "holdings", "row", "rows_of_channel", "stats"]
+__all__ = [
+    "check",
+    "count_expired",
+    "holdings",
+    "opt_outs",
+    "row",
+    "rows_of_channel",
+    "schema_version",
+    "server_settings",
+    "stats",
+]
 
 # Ids per statement when reading rows by id (well under SQLite's variable limit).
 _IDS_CHUNK = 500
@@ -108,10 +118,29 @@ def count_expired(thresholds: tuple[float, float], dialect: Dialect) -> Procedur
 
 
 def check(
-    integrity: list[str], foreign_keys: list[str], code_version: int, dialect: Dialect
+    own_checks: Procedure[tuple[list[str], list[str]]], code_version: int, dialect: Dialect
 ) -> Procedure[CheckReport]:
-    """The report of the database's own checks (``integrity``, ``foreign_keys``), with the
-    rows that pin a chain the database does not hold, and the schema version."""
+    """The report of the database's own checks (``own_checks``: its integrity, and the rows
+    that refer to missing rows), with the rows that pin a chain the database does not
+    hold, and the schema version."""
+    integrity, foreign_keys = yield from own_checks
     orphans = yield from chains.orphans()
-    version = int((yield from _value(dialect.schema_version)))
+    version = yield from schema_version(dialect)
     return CheckReport(version, code_version, integrity, [*foreign_keys, *orphans])
+
+
+def schema_version(dialect: Dialect) -> Procedure[int]:
+    """The schema version the database records."""
+    return int((yield from _value(dialect.schema_version)))
+
+
+def server_settings() -> Procedure[dict[int, str]]:
+    """Every stored server's settings JSON."""
+    rows = yield Step("SELECT server_id, settings FROM stm_server_settings", {}, "all")
+    return {int(server): str(settings) for server, settings in rows}
+
+
+def opt_outs() -> Procedure[set[int]]:
+    """Every user who opted out."""
+    rows = yield Step("SELECT user_id FROM stm_user_opt_outs", {}, "all")
+    return {int(row[0]) for row in rows}

@@ -37,7 +37,7 @@ import functools
 import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
@@ -154,11 +154,6 @@ class PostgresStore(ProcedureStore):
         if self.closed:
             raise StoreError(f"short-term memory database {self.path} is closed")
 
-    async def schema_version(self) -> int:
-        """The version recorded by the migrations."""
-        self._check_open()
-        return int(await self._value("SELECT version FROM stm_schema"))
-
     async def run(self, ops: Sequence[Op]) -> list[object]:
         """Run ``ops`` in order in one transaction; one result per op. A batch of only
         ``Scrub`` vacuums the key table instead, outside any transaction."""
@@ -244,24 +239,11 @@ class PostgresStore(ProcedureStore):
         if self._listener is not None:
             self._listener.terminate()
 
-    async def load_server_settings(self) -> dict[int, str]:
-        """Every stored server's settings JSON."""
-        rows = await self.execute("SELECT server_id, settings FROM stm_server_settings")
-        return {int(server): str(settings) for server, settings in rows}
-
-    async def load_opt_outs(self) -> set[int]:
-        """Every user who opted out."""
-        return {int(row[0]) for row in await self.execute("SELECT user_id FROM stm_user_opt_outs")}
-
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement outside the batch path (inspection, tests); return its rows."""
         self._check_open()
         async with self._acquire() as conn:
             return [tuple(row) for row in await conn.fetch(sql, *params)]
-
-    async def _value(self, sql: str) -> Any:
-        async with self._acquire() as conn:
-            return await conn.fetchval(sql)
 
     async def close(self) -> None:
         """Close the listening connection and the pool."""
@@ -320,7 +302,7 @@ class PostgresStore(ProcedureStore):
 
     async def check(self) -> CheckReport:
         """Every table read through, orphaned contributor rows, and the schema version."""
-        return await self._reading(_check)
+        return await self._inspect(operator.check(_own_checks(), len(MIGRATIONS), POSTGRES))
 
     # -- how the shared procedures run here (``ProcedureStore``) ------------------------
     async def _once(self, procedure: operations.Procedure[_T]) -> _T:
@@ -342,23 +324,17 @@ class PostgresStore(ProcedureStore):
             return await _run(conn, procedure)
 
     async def _inspect(self, procedure: operations.Procedure[_T]) -> _T:
-        return await self._reading(_run, procedure)
+        asyncpg = _asyncpg()
+        try:
+            return await self._snapshot(procedure)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(redact_text(_explain(self.path, exc), self._dsn)) from exc
+
+    async def _load(self, procedure: operations.Procedure[_T]) -> _T:
+        return await self._once(procedure)
 
     async def _database_size(self) -> str:
         return _SIZE
-
-    async def _reading(self, fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
-        """``fn(conn, *args)`` in a read-only snapshot, its failures explained."""
-        self._check_open()
-        asyncpg = _asyncpg()
-        try:
-            async with (
-                self._acquire() as conn,
-                transaction(conn, isolation="repeatable_read", readonly=True),
-            ):
-                return await fn(conn, *args)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise StoreError(redact_text(_explain(self.path, exc), self._dsn)) from exc
 
 
 def _asyncpg() -> Any:
@@ -657,9 +633,9 @@ _SIZE = "SELECT " + " + ".join(
 )
 
 
-async def _check(conn: Any) -> CheckReport:
+def _own_checks() -> operations.Procedure[tuple[list[str], list[str]]]:
     # PostgreSQL checks its own pages as it reads them (and its checksums, when enabled):
     # reading every row of every table is the check available without extensions.
     for table in _TABLES:
-        await conn.fetchval(f"SELECT count(*) FROM (SELECT * FROM {table}) t")
-    return await _run(conn, operator.check(["ok"], [], len(MIGRATIONS), POSTGRES))
+        yield Step(f"SELECT count(*) FROM (SELECT * FROM {table}) t", {}, "one")
+    return ["ok"], []

@@ -46,9 +46,26 @@ class ProcedureStore:
         that says why the database cannot serve."""
         raise NotImplementedError
 
+    async def _load(self, procedure: Procedure[_T]) -> _T:
+        """Run the start-up read ``procedure``; a failure is a StoreError naming the
+        database."""
+        raise NotImplementedError
+
     async def _database_size(self) -> int | str:
         """The database's size in bytes, or the SQL that counts it."""
         raise NotImplementedError
+
+    async def schema_version(self) -> int:
+        """The schema version the database records."""
+        return await self._once(operator.schema_version(self.dialect))
+
+    async def load_server_settings(self) -> dict[int, str]:
+        """Every stored server's settings JSON."""
+        return await self._load(operator.server_settings())
+
+    async def load_opt_outs(self) -> set[int]:
+        """Every user who opted out."""
+        return await self._load(operator.opt_outs())
 
     # -- the change feed (``base.Store``) -------------------------------------------------
     async def current_position(self) -> int:

@@ -173,10 +173,6 @@ class SQLiteStore(ProcedureStore):
         on_thread = cast(Callable[..., Awaitable[_T]], self._connection._execute)
         return await on_thread(fn, *args)
 
-    async def schema_version(self) -> int:
-        """The ``PRAGMA user_version`` of the file."""
-        return int(await self._call(_scalar, self._db, "PRAGMA user_version"))
-
     async def run(self, ops: Sequence[Op]) -> list[object]:
         """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op."""
         return await self._call(
@@ -212,24 +208,6 @@ class SQLiteStore(ProcedureStore):
             if left <= 0:
                 return False
             await asyncio.sleep(min(POLL_SECONDS, left))
-
-    async def load_server_settings(self) -> dict[int, str]:
-        """Every stored server's settings JSON."""
-        rows = await self._load("SELECT server_id, settings FROM stm_server_settings")
-        return {int(server): str(settings) for server, settings in rows}
-
-    async def load_opt_outs(self) -> set[int]:
-        """Every user who opted out."""
-        return {int(row[0]) for row in await self._load("SELECT user_id FROM stm_user_opt_outs")}
-
-    async def _load(self, sql: str) -> list[tuple[Any, ...]]:
-        # Start-up reads: a damaged file must surface as a StoreError naming it.
-        try:
-            return await self.execute(sql)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(
-                f"short-term memory database {self.path!r} cannot be read: {exc}"
-            ) from exc
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement outside the batch path (inspection, tests); return its rows."""
@@ -270,10 +248,7 @@ class SQLiteStore(ProcedureStore):
 
     async def check(self) -> CheckReport:
         """``PRAGMA integrity_check`` and ``foreign_key_check``, and the schema version."""
-        try:
-            return await self._call(_check, self._db)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(_explain(self.path, exc)) from exc
+        return await self._inspect(operator.check(_own_checks(), len(MIGRATIONS), SQLITE))
 
     # -- how the shared procedures run here (``ProcedureStore``) ------------------------
     async def _once(self, procedure: operations.Procedure[_T]) -> _T:
@@ -290,6 +265,14 @@ class SQLiteStore(ProcedureStore):
             return await self._call(_read, self._db, procedure)
         except sqlite3.DatabaseError as exc:
             raise StoreError(_explain(self.path, exc)) from exc
+
+    async def _load(self, procedure: operations.Procedure[_T]) -> _T:
+        try:
+            return await self._call(_run, self._db, procedure)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"short-term memory database {self.path!r} cannot be read: {exc}"
+            ) from exc
 
     async def _database_size(self) -> int:
         return await asyncio.to_thread(_file_bytes, self.path)
@@ -691,10 +674,11 @@ def _file_bytes(path: str) -> int:
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
 
-def _check(db: sqlite3.Connection) -> CheckReport:
-    integrity = [str(row[0]) for row in db.execute("PRAGMA integrity_check")]
-    foreign = [
+def _own_checks() -> operations.Procedure[tuple[list[str], list[str]]]:
+    integrity = yield Step("PRAGMA integrity_check", {}, "all")
+    foreign = yield Step("PRAGMA foreign_key_check", {}, "all")
+    missing = [
         f"{table} row {rowid} refers to a missing {parent} row"
-        for table, rowid, parent, _ in db.execute("PRAGMA foreign_key_check")
+        for table, rowid, parent, _ in foreign
     ]
-    return _run(db, operator.check(integrity, foreign, len(MIGRATIONS), SQLITE))
+    return [str(row[0]) for row in integrity], missing
