@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import secrets
 import time
 from collections.abc import Mapping, Sequence
@@ -73,8 +72,6 @@ __all__ = ["CHANNEL", "MIGRATIONS", "PostgresStore"]
 CHANNEL = "stm_changes"
 # pg_advisory_xact_lock key of migrations: any fixed number no one else uses.
 _MIGRATION_LOCK = 0x5354_4D00_0001
-
-
 # The upsert of an upgraded row (``ops.save_values``, numbered).
 _SAVE = operations.save_sql(POSTGRES.values(18), POSTGRES)
 _T = TypeVar("_T")
@@ -426,7 +423,7 @@ class _Keys:
 
     async def seal(self, conn: Any, row: StoredRow) -> tuple[str | None, str, int | None]:
         """The row's summary, categories and key slot as stored."""
-        categories = json.dumps(row.categories, ensure_ascii=False) if row.categories else "{}"
+        categories = operations.categories_json(row)
         if row.summary is None and categories == "{}":
             self._live.pop(row.key, None)  # the trigger deletes its key
             return None, "{}", None

@@ -85,7 +85,7 @@ _SAVES: dict[tuple[bool, ...], str] = {}
 
 
 def _save_statement(params: tuple[Any, ...]) -> tuple[str, list[Any]]:
-    """The upsert of the row of ``params`` (``operations.save_values``), and the values it binds."""
+    """The upsert of the row of ``params`` (``ops.save_values``), and the values it binds."""
     nulls = tuple([value is None for value in params])
     sql = _SAVES.get(nulls)
     if sql is None:
