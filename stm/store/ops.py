@@ -8,6 +8,7 @@ it needs and receives the answer; besides ``chains.Step`` it yields the requests
 only a store can answer, each a small class below:
 
 - :class:`Rows`: memory rows selected, decoded (the store decrypts their text);
+- :class:`Many`: one statement for many rows, bound by position (write-behind);
 - :class:`Sealing` and :class:`Write`: an upgrade's rows written, their text
   encrypted under their own keys (``shred.py``), read once per run;
 - :class:`Dropped`: rows deleted (a store that remembers their keys forgets them);
