@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["DISTILLED_SQL", "EXPIRED_SQL", "HOUR", "Expiry", "Thresholds", "row_expired"]
+__all__ = [
+    "DISTILLED_SQL",
+    "EXPIRED_SQL",
+    "HOUR",
+    "Expiry",
+    "Thresholds",
+    "expired_sql",
+    "row_expired",
+]
 
 HOUR = 3600.0
 
@@ -57,9 +65,18 @@ def row_expired(updated_at: float, distilled: bool, thresholds: Thresholds) -> b
 
 # A row holds distilled content when its summary is not empty or its categories (JSON) are.
 DISTILLED_SQL = "(coalesce(summary, '') <> '' OR categories <> '{}')"
-# The leading bound lets a range scan of the ``updated_at`` index find the candidates.
-EXPIRED_SQL = (
-    "updated_at <= max(:crude, :summary) AND ("
-    f"(updated_at <= :summary AND {DISTILLED_SQL}) "
-    f"OR (updated_at <= :crude AND NOT {DISTILLED_SQL}))"
-)
+
+
+def expired_sql(crude: str = ":crude", summary: str = ":summary", greatest: str = "max") -> str:
+    """The rule as SQL, its thresholds spelled ``crude`` and ``summary`` (a parameter, with
+    a cast where the dialect wants one) and the larger of two values ``greatest`` (SQLite's
+    ``max``, PostgreSQL's ``greatest``): every store's spelling of ``EXPIRED_SQL``."""
+    # The leading bound lets a range scan of the ``updated_at`` index find the candidates.
+    return (
+        f"updated_at <= {greatest}({crude}, {summary}) AND ("
+        f"(updated_at <= {summary} AND {DISTILLED_SQL}) "
+        f"OR (updated_at <= {crude} AND NOT {DISTILLED_SQL}))"
+    )
+
+
+EXPIRED_SQL = expired_sql()

@@ -1,8 +1,11 @@
 """The PostgreSQL store on asyncpg: migrations, a pool, group commit, the change feed.
 
-This is the only module that speaks SQL to PostgreSQL. It keeps the SQLite
-store's semantics for every operation of ``base.py``; the tests of store
-behaviour run against both.
+This is the only module that runs SQL on PostgreSQL: its migrations
+(``schema``), and the procedures both stores share (``ops``, ``feed``,
+``operator``, ``chains``), which it runs with ``_Session`` (their ``:name``
+parameters numbered, see ``chains.positional``). So every operation of
+``base.py`` means the same here as on SQLite; the tests of store behaviour run
+against both.
 
 Ordering of the change feed. PostgreSQL sequences hand out numbers that can
 commit out of order (a transaction that took 7 can commit after one that took
@@ -31,59 +34,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-from ..errors import NoDatabase, SchemaVersionError, StoreError
-from ..expiry import DISTILLED_SQL, EXPIRED_SQL
-from ..lineage import Erasure, Pin, Range
+from ..errors import NoDatabase, StoreError
+from ..lineage import Erasure
 from ..redact import redact_text, redact_url
-from . import chains, shred
+from . import chains, operator, schema, shred
+from . import ops as operations
 from .base import (
-    GUARD_KINDS_SQL,
     PROVENANCE_TABLES,
     ROW_COLUMNS,
     SELECT_TAIL,
-    Change,
-    ChangeKind,
     CheckReport,
-    DeleteChannel,
-    DeleteExpired,
-    FeedPage,
-    ForgetMessages,
-    ForgetServer,
     LoadChannelKeys,
-    LoadDepartures,
     LoadRecent,
-    LoadRows,
-    MarkDeparture,
     Op,
-    Overtaken,
-    PreviewPurge,
     PurgePreview,
-    PurgeUser,
-    Saved,
     SaveDistilled,
-    SaveOptOut,
-    SaveServerSettings,
     Scrub,
-    ServerChannels,
     StoredRow,
-    StoreStats,
-    SweepPurge,
-    Touch,
-    UserHoldings,
-    deleted_since,
-    overtaking,
     row_from_columns,
 )
-from .chains import live_of, upgrades
+from .chains import Step
+from .dialect import POSTGRES
+from .feed import Changes, Pending
 from .pgconnect import Limits, pooled, transaction, unwritable_tables
+from .runner import ProcedureStore
+from .schema import POSTGRES_MIGRATIONS as MIGRATIONS
+from .schema import POSTGRES_SEALING
 
 __all__ = ["CHANNEL", "MIGRATIONS", "PostgresStore"]
 
@@ -91,219 +74,12 @@ __all__ = ["CHANNEL", "MIGRATIONS", "PostgresStore"]
 CHANNEL = "stm_changes"
 # pg_advisory_xact_lock key of migrations: any fixed number no one else uses.
 _MIGRATION_LOCK = 0x5354_4D00_0001
-
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE short_term_memories (
-        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        key TEXT NOT NULL UNIQUE,
-        scope TEXT NOT NULL CHECK (scope IN ('server', 'user')),
-        server_id BIGINT,
-        user_id BIGINT,
-        channel_id BIGINT NOT NULL,
-        persona_id BIGINT,
-        parent_channel_id BIGINT,
-        channel_name TEXT,
-        server_name TEXT,
-        channel_private BOOLEAN NOT NULL DEFAULT FALSE,
-        categories TEXT NOT NULL DEFAULT '{}',
-        summary TEXT,
-        turns_since_refresh INTEGER NOT NULL DEFAULT 0,
-        last_refreshed_turn INTEGER NOT NULL DEFAULT 0,
-        updated_at DOUBLE PRECISION NOT NULL,
-        version BIGINT NOT NULL DEFAULT 0
-    );
-    CREATE INDEX stm_by_channel ON short_term_memories (channel_id);
-    CREATE INDEX stm_by_user ON short_term_memories (user_id, server_id);
-    CREATE INDEX stm_by_group
-        ON short_term_memories (scope, server_id, user_id, persona_id, updated_at);
-    CREATE INDEX stm_by_updated ON short_term_memories (updated_at);
-    CREATE TABLE short_term_memory_contributors (
-        user_id BIGINT NOT NULL,
-        memory_id BIGINT NOT NULL REFERENCES short_term_memories (id) ON DELETE CASCADE,
-        PRIMARY KEY (user_id, memory_id)
-    );
-    CREATE INDEX stm_contributors_by_memory ON short_term_memory_contributors (memory_id);
-    CREATE TABLE stm_server_settings (
-        server_id BIGINT PRIMARY KEY,
-        settings TEXT NOT NULL
-    );
-    CREATE TABLE stm_user_opt_outs (
-        user_id BIGINT PRIMARY KEY,
-        since DOUBLE PRECISION NOT NULL
-    );
-    CREATE TABLE stm_changes (
-        position BIGINT PRIMARY KEY,
-        kind TEXT NOT NULL,
-        key TEXT,
-        version BIGINT,
-        channel_id BIGINT,
-        user_id BIGINT,
-        server_id BIGINT,
-        origin TEXT NOT NULL,
-        at DOUBLE PRECISION NOT NULL
-    );
-    CREATE TABLE stm_feed (
-        id INTEGER PRIMARY KEY CHECK (id = 1),
-        position BIGINT NOT NULL,
-        pruned_through BIGINT NOT NULL
-    );
-    INSERT INTO stm_feed (id, position, pruned_through) VALUES (1, 0, 0);
-    """,
-    # Provenance as chains of versions (see lineage.py and store/chains.py), as on SQLite:
-    # each row with distilled content becomes the first version of a chain of its own
-    # whose members are its contributors.
-    f"""
-    CREATE TABLE stm_chains (
-        id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-        live_key TEXT NOT NULL,
-        server_id BIGINT,
-        head BIGINT NOT NULL,
-        ended INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX stm_chains_ended ON stm_chains (id) WHERE ended = 1;
-    CREATE TABLE stm_chain_members (
-        member BIGINT NOT NULL,
-        chain_id BIGINT NOT NULL,
-        first BIGINT NOT NULL,
-        PRIMARY KEY (member, chain_id)
-    );
-    CREATE INDEX stm_members_by_chain ON stm_chain_members (chain_id);
-    CREATE TABLE stm_chain_edges (
-        parent BIGINT NOT NULL,
-        child BIGINT NOT NULL,
-        own INTEGER NOT NULL,
-        parent_version BIGINT NOT NULL,
-        child_version BIGINT NOT NULL,
-        PRIMARY KEY (parent, child, own, parent_version)
-    );
-    CREATE INDEX stm_edges_by_child ON stm_chain_edges (child);
-    CREATE TABLE stm_purge_ranges (
-        position BIGINT NOT NULL,
-        chain_id BIGINT NOT NULL,
-        from_version BIGINT NOT NULL,
-        done INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (position, chain_id)
-    );
-    CREATE INDEX stm_ranges_pending ON stm_purge_ranges (chain_id) WHERE done = 0;
-    ALTER TABLE short_term_memories ADD COLUMN chain_id BIGINT;
-    ALTER TABLE short_term_memories ADD COLUMN chain_version BIGINT;
-    CREATE INDEX stm_by_chain ON short_term_memories (chain_id, chain_version);
-    INSERT INTO stm_chains (id, live_key, server_id, head)
-        SELECT id, key, server_id, 1 FROM short_term_memories WHERE {DISTILLED_SQL};
-    SELECT setval(pg_get_serial_sequence('stm_chains', 'id'),
-        (SELECT coalesce(max(id), 0) + 1 FROM stm_chains), false);
-    UPDATE short_term_memories SET chain_id = id, chain_version = 1 WHERE {DISTILLED_SQL};
-    INSERT INTO stm_chain_members (member, chain_id, first)
-        SELECT c.user_id, c.memory_id, 1 FROM short_term_memory_contributors c
-        JOIN short_term_memories m ON m.id = c.memory_id WHERE m.chain_id IS NOT NULL;
-    DROP TABLE short_term_memory_contributors;
-    """,
-    # Crypto-shredding, as on SQLite (see shred.py): distilled text is stored encrypted
-    # under a key of its row's own, in stm_keys; deleting or clearing a row deletes its key
-    # in the same transaction. Rows stored in the clear by an earlier version are sealed by
-    # migrate() right after this script.
-    """
-    CREATE TABLE stm_keys (
-        slot BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-        key BYTEA NOT NULL CHECK (length(key) = 32)
-    );
-    ALTER TABLE short_term_memories ADD COLUMN key_slot BIGINT;
-    CREATE FUNCTION stm_shred_on_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF OLD.key_slot IS NOT NULL THEN
-            DELETE FROM stm_keys WHERE slot = OLD.key_slot;
-        END IF;
-        RETURN OLD;
-    END $$;
-    CREATE TRIGGER stm_shred_on_delete AFTER DELETE ON short_term_memories
-        FOR EACH ROW EXECUTE FUNCTION stm_shred_on_delete();
-    CREATE FUNCTION stm_shred_on_clear() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF OLD.key_slot IS NOT NULL AND (NEW.key_slot IS DISTINCT FROM OLD.key_slot
-                OR (NEW.summary IS NULL AND NEW.categories = '{}')) THEN
-            DELETE FROM stm_keys WHERE slot = OLD.key_slot;
-            IF NEW.key_slot IS NOT DISTINCT FROM OLD.key_slot THEN
-                NEW.key_slot := NULL;
-            END IF;
-        END IF;
-        RETURN NEW;
-    END $$;
-    CREATE TRIGGER stm_shred_on_clear BEFORE UPDATE OF summary, categories, key_slot
-        ON short_term_memories FOR EACH ROW EXECUTE FUNCTION stm_shred_on_clear();
-    """,
-    # Purges plan their ranges in the store, round after round of edges followed.
-    """
-    ALTER TABLE stm_purge_ranges ADD COLUMN expanded INTEGER NOT NULL DEFAULT 1;
-    """,  # A purge is planned in steps, each its own transaction: its plan's state.
-    """
-    CREATE TABLE stm_purges (
-        position BIGINT PRIMARY KEY,
-        user_id BIGINT NOT NULL,
-        server_id BIGINT,
-        erasure TEXT NOT NULL,
-        planned INTEGER NOT NULL,
-        cursor BIGINT NOT NULL
-    );
-    CREATE INDEX stm_purges_unplanned ON stm_purges (position) WHERE planned = 0;
-    """,
-    # Servers that removed the bot, cleared once their grace period is over.
-    """
-    CREATE TABLE stm_departures (
-        server_id BIGINT PRIMARY KEY,
-        left_at DOUBLE PRECISION NOT NULL
-    );
-    """,  # How many distilled rows a server holds, counted from an index (a purge's share).
-    """
-    CREATE INDEX stm_distilled_by_server ON short_term_memories (server_id)
-        WHERE chain_id IS NOT NULL;
-    """,
-)
-# The migration after which rows stored in the clear are sealed.
-_SEALING = 2
-
-_COLUMNS = ROW_COLUMNS
-_KEEP_IDENTITY = (
-    "parent_channel_id = excluded.parent_channel_id, "
-    "channel_name = coalesce(excluded.channel_name, m.channel_name), "
-    "server_name = coalesce(excluded.server_name, m.server_name), "
-    "channel_private = excluded.channel_private, "
-    "updated_at = greatest(m.updated_at, excluded.updated_at)"
-)
-_IDENTITY = (
-    "INSERT INTO short_term_memories AS m (key, scope, server_id, user_id, channel_id, "
-    "persona_id, parent_channel_id, channel_name, server_name, channel_private, "
-    "turns_since_refresh, last_refreshed_turn, updated_at) "
-    "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13) "
-    f"ON CONFLICT (key) DO UPDATE SET {_KEEP_IDENTITY}"
-)
-_TOUCH = (
-    _IDENTITY + ", turns_since_refresh = excluded.turns_since_refresh, "
-    "last_refreshed_turn = excluded.last_refreshed_turn"
-)
-_SAVE = (
-    f"INSERT INTO short_term_memories AS m ({_COLUMNS}, chain_id, chain_version, key_slot, "
-    "version) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,1) "
-    f"ON CONFLICT (key) DO UPDATE SET {_KEEP_IDENTITY}, "
-    "summary = excluded.summary, categories = excluded.categories, "
-    "turns_since_refresh = excluded.turns_since_refresh, "
-    "last_refreshed_turn = excluded.last_refreshed_turn, chain_id = excluded.chain_id, "
-    "chain_version = excluded.chain_version, key_slot = excluded.key_slot, "
-    "version = m.version + 1 RETURNING id, version"
-)
-# The expiry rule of stm/expiry.py, in PostgreSQL's spelling ($1: crude threshold, $2:
-# summary threshold).
-_EXPIRED = (
-    EXPIRED_SQL.replace("max(:crude, :summary)", "greatest(:crude, :summary)")
-    .replace(":crude", "$1::float8")
-    .replace(":summary", "$2::float8")
-)
+# The upsert of an upgraded row (``ops.save_values``, numbered).
+_SAVE = operations.save_sql(POSTGRES.values(18), POSTGRES)
 _T = TypeVar("_T")
-_FEED_COLUMNS = "position, kind, origin, at, key, version, channel_id, user_id, server_id"
-_Pending = tuple[ChangeKind, str | None, int | None, int | None, int | None, int | None]
 
 
-class PostgresStore:
+class PostgresStore(ProcedureStore):
     """A store in a PostgreSQL database, on an asyncpg pool."""
 
     def __init__(self, pool: Any, dsn: str, limits: Limits | None = None) -> None:
@@ -311,6 +87,7 @@ class PostgresStore:
         self._dsn = dsn
         self.limits = limits or Limits()
         self.path = redact_url(dsn)
+        self.dialect = POSTGRES
         self.closed = False
         self.origin = secrets.token_hex(8)
         # A shared server: another process may always hold rows this one does not know.
@@ -376,11 +153,6 @@ class PostgresStore:
         if self.closed:
             raise StoreError(f"short-term memory database {self.path} is closed")
 
-    async def schema_version(self) -> int:
-        """The version recorded by the migrations."""
-        self._check_open()
-        return int(await self._value("SELECT version FROM stm_schema"))
-
     async def run(self, ops: Sequence[Op]) -> list[object]:
         """Run ``ops`` in order in one transaction; one result per op. A batch of only
         ``Scrub`` vacuums the key table instead, outside any transaction."""
@@ -395,35 +167,10 @@ class PostgresStore:
             if any(_writes(op) for op in ops):
                 # Before anything else: see the module's docstring.
                 await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
-            results: list[object] = []
             feed = _Feed(conn, self.origin)
-            index = 0
-            while index < len(ops):
-                op = ops[index]
-                if isinstance(op, SaveDistilled):
-                    end = index
-                    while end < len(ops) and isinstance(ops[end], SaveDistilled):
-                        end += 1
-                    saves = [o for o in ops[index:end] if isinstance(o, SaveDistilled)]
-                    results.extend(await _save_many(conn, saves, feed))
-                    index = end
-                    continue
-                results.append(await _apply(conn, op, feed))
-                index += 1
+            results = await _Session(conn, feed).run(operations.batch(ops, feed, POSTGRES))
             await feed.flush()
         return results
-
-    async def purge_ranges(self, position: int) -> tuple[Range, ...] | None:
-        """The ranges the purge at feed ``position`` cleared; None while it is planned."""
-        self._check_open()
-        async with self._acquire() as conn:
-            return await _run(conn, chains.planned_ranges(position))
-
-    async def pending_sweeps(self) -> list[int]:
-        """Positions of purges whose ranges still hold rows to clear."""
-        self._check_open()
-        async with self._acquire() as conn:
-            return await _run(conn, chains.pending_sweeps())
 
     @property
     def held_keys(self) -> int:
@@ -432,57 +179,6 @@ class PostgresStore:
 
     async def forget_keys(self) -> None:
         """Nothing to drop: no row key outlives its transaction here."""
-
-    async def current_position(self) -> int:
-        """The position of the newest committed change (0 when there was none)."""
-        self._check_open()
-        return int(await self._value("SELECT position FROM stm_feed WHERE id = 1"))
-
-    async def read_changes(self, after: int, limit: int = 1000) -> FeedPage:
-        """The committed changes after position ``after``, oldest first, at most ``limit``."""
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        self._check_open()
-        async with (
-            self._acquire() as conn,
-            transaction(conn, isolation="repeatable_read", readonly=True),
-        ):
-            position, pruned_through = await conn.fetchrow(
-                "SELECT position, pruned_through FROM stm_feed WHERE id = 1"
-            )
-            if after < pruned_through:
-                return FeedPage((), int(position), fell_behind=True)
-            rows = await conn.fetch(
-                f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > $1 "
-                "ORDER BY position LIMIT $2",
-                after,
-                limit,
-            )
-        changes = tuple(Change(*row) for row in rows)
-        return FeedPage(
-            changes, changes[-1].position if changes else after, more=len(changes) == limit
-        )
-
-    async def prune_changes(self, *, older_than: float, keep_last: int = 0) -> int:
-        """Delete changes committed before ``older_than``, except the newest ``keep_last``
-        (always a prefix of the feed: clocks disagree, positions do not)."""
-        self._check_open()
-        async with self._acquire() as conn, transaction(conn):
-            position = await conn.fetchval("SELECT position FROM stm_feed WHERE id = 1 FOR UPDATE")
-            through = await conn.fetchval(
-                "SELECT max(position) FROM stm_changes WHERE at < $1", older_than
-            )
-            through = min(int(through or 0), int(position) - max(0, keep_last))
-            status = await conn.execute("DELETE FROM stm_changes WHERE position <= $1", through)
-            gone = _count(status)
-            if gone:
-                await conn.execute(
-                    "UPDATE stm_feed SET pruned_through = greatest(pruned_through, $1) "
-                    "WHERE id = 1",
-                    through,
-                )
-                await _run(conn, chains.forget_purges(through))
-        return gone
 
     async def poll_changed(self) -> bool:
         """True when the feed moved since the previous call (this process's own changes
@@ -542,24 +238,11 @@ class PostgresStore:
         if self._listener is not None:
             self._listener.terminate()
 
-    async def load_server_settings(self) -> dict[int, str]:
-        """Every stored server's settings JSON."""
-        rows = await self.execute("SELECT server_id, settings FROM stm_server_settings")
-        return {int(server): str(settings) for server, settings in rows}
-
-    async def load_opt_outs(self) -> set[int]:
-        """Every user who opted out."""
-        return {int(row[0]) for row in await self.execute("SELECT user_id FROM stm_user_opt_outs")}
-
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement outside the batch path (inspection, tests); return its rows."""
         self._check_open()
         async with self._acquire() as conn:
             return [tuple(row) for row in await conn.fetch(sql, *params)]
-
-    async def _value(self, sql: str) -> Any:
-        async with self._acquire() as conn:
-            return await conn.fetchval(sql)
 
     async def close(self) -> None:
         """Close the listening connection and the pool."""
@@ -616,35 +299,9 @@ class PostgresStore:
             raise
         return store
 
-    async def stats(self, thresholds: tuple[float, float], soon: tuple[float, float]) -> StoreStats:
-        """Counts; ``thresholds`` and ``soon`` are (crude_before, summary_before) for now and
-        for the end of the "near expiry" window."""
-        return await self._inspect(_stats, thresholds, soon)
-
-    async def row(self, key: str) -> StoredRow | None:
-        """The row under ``key``, expired or not."""
-        rows = await self._inspect(_select, f"{_INSPECT} WHERE key = $1", key)
-        return rows[0] if rows else None
-
-    async def rows_of_channel(self, channel_id: int) -> list[StoredRow]:
-        """Every row of a channel, any scope or persona, newest first."""
-        sql = f"{_INSPECT} WHERE channel_id = $1 ORDER BY updated_at DESC, key"
-        return await self._inspect(_select, sql, channel_id)
-
-    async def holdings_of_user(self, user_id: int, erasure: Erasure = "complete") -> UserHoldings:
-        """The user's own rows, the other rows a purge of the user would clear, and the
-        opt-out."""
-        return await self._inspect(_holdings, user_id, erasure)
-
-    async def members(self, pin: Pin) -> list[int]:
-        """Everyone whose words a prompt of ``pin``'s chain showed directly, to its version."""
-        return await self._inspect(_run, chains.members(pin))
-
-    async def preview_purge(
-        self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
-    ) -> PurgePreview:
-        """What a purge of the user would delete and clear now, by server."""
-        return await self._inspect(_run, chains.inspect_preview(user_id, server_id, erasure))
+    async def check(self) -> CheckReport:
+        """Every table read through, orphaned contributor rows, and the schema version."""
+        return await self._inspect(operator.check(_own_checks(), len(MIGRATIONS), POSTGRES))
 
     async def preview_aside(
         self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
@@ -662,26 +319,37 @@ class PostgresStore:
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(redact_text(_explain(self.path, exc), self._dsn)) from exc
 
-    async def count_expired(self, thresholds: tuple[float, float]) -> int:
-        """Rows the janitor would delete now."""
-        sql = f"SELECT count(*) FROM short_term_memories WHERE {_EXPIRED}"
-        return int(await self._inspect(_fetchval, sql, *thresholds))
-
-    async def check(self) -> CheckReport:
-        """Every table read through, orphaned contributor rows, and the schema version."""
-        return await self._inspect(_check)
-
-    async def _inspect(self, fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+    # -- how the shared procedures run here (``ProcedureStore``) ------------------------
+    async def _once(self, procedure: operations.Procedure[_T]) -> _T:
         self._check_open()
+        async with self._acquire() as conn:
+            return await _run(conn, procedure)
+
+    async def _snapshot(self, procedure: operations.Procedure[_T]) -> _T:
+        self._check_open()
+        async with (
+            self._acquire() as conn,
+            transaction(conn, isolation="repeatable_read", readonly=True),
+        ):
+            return await _run(conn, procedure)
+
+    async def _exclusive(self, procedure: operations.Procedure[_T]) -> _T:
+        self._check_open()
+        async with self._acquire() as conn, transaction(conn):
+            return await _run(conn, procedure)
+
+    async def _inspect(self, procedure: operations.Procedure[_T]) -> _T:
         asyncpg = _asyncpg()
         try:
-            async with (
-                self._acquire() as conn,
-                transaction(conn, isolation="repeatable_read", readonly=True),
-            ):
-                return await fn(conn, *args)
+            return await self._snapshot(procedure)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(redact_text(_explain(self.path, exc), self._dsn)) from exc
+
+    async def _load(self, procedure: operations.Procedure[_T]) -> _T:
+        return await self._once(procedure)
+
+    async def _database_size(self) -> str:
+        return _SIZE
 
 
 def _asyncpg() -> Any:
@@ -721,13 +389,10 @@ async def migrate(conn: Any, name: str = "") -> int:
             version = 0
             await conn.execute("INSERT INTO stm_schema (version) VALUES (0)")
         if version > len(MIGRATIONS):
-            raise SchemaVersionError(
-                f"{name} has schema version {version}, newer than this version of the library "
-                f"understands ({len(MIGRATIONS)}); upgrade the library or use another database"
-            )
+            raise schema.newer(name, version, len(MIGRATIONS), "database")
         for number in range(version, len(MIGRATIONS)):
             await conn.execute(MIGRATIONS[number])
-            if number == _SEALING:
+            if number == POSTGRES_SEALING:
                 await _seal_legacy(conn)
         if version < len(MIGRATIONS):
             await conn.execute("UPDATE stm_schema SET version = $1", len(MIGRATIONS))
@@ -776,7 +441,7 @@ class _Keys:
 
     async def seal(self, conn: Any, row: StoredRow) -> tuple[str | None, str, int | None]:
         """The row's summary, categories and key slot as stored."""
-        categories = json.dumps(row.categories, ensure_ascii=False) if row.categories else "{}"
+        categories = operations.categories_json(row)
         if row.summary is None and categories == "{}":
             self._live.pop(row.key, None)  # the trigger deletes its key
             return None, "{}", None
@@ -791,21 +456,15 @@ class _Keys:
         return summary, sealed, slot
 
 
-class _Feed:
+class _Feed(Changes):
     """The changes of one batch, written in op order: together at the end, except where an
     operation needs its own change's position now (a purge records its ranges by it)."""
 
     def __init__(self, conn: Any, origin: str) -> None:
-        self.conn, self.origin = conn, origin
-        self.pending: list[_Pending] = []
+        super().__init__(origin)
+        self.conn = conn
 
-    def append(self, change: _Pending) -> None:
-        self.pending.append(change)
-
-    def extend(self, changes: Any) -> None:
-        self.pending.extend(changes)
-
-    async def now(self, change: _Pending) -> int:
+    async def now(self, change: Pending) -> int:
         """Write what is pending and ``change``; return ``change``'s position."""
         self.pending.append(change)
         return await self.flush()
@@ -818,32 +477,71 @@ class _Feed:
         return await _write_feed(self.conn, pending, self.origin)
 
 
-async def _run(conn: Any, procedure: chains.Procedure[_T]) -> _T:
-    """Run one of ``chains``' procedures on this connection."""
-    result: Any = None
-    try:
-        while True:
-            step = procedure.send(result)
-            sql, names = _statement(step.sql)
-            if step.mode == "many":
-                rows = cast(Sequence[Mapping[str, Any]], step.params)
-                if rows:
-                    await conn.executemany(sql, [[row[n] for n in names] for row in rows])
-                result = None
-                continue
-            params = cast(Mapping[str, Any], step.params)
-            values = [params[n] for n in names]
-            if step.mode == "one":
-                result = await conn.fetchrow(sql, *values)
-            elif step.mode == "all":
-                result = await conn.fetch(sql, *values)
-            elif step.mode == "count":
-                result = _count(await conn.execute(sql, *values))
-            else:
-                await conn.execute(sql, *values)
-                result = None
-    except StopIteration as done:
-        return cast(_T, done.value)
+class _Session:
+    """Runs the shared procedures (``chains``, ``ops``, ``feed``, ``operator``) on this
+    connection, answering what only the store can: rows decrypted, rows sealed and
+    written, a change's position."""
+
+    def __init__(self, conn: Any, feed: _Feed | None = None) -> None:
+        self.conn, self.feed = conn, feed
+        self.keys = _Keys()
+
+    async def run(self, procedure: operations.Procedure[_T]) -> _T:
+        conn = self.conn
+        result: Any = None
+        try:
+            while True:
+                request = procedure.send(result)
+                if isinstance(request, Step):
+                    result = await _step(conn, request)
+                elif isinstance(request, operations.Write):
+                    sealed = await self.keys.seal(conn, request.row)
+                    values = operations.save_values(request.row, request.pin, sealed, POSTGRES)
+                    memory_id, version = await conn.fetchrow(_SAVE, *values)
+                    result = int(memory_id), int(version)
+                elif isinstance(request, operations.Many):
+                    if request.rows:
+                        await conn.executemany(request.sql, request.rows)
+                    result = None
+                elif isinstance(request, operations.Rows):
+                    sql, names = _statement(f"{_INSPECT} {request.where}")
+                    rows = await conn.fetch(sql, *[request.params[n] for n in names])
+                    result = [_row_from(row) for row in rows]
+                elif isinstance(request, operations.Sealing):
+                    self.keys = _Keys()
+                    await self.keys.load(conn, sorted(set(request.keys)))
+                    result = None
+                elif isinstance(request, operations.Dropped):
+                    result = None  # no key outlives its transaction here
+                else:
+                    assert self.feed is not None, "a change's position is asked outside a batch"
+                    result = await self.feed.now(request.change)
+        except StopIteration as done:
+            return cast(_T, done.value)
+
+
+async def _step(conn: Any, step: Step) -> Any:
+    sql, names = _statement(step.sql)
+    if step.mode == "many":
+        rows = cast(Sequence[Mapping[str, Any]], step.params)
+        if rows:
+            await conn.executemany(sql, [[row[n] for n in names] for row in rows])
+        return None
+    params = cast(Mapping[str, Any], step.params)
+    values = [params[n] for n in names]
+    if step.mode == "one":
+        return await conn.fetchrow(sql, *values)
+    if step.mode == "all":
+        return await conn.fetch(sql, *values)
+    if step.mode == "count":
+        return _count(await conn.execute(sql, *values))
+    await conn.execute(sql, *values)
+    return None
+
+
+async def _run(conn: Any, procedure: operations.Procedure[_T]) -> _T:
+    """Run one of the shared procedures on this connection."""
+    return await _Session(conn).run(procedure)
 
 
 @functools.lru_cache(maxsize=256)
@@ -852,7 +550,7 @@ def _statement(sql: str) -> tuple[str, tuple[str, ...]]:
     return text, tuple(names)
 
 
-async def _write_feed(conn: Any, changes: list[_Pending], origin: str) -> int:
+async def _write_feed(conn: Any, changes: list[Pending], origin: str) -> int:
     last = int(
         await conn.fetchval(
             "UPDATE stm_feed SET position = position + $1 WHERE id = 1 RETURNING position",
@@ -871,256 +569,8 @@ async def _write_feed(conn: Any, changes: list[_Pending], origin: str) -> int:
 
 
 async def _save_many(conn: Any, saves: list[SaveDistilled], feed: _Feed) -> list[object]:
-    """A run of upgrades, in order; one result per save (``Saved``, or ``Overtaken``).
-
-    The guards share one read of the feed's deletes; the saves of one upgrade (one
-    lineage) are one version of their chain."""
-    results: list[object] = [None] * len(saves)
-    guards = [save.guard for save in saves if save.guard is not None]
-    deletes: list[Change] = []
-    ranges: dict[int, dict[int, int] | None] = {}
-    pruned_through = 0
-    if guards:
-        after = min(g.after for g in guards)
-        pruned_through = int(
-            await conn.fetchval("SELECT pruned_through FROM stm_feed WHERE id = 1")
-        )
-        rows = await conn.fetch(
-            f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > $1 "
-            f"AND kind IN {GUARD_KINDS_SQL} ORDER BY position",
-            after,
-        )
-        deletes = [Change(*row) for row in rows]
-        ranges = await _run(conn, chains.guard_ranges(guards, deletes))
-    keys = _Keys()
-    await keys.load(conn, sorted({save.row.key for save in saves}))
-    for group in upgrades(saves):
-        refusal: Overtaken | None = None
-        for index in group:
-            guard = saves[index].guard
-            if guard is None or refusal is not None:
-                continue
-            if guard.after < pruned_through:
-                refusal = Overtaken(pruned_through)  # what came after it is unknown
-            else:
-                refusal = overtaking(guard, deletes, ranges)
-        pin: Pin | int | None = None
-        if refusal is None:
-            live = saves[live_of(group, saves)].row
-            pin = await _run(conn, chains.extend(live.key, live.server_id))
-            if isinstance(pin, int):
-                refusal = Overtaken(pin)  # a purge is clearing what it would extend
-        if refusal is not None or not isinstance(pin, Pin):
-            for index in group:
-                results[index] = refusal
-            continue
-        lineage = saves[group[0]].lineage
-        if lineage is not None:
-            await _run(conn, chains.record(pin, lineage))
-        for index in group:
-            row = saves[index].row
-            sealed = await keys.seal(conn, row)
-            memory_id, version = await conn.fetchrow(_SAVE, *_row_params(row, pin, sealed))
-            feed.append(("upgrade", row.key, int(version), None, None, None))
-            results[index] = Saved(int(memory_id), pin)
-    return results
-
-
-async def _apply(conn: Any, op: Op, feed: _Feed) -> object:
-    """Run one operation (other than an upgrade) inside the caller's transaction."""
-    match op:
-        case Scrub():
-            # Nothing to rewrite: see docs/guarantees.md for what PostgreSQL keeps.
-            return None
-        case Touch():
-            return await _touch(conn, op, feed)
-        case SaveDistilled():  # pragma: no cover - runs of upgrades go to _save_many
-            return (await _save_many(conn, [op], feed))[0]
-        case ForgetMessages(channel_id):
-            kind: ChangeKind = "edit_messages" if op.edited else "delete_messages"
-            feed.append((kind, op.feed_key(), None, channel_id, None, None))
-            return len(op.message_ids)
-        case MarkDeparture(server_id, left_at):
-            if left_at is None:
-                await conn.execute("DELETE FROM stm_departures WHERE server_id = $1", server_id)
-            else:
-                await conn.execute(
-                    "INSERT INTO stm_departures (server_id, left_at) VALUES ($1, $2) "
-                    "ON CONFLICT (server_id) DO NOTHING",
-                    server_id,
-                    left_at,
-                )
-            return None
-        case LoadDepartures():
-            rows = await conn.fetch("SELECT server_id, left_at FROM stm_departures")
-            return {int(row[0]): float(row[1]) for row in rows}
-        case ServerChannels(server_id):
-            rows = await conn.fetch(
-                "SELECT DISTINCT channel_id FROM short_term_memories WHERE server_id = $1",
-                server_id,
-            )
-            return sorted(int(row[0]) for row in rows)
-        case ForgetServer(server_id):
-            await conn.execute("DELETE FROM stm_server_settings WHERE server_id = $1", server_id)
-            await conn.execute("DELETE FROM stm_departures WHERE server_id = $1", server_id)
-            feed.append(("settings", None, None, None, None, server_id))
-            return None
-        case DeleteChannel(channel_id):
-            gone = await conn.fetch(
-                "DELETE FROM short_term_memories WHERE channel_id = $1 RETURNING key, chain_id",
-                channel_id,
-            )
-            await _run(conn, chains.left([(row[0], row[1]) for row in gone]))
-            feed.append(("clear_channel", None, None, channel_id, None, None))
-            return len(gone)
-        case PurgeUser(user_id, server_id, erasure):
-            position = await feed.now(("purge_user", None, None, None, user_id, server_id))
-            return await _run(conn, chains.purge(user_id, server_id, erasure, position))
-        case SweepPurge(position):
-            return await _run(conn, chains.sweep(position))
-        case PreviewPurge(user_id, server_id, erasure):
-            return await _run(conn, chains.preview(user_id, server_id, erasure))
-        case DeleteExpired(crude_before, summary_before):
-            gone = await conn.fetch(
-                f"DELETE FROM short_term_memories WHERE {_EXPIRED} RETURNING key, chain_id",
-                crude_before,
-                summary_before,
-            )
-            await _run(conn, chains.left([(row[0], row[1]) for row in gone]))
-            feed.extend(("expire", row[0], None, None, None, None) for row in gone)
-            await _run(conn, chains.collect())
-            return len(gone)
-        case LoadRows(keys, crude_before, summary_before):
-            if not keys:
-                return []
-            gone = await conn.fetch(
-                f"DELETE FROM short_term_memories WHERE key = ANY($3::text[]) AND {_EXPIRED} "
-                "RETURNING key, chain_id",
-                crude_before,
-                summary_before,
-                list(keys),
-            )
-            await _run(conn, chains.left([(row[0], row[1]) for row in gone]))
-            feed.extend(("expire", row[0], None, None, None, None) for row in gone)
-            return await _select(conn, f"{_INSPECT} WHERE key = ANY($1::text[])", list(keys))
-        case LoadRecent():
-            return await _load_recent(conn, op)
-        case LoadChannelKeys(channel_id, crude_before, summary_before):
-            found = await conn.fetch(
-                f"SELECT key FROM short_term_memories WHERE channel_id = $3 "
-                f"AND NOT ({_EXPIRED}) ORDER BY key",
-                crude_before,
-                summary_before,
-                channel_id,
-            )
-            return [row[0] for row in found]
-        case SaveServerSettings(server_id, settings_json):
-            await conn.execute(
-                "INSERT INTO stm_server_settings (server_id, settings) VALUES ($1, $2) "
-                "ON CONFLICT (server_id) DO UPDATE SET settings = excluded.settings",
-                server_id,
-                settings_json,
-            )
-            feed.append(("settings", None, None, None, None, server_id))
-            return None
-        case SaveOptOut(user_id, opted_out, at):
-            if opted_out:
-                await conn.execute(
-                    "INSERT INTO stm_user_opt_outs (user_id, since) VALUES ($1, $2) "
-                    "ON CONFLICT (user_id) DO NOTHING",
-                    user_id,
-                    at,
-                )
-            else:
-                await conn.execute("DELETE FROM stm_user_opt_outs WHERE user_id = $1", user_id)
-            feed.append(("opt_out", None, None, None, user_id, None))
-            return None
-    raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
-
-
-async def _touch(conn: Any, op: Touch, feed: _Feed) -> int:
-    """Write behind identity rows and counters, never over what others deleted or what
-    expired (see ``Touch``)."""
-    rows = op.rows
-    if op.crude_before is not None and op.summary_before is not None and rows:
-        # An expired row is absent: activity starts a new one, it does not revive the old.
-        gone = await conn.fetch(
-            f"DELETE FROM short_term_memories WHERE key = ANY($3::text[]) AND {_EXPIRED} "
-            "RETURNING key, chain_id",
-            op.crude_before,
-            op.summary_before,
-            [row.key for row in rows],
-        )
-        await _run(conn, chains.left([(row[0], row[1]) for row in gone]))
-        feed.extend(("expire", row[0], None, None, None, None) for row in gone)
-    if op.after is not None and rows:
-        deletes = [
-            Change(*row)
-            for row in await conn.fetch(
-                f"SELECT {_FEED_COLUMNS} FROM stm_changes WHERE position > $1 "
-                "AND kind IN ('clear_channel', 'purge_user') AND origin <> $2 ORDER BY position",
-                op.after,
-                feed.origin,
-            )
-        ]
-        if deletes:
-            rows = tuple(row for row in rows if not deleted_since(row, deletes))
-    known = [_identity_params(r) for r in rows if r.counters_known]
-    unknown = [_identity_params(r) for r in rows if not r.counters_known]
-    if known:
-        await conn.executemany(_TOUCH, known)
-    if unknown:
-        await conn.executemany(_IDENTITY, unknown)
-    return len(rows)
-
-
-async def _load_recent(conn: Any, op: LoadRecent) -> list[StoredRow]:
-    params: list[Any] = [op.crude_before, op.summary_before, op.owner_id, op.limit]
-    if op.scope == "server":
-        where = "scope = 'server' AND server_id = $3 AND user_id IS NULL"
-    else:
-        where = "scope = 'user' AND user_id = $3"
-        if op.server_id is None:
-            where += " AND server_id IS NULL"
-        else:
-            params.append(op.server_id)
-            where += f" AND server_id = ${len(params)}"
-    if op.persona_id is None:
-        where += " AND persona_id IS NULL"
-    else:
-        params.append(op.persona_id)
-        where += f" AND persona_id = ${len(params)}"
-    return await _select(
-        conn,
-        f"{_INSPECT} WHERE {where} "
-        f"AND channel_private = FALSE AND NOT ({_EXPIRED}) ORDER BY updated_at DESC LIMIT $4",
-        *params,
-    )
-
-
-async def _select(conn: Any, sql: str, *params: Any) -> list[StoredRow]:
-    return [_row_from(row) for row in await conn.fetch(sql, *params)]
-
-
-def _identity_params(row: StoredRow) -> tuple[Any, ...]:
-    return (
-        row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
-        row.parent_channel_id, row.channel_name, row.server_name, row.channel_private,
-        row.turns_since_refresh, row.last_refreshed_turn, row.updated_at,
-    )  # fmt: skip
-
-
-def _row_params(
-    row: StoredRow, pin: Pin, sealed: tuple[str | None, str, int | None]
-) -> tuple[Any, ...]:
-    summary, categories, slot = sealed
-    distilled = slot is not None
-    return (
-        row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
-        row.parent_channel_id, row.channel_name, row.server_name, row.channel_private,
-        summary, categories, row.turns_since_refresh, row.last_refreshed_turn, row.updated_at,
-        pin.chain if distilled else None, pin.version if distilled else None, slot,
-    )  # fmt: skip
+    """A run of upgrades in the caller's transaction (``ops.save_many``)."""
+    return await _Session(conn, feed).run(operations.save_many(saves, feed, POSTGRES))
 
 
 def _row_from(row: Any) -> StoredRow:
@@ -1136,7 +586,7 @@ def _row_from(row: Any) -> StoredRow:
 
 # -- the operator's read-only view ------------------------------------------------------
 _INSPECT = (
-    f"SELECT m.id, {_COLUMNS}, {SELECT_TAIL}, "
+    f"SELECT m.id, {ROW_COLUMNS}, {SELECT_TAIL}, "
     "(SELECT k.key FROM stm_keys k WHERE k.slot = m.key_slot) AS secret "
     "FROM short_term_memories m"
 )
@@ -1154,27 +604,23 @@ async def _check_existing(store: PostgresStore, require_current: bool) -> None:
     name = store.path
     try:
         async with store._acquire() as conn:
-            schema = await conn.fetchval("SELECT to_regclass('stm_schema')")
+            made = await conn.fetchval("SELECT to_regclass('stm_schema')")
             tables = await conn.fetchval(
                 "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()"
             )
-            version = 0 if schema is None else await conn.fetchval("SELECT version FROM stm_schema")
+            version = 0 if made is None else await conn.fetchval("SELECT version FROM stm_schema")
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise StoreError(redact_text(_explain(name, exc), store._dsn)) from exc
-    if version is not None and version > len(MIGRATIONS):
-        raise SchemaVersionError(
-            f"{name} has schema version {version}, newer than this version of the library "
-            f"understands ({len(MIGRATIONS)}); upgrade the library or use another database"
-        )
-    if schema is None:
-        if tables:
-            raise StoreError(f"{name} is not a short-term memory database (it holds other tables)")
-        raise NoDatabase(f"no short-term memory database at {name} (nothing was created)")
-    if require_current and (version or 0) < len(MIGRATIONS):
-        raise StoreError(
-            f"{name} has schema version {version or 0}, older than this library's "
-            f"({len(MIGRATIONS)}); run 'python -m stm migrate' first"
-        )
+    schema.check_version(
+        name,
+        version or 0,
+        len(MIGRATIONS),
+        kind="database",
+        made=made is not None,
+        other_tables=bool(tables),
+        require_current=require_current,
+        absent=NoDatabase(f"no short-term memory database at {name} (nothing was created)"),
+    )
 
 
 def _explain(name: str, exc: BaseException) -> str:
@@ -1196,72 +642,15 @@ def _explain(name: str, exc: BaseException) -> str:
     return f"short-term memory database {name} cannot be read: {exc}"
 
 
-async def _fetchval(conn: Any, sql: str, *params: Any) -> Any:
-    return await conn.fetchval(sql, *params)
+# What the database's tables take on disk, indexes and TOAST included.
+_SIZE = "SELECT " + " + ".join(
+    f"coalesce(pg_total_relation_size(to_regclass('{table}')), 0)" for table in _TABLES
+)
 
 
-async def _stats(
-    conn: Any, thresholds: tuple[float, float], soon: tuple[float, float]
-) -> StoreStats:
-    count = "SELECT count(*) FROM short_term_memories"
-    by_scope = {"server": 0, "user": 0} | {
-        str(scope): int(n)
-        for scope, n in await conn.fetch(
-            "SELECT scope, count(*) FROM short_term_memories GROUP BY scope"
-        )
-    }
-    expired_later = _EXPIRED.replace("$1", "$3").replace("$2", "$4")
-    sizes = " + ".join(f"coalesce(pg_total_relation_size(to_regclass('{t}')), 0)" for t in _TABLES)
-    return StoreStats(
-        entries=sum(by_scope.values()),
-        entries_by_scope=by_scope,
-        distilled=int(await conn.fetchval(f"{count} WHERE {DISTILLED_SQL}")),
-        servers=int(
-            await conn.fetchval("SELECT count(DISTINCT server_id) FROM short_term_memories")
-        ),
-        users=int(
-            await conn.fetchval(
-                "SELECT count(*) FROM (SELECT user_id FROM short_term_memories "
-                "WHERE user_id IS NOT NULL UNION SELECT member FROM stm_chain_members) u"
-            )
-        ),
-        expired=int(await conn.fetchval(f"{count} WHERE {_EXPIRED}", *thresholds)),
-        near_expiry=int(
-            await conn.fetchval(
-                f"{count} WHERE {expired_later} AND NOT ({_EXPIRED})", *thresholds, *soon
-            )
-        ),
-        opt_outs=int(await conn.fetchval("SELECT count(*) FROM stm_user_opt_outs")),
-        server_settings=int(await conn.fetchval("SELECT count(*) FROM stm_server_settings")),
-        schema_version=int(await conn.fetchval("SELECT version FROM stm_schema")),
-        database_bytes=int(await conn.fetchval(f"SELECT {sizes}")),
-        feed_position=int(await conn.fetchval("SELECT position FROM stm_feed WHERE id = 1")),
-    )
-
-
-async def _holdings(conn: Any, user_id: int, erasure: Erasure) -> UserHoldings:
-    own = await _select(
-        conn,
-        f"{_INSPECT} WHERE scope = 'user' AND user_id = $1 ORDER BY updated_at DESC",
-        user_id,
-    )
-    ids = await _run(conn, chains.reached(user_id, None, erasure))
-    contributed = await _select(
-        conn,
-        f"{_INSPECT} WHERE m.id = ANY($1::bigint[]) AND NOT (scope = 'user' AND user_id = $2) "
-        "ORDER BY updated_at DESC, key",
-        ids,
-        user_id,
-    )
-    since = await conn.fetchval("SELECT since FROM stm_user_opt_outs WHERE user_id = $1", user_id)
-    return UserHoldings(user_id, own, contributed, None if since is None else float(since))
-
-
-async def _check(conn: Any) -> CheckReport:
+def _own_checks() -> operations.Procedure[tuple[list[str], list[str]]]:
     # PostgreSQL checks its own pages as it reads them (and its checksums, when enabled):
     # reading every row of every table is the check available without extensions.
     for table in _TABLES:
-        await conn.fetchval(f"SELECT count(*) FROM (SELECT * FROM {table}) t")
-    foreign = await _run(conn, chains.orphans())
-    version = int(await conn.fetchval("SELECT version FROM stm_schema"))
-    return CheckReport(version, len(MIGRATIONS), ["ok"], foreign)
+        yield Step(f"SELECT count(*) FROM (SELECT * FROM {table}) t", {}, "one")
+    return ["ok"], []

@@ -34,6 +34,7 @@ __all__ = [
     "MIGRATION",
     "PLAIN_VIEW",
     "TEXT_PREFIX",
+    "KnownKeys",
     "LiveKey",
     "Sealer",
     "TextSealer",
@@ -161,6 +162,45 @@ class Sealer:
             nonce = self._nonce()
             cats = bytearray(_FORMAT + nonce + cipher.encrypt(nonce, categories_json.encode(), aad))
         return sealed, cats, slot
+
+
+class KnownKeys:
+    """The live keys of recently upgraded rows (by row key), with their ciphers, as one
+    connection last wrote or read them (SQLite's, between its batches): an upgrade of the
+    same row then neither reads its key nor sets up a cipher for it again.
+
+    Exact, or empty: it is dropped when another connection committed since this one's
+    last batch (``PRAGMA data_version``), when a batch holds an operation that may change
+    keys otherwise (a delete, a read that deletes expired rows, see ``ops.KEEPS_KEYS``),
+    when a batch fails, and when anything else runs SQL on the connection
+    (``SQLiteStore.execute``).
+    """
+
+    LIMIT = 20_000  # rows remembered; the oldest go first
+
+    def __init__(self) -> None:
+        self.keys: dict[str, LiveKey] = {}
+        self._data_version = -1
+
+    def clear(self) -> None:
+        """Forget every key."""
+        self.keys.clear()
+
+    def usable(self, db: sqlite3.Connection, keeps_keys: bool) -> KnownKeys | None:
+        """Self, made exact for a batch that has begun on ``db``; None when the batch must
+        not use it (``keeps_keys`` False: it may change keys otherwise; it is then empty,
+        and stays so)."""
+        version = int(db.execute("PRAGMA data_version").fetchone()[0])
+        if version != self._data_version:
+            self._data_version = version
+            self.clear()
+        if not keeps_keys:
+            self.clear()
+            return None
+        keys = self.keys
+        while len(keys) > self.LIMIT:
+            del keys[next(iter(keys))]
+        return self
 
 
 # PostgreSQL keeps distilled text in TEXT columns: sealed text is this prefix and the

@@ -1,0 +1,89 @@
+"""Where SQLite's SQL and PostgreSQL's differ, side by side: everything else is one text.
+
+The shared procedures (``ops``, ``feed``, ``operator``, ``chains``) write each
+statement once, with ``:name`` parameters; a store runs them as they are (SQLite)
+or numbered (PostgreSQL, ``chains.positional``). What cannot be one text is a
+field of :class:`Dialect`: the larger of two values, a threshold's type, a list of
+values, a boolean column's value, the feed's newest position, the schema version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..expiry import expired_sql
+
+__all__ = ["POSTGRES", "SQLITE", "Dialect"]
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """How one database spells what the other spells differently."""
+
+    name: str
+    # The larger of two values (SQLite's two-argument ``max``).
+    greatest: str
+    # What follows a float parameter that the server cannot type by itself.
+    real_cast: str
+    # A list parameter bound as one array (PostgreSQL), or as one parameter per value.
+    arrays: bool
+    # A boolean column's value as bound.
+    flag: Callable[[bool], Any]
+    # The newest position the feed gave (one row, its value None or 0 when none).
+    position: str
+    # The same, locking the feed against other writers until the transaction ends.
+    position_locked: str
+    # The schema version the database records (one row).
+    schema_version: str
+
+    def expired(self, crude: str = "crude", summary: str = "summary") -> str:
+        """The expiry rule (``stm/expiry.py``) with thresholds ``:crude`` and ``:summary``."""
+        return expired_sql(
+            f":{crude}{self.real_cast}", f":{summary}{self.real_cast}", self.greatest
+        )
+
+    def values(self, count: int) -> str:
+        """``count`` parameters bound by position, in order."""
+        if self.arrays:
+            return ",".join(f"${n}" for n in range(1, count + 1))
+        return ",".join("?" * count)
+
+    def in_list(
+        self, column: str, name: str, values: Sequence[Any], array_type: str
+    ) -> tuple[str, dict[str, Any]]:
+        """``column`` is one of ``values``: the condition and its parameters (``array_type``
+        is the PostgreSQL type of the array, ``text[]`` or ``bigint[]``)."""
+        if self.arrays:
+            return f"{column} = ANY(:{name}::{array_type})", {name: list(values)}
+        names = [f"{name}{i}" for i in range(len(values))]
+        condition = f"{column} IN (" + ",".join(f":{n}" for n in names) + ")"
+        return condition, dict(zip(names, values, strict=True))
+
+
+SQLITE = Dialect(
+    name="sqlite",
+    greatest="max",
+    real_cast="",
+    arrays=False,
+    # Bound as an int: for a bool, the sqlite3 module first looks for an adapter.
+    flag=int,
+    # AUTOINCREMENT keeps the highest position ever given in sqlite_sequence, even once
+    # pruning has emptied the table; a writer holds the lock from BEGIN IMMEDIATE.
+    position="SELECT seq FROM sqlite_sequence WHERE name = 'stm_changes'",
+    position_locked="SELECT seq FROM sqlite_sequence WHERE name = 'stm_changes'",
+    schema_version="PRAGMA user_version",
+)
+
+POSTGRES = Dialect(
+    name="postgres",
+    greatest="greatest",
+    real_cast="::float8",
+    arrays=True,
+    flag=bool,
+    # Positions come from one counter row (see postgres.py).
+    position="SELECT position FROM stm_feed WHERE id = 1",
+    position_locked="SELECT position FROM stm_feed WHERE id = 1 FOR UPDATE",
+    schema_version="SELECT version FROM stm_schema",
+)
