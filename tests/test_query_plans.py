@@ -100,8 +100,9 @@ def statements_of(db: sqlite3.Connection, op: Op) -> list[str]:
 # Columns too coarse to search by alone: "scope = 'user'" is half the table.
 COARSE = {"scope"}
 # Scans that read only what is there to find: the janitor's candidates for garbage
-# collection are the ended chains, listed by a partial index of exactly them.
-BOUNDED = {"SCAN c USING INDEX stm_chains_ended"}
+# collection are the ended chains, listed by a partial index of exactly them; a purge's
+# window and page are the rows of a subquery of their own, at most its LIMIT.
+BOUNDED = {"SCAN c USING INDEX stm_chains_ended", "SCAN window_", "SCAN page"}
 
 
 def scans(db: sqlite3.Connection, sql: str) -> list[str]:

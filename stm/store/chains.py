@@ -71,7 +71,7 @@ _T = TypeVar("_T")
 SWEEP_CHUNK = 100
 # Chains a purge's plan takes from the user's memberships per step, and the steps (each a
 # chunk of seeds or a round of edges) it takes per transaction.
-SEED_CHUNK = 2000
+SEED_CHUNK = 1000
 PLAN_STEPS = 4
 # Seeds and frontier chains a transaction plans at most (then the next step goes on).
 PLAN_CHAINS = SEED_CHUNK
@@ -230,30 +230,41 @@ _FORGET_MEMBER = (
     "(SELECT user_id FROM stm_changes WHERE position = :position)"
 )
 _FINISHED = (
-    "UPDATE stm_purge_ranges SET expanded = 3 WHERE position = :position AND chain_id = :chain"
+    "UPDATE stm_purge_ranges SET expanded = 3, done = 1 WHERE position = :position "
+    "AND chain_id = :chain"
 )
 _DROP_PLAN = "DELETE FROM stm_purge_ranges WHERE position = :position"
 _DROP_PURGE = "DELETE FROM stm_purges WHERE position = :position"
 # The rows of one purge still to clear (through the chain index), a chunk at a time.
-# In chain order, so that the ranges before the last row's chain are known to be cleared
-# (``done`` 0 -> 2: their rows are cleared, their chains not finished yet; 1 once the
-# whole purge is): a later chunk looks only at the ranges still to clear.
+# A chunk's window: the next ranges still to clear, in chain order (``done`` 0 -> 2 once
+# their rows are cleared, their chains not finished yet; 1 once the whole purge is), so
+# that each chunk looks only at its own ranges, whatever the purge's reach.
+_WINDOW = (
+    "SELECT min(chain_id), max(chain_id), count(*) FROM (SELECT chain_id FROM "
+    "stm_purge_ranges WHERE position = :position AND done = 0 ORDER BY chain_id "
+    "LIMIT :limit) AS window_"
+)
 _TO_CLEAR = (
-    "SELECT m.id, r.chain_id FROM short_term_memories m JOIN stm_purge_ranges r "
-    "ON r.chain_id = m.chain_id AND m.chain_version >= r.from_version "
-    "WHERE r.position = :position AND r.done = 0 ORDER BY r.chain_id LIMIT :limit"
+    "SELECT m.id, r.chain_id FROM stm_purge_ranges r JOIN short_term_memories m "
+    "ON m.chain_id = r.chain_id AND m.chain_version >= r.from_version "
+    "WHERE r.position = :position AND r.done = 0 AND r.chain_id BETWEEN :first AND :last "
+    "ORDER BY r.chain_id LIMIT :limit"
 )
-_CLEARED_BEFORE = (
+# The ranges of the window from ``first`` up to (but not) ``chain``: their rows are cleared.
+_CLEARED = (
     "UPDATE stm_purge_ranges SET done = 2 WHERE position = :position AND done = 0 "
-    "AND chain_id < :chain"
+    "AND chain_id >= :first AND chain_id < :chain"
 )
-_CLEARED = "UPDATE stm_purge_ranges SET done = 2 WHERE position = :position AND done = 0"
 _CLEAR = (
     "UPDATE short_term_memories SET summary = NULL, categories = '{}', chain_id = NULL, "
     "chain_version = NULL WHERE id = :id"
 )
-_DONE = "UPDATE stm_purge_ranges SET done = 1 WHERE position = :position"
-_RANGES_OF = "SELECT chain_id, from_version FROM stm_purge_ranges WHERE position = :position"
+# What finishing its chains left (each finished chain's range is done already).
+_DONE = "UPDATE stm_purge_ranges SET done = 1 WHERE position = :position AND done <> 1"
+_RANGES_OF = (
+    "SELECT chain_id, from_version FROM stm_purge_ranges WHERE position = :position "
+    "ORDER BY chain_id"
+)
 _PENDING = (
     "SELECT position FROM stm_purge_ranges WHERE done IN (0, 2) UNION "
     "SELECT position FROM stm_purges WHERE planned = 0 ORDER BY position"
@@ -571,14 +582,18 @@ def sweep(
     if told == _TOLD_RANGES or told >= 0:
         assert state is not None
         return 0, True, None, (yield from _reach_page(position, int(state[0]), max(told, 0)))
-    ids = yield Step(_TO_CLEAR, {"position": position, "limit": chunk}, "all")
-    if ids:
-        yield Step(_CLEAR, [{"id": row[0]} for row in ids], "many")
-        if len(ids) == chunk:
-            last = {"position": position, "chain": ids[-1][1]}
-            yield Step(_CLEARED_BEFORE, last, "exec")
+    first, last, ranges = yield Step(_WINDOW, {"position": position, "limit": chunk}, "one")
+    ids: list[Any] = []
+    if ranges:
+        window = {"position": position, "first": first, "last": last}
+        ids = yield Step(_TO_CLEAR, {**window, "limit": chunk}, "all")
+        if ids:
+            yield Step(_CLEAR, [{"id": row[0]} for row in ids], "many")
+        # A full chunk may end inside a chain: the ranges before its chain are cleared.
+        through = ids[-1][1] if len(ids) == chunk else int(last) + 1
+        yield Step(_CLEARED, {**window, "chain": through}, "exec")
+        if len(ids) == chunk or ranges == chunk:
             return len(ids), True, None, None
-    yield Step(_CLEARED, {"position": position}, "exec")
     finishing = yield Step(_TO_FINISH, {"position": position, "limit": FINISH_CHUNK}, "all")
     chains = [{"chain": row[0], "position": position} for row in finishing]
     if chains:
