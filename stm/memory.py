@@ -16,6 +16,7 @@ A turn goes through it in stages, each kept in its own module:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -732,12 +733,14 @@ class ShortTermMemory:
         check_id(user_id, "user_id")
         check_optional_id(server_id, "server_id")
         erasure = self.config.erasure
-        preview: PurgePreview
-        try:
-            # Off the write path: a preview of a wide reach holds no other work up.
-            preview = await self.store.preview_aside(user_id, server_id, erasure)
-        except StoreError:
-            # Its own connection failed (opening it, say): through the writer, as any read.
+        preview: PurgePreview | None = None
+        # Off the write path: a preview of a wide reach holds no other work up (a store
+        # of the host's own may not offer it).
+        aside = getattr(self.store, "preview_aside", None)
+        if aside is not None:
+            with contextlib.suppress(StoreError):  # its own connection failed
+                preview = await aside(user_id, server_id, erasure)
+        if preview is None:  # through the writer, as any read
             preview = await self.writer.submit(
                 PreviewPurge(user_id, server_id, erasure), what=f"preview of a purge of {user_id}"
             )
