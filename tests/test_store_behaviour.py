@@ -453,6 +453,44 @@ async def test_an_upgrade_not_overtaken_is_saved(store: Any, delete: Any) -> Non
     assert (await load(store, GUARDED.key))[GUARDED.key].summary == "remembered"
 
 
+async def test_an_upgrade_that_showed_notes_a_purge_cleared_is_refused(store: Any) -> None:
+    """Another process purged a user whose words are in notes the prompt showed (its pins):
+    refused by the purge's ranges, though the user is not among the prompt's own; notes
+    the purge left, or a purge in another server, refuse nothing."""
+    general, _, games = await _three_channels(store)
+    pins = {key: r.pin for key, r in (await load(store, general, games)).items()}
+    after = await store.current_position()
+    (purge,) = await store.run([PurgeUser(7, None, "direct")])
+    assert purge.ranges  # planned in its first transaction
+    showed_cleared = replace(guard(after), users=frozenset({9}), pins=frozenset({pins[general]}))
+    (refused,) = await store.run([SaveDistilled(GUARDED, showed_cleared)])
+    assert refused == Overtaken(purge.position)
+    showed_kept = replace(showed_cleared, pins=frozenset({pins[games]}))
+    (saved,) = await store.run([SaveDistilled(GUARDED, showed_kept)])
+    assert isinstance(saved, Saved)
+
+
+async def test_an_upgrade_in_the_scope_of_a_purge_still_planned_is_refused(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stm.store import chains
+
+    monkeypatch.setattr(chains, "SEED_CHUNK", 1)
+    general, random, games = await _three_channels(store)
+    pins = {key: r.pin for key, r in (await load(store, general, random, games)).items()}
+    await store.run(saves(row(server_key(100, 13)), shown=(7,)))
+    after = await store.current_position()
+    (purge,) = await store.run([PurgeUser(7, None, "direct")])
+    assert purge.ranges is None  # still being planned
+    showed = replace(guard(after), users=frozenset({9}), pins=frozenset({pins[games]}))
+    (refused,) = await store.run([SaveDistilled(GUARDED, showed)])
+    assert refused == Overtaken(purge.position)  # it may reach anything in its scope
+    elsewhere = replace(showed, server_id=300)
+    (saved,) = await store.run([SaveDistilled(row(server_key(300, 40)), elsewhere)])
+    # It reaches only the servers of the chains 7 is a member of: not one it never spoke in.
+    assert purge.servers == frozenset({100}) and isinstance(saved, Saved)
+
+
 async def test_a_delete_before_the_view_does_not_refuse(store: Any) -> None:
     await store.run([DeleteChannel(10)])
     after = await store.current_position()

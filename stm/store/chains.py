@@ -30,6 +30,7 @@ A row of ``short_term_memories`` with distilled content pins one version
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -269,7 +270,9 @@ _PENDING = (
     "SELECT position FROM stm_purge_ranges WHERE done IN (0, 2) UNION "
     "SELECT position FROM stm_purges WHERE planned = 0 ORDER BY position"
 )
-_PURGE_PLANNED = "SELECT planned FROM stm_purges WHERE position = :position"
+_PURGE_PLANNED = "SELECT planned, servers FROM stm_purges WHERE position = :position"
+# While a purge everywhere is planned: the servers it may reach, as a JSON list.
+_REACHES = "UPDATE stm_purges SET servers = :servers WHERE position = :position"
 _RANGE = (
     "SELECT from_version FROM stm_purge_ranges WHERE position = :position AND chain_id = :chain"
 )
@@ -503,6 +506,9 @@ def purge(
         if server is None:
             rows = yield Step(_SERVERS, {"user": user}, "all")
             servers = frozenset(_server(row[0]) for row in rows)
+            # Other processes' guards judge by it too while the plan goes on.
+            where = json.dumps(sorted(servers, key=lambda s: (s is not None, s)))
+            yield Step(_REACHES, {"position": position, "servers": where}, "exec")
         return PurgeResult(position, removed, None, 0, True, None, own_distilled, servers)
     ranges = yield from ranges_of(position)
     if len(ranges) > chunk:
@@ -628,8 +634,8 @@ def guard_ranges(
     """What ``guards`` judge ``deletes``' purges by (``overtaking``'s ``ranges``): for each
     purge that may refuse one of them (after its turn began, of another origin, in its
     scope), the ranges it holds of the chains the guards' pins name, or None while it is
-    still being planned. Read by key, so a guard costs what its prompt showed, not what
-    the purges reach."""
+    still being planned and may reach their servers. Read by key, so a guard costs what
+    its prompt showed, not what the purges reach."""
     found: dict[int, dict[int, int] | None] = {}
     for change in deletes:
         if change.kind != "purge_user":
@@ -645,8 +651,10 @@ def guard_ranges(
             continue
         state = yield Step(_PURGE_PLANNED, {"position": change.position}, "one")
         if state is not None and not state[0]:
-            found[change.position] = None
-            continue
+            reaches = None if state[1] is None else set(json.loads(state[1]))
+            if reaches is None or any(guard.server_id in reaches for guard in judged):
+                found[change.position] = None  # it may reach anything they showed
+                continue
         held: dict[int, int] = {}
         for chain in sorted({pin.chain for guard in judged for pin in guard.pins}):
             row = yield Step(_RANGE, {"position": change.position, "chain": chain}, "one")
@@ -691,7 +699,8 @@ def preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgeP
 # transaction of a preview run aside (``preview`` unchanged), and go with it.
 PREVIEW_TABLES = (
     "CREATE TEMP TABLE stm_purges (position BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, "
-    "server_id BIGINT, erasure TEXT NOT NULL, planned INTEGER NOT NULL, cursor BIGINT NOT NULL)"
+    "server_id BIGINT, erasure TEXT NOT NULL, planned INTEGER NOT NULL, cursor BIGINT NOT NULL, "
+    "servers TEXT)"
     "{end}",
     "CREATE TEMP TABLE stm_purge_ranges (position BIGINT NOT NULL, chain_id BIGINT NOT NULL, "
     "from_version BIGINT NOT NULL, done INTEGER NOT NULL DEFAULT 0, "

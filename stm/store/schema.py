@@ -160,6 +160,7 @@ SQLITE_MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX stm_distilled_by_server ON short_term_memories (server_id)
         WHERE chain_id IS NOT NULL;
     CREATE INDEX stm_ranges_expanding ON stm_purge_ranges (position, expanded);
+    ALTER TABLE stm_purges ADD COLUMN servers TEXT;
     """,
 )
 
@@ -331,6 +332,7 @@ POSTGRES_MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX stm_distilled_by_server ON short_term_memories (server_id)
         WHERE chain_id IS NOT NULL;
     CREATE INDEX stm_ranges_expanding ON stm_purge_ranges (position, expanded);
+    ALTER TABLE stm_purges ADD COLUMN servers TEXT;
     """,
 )
 # The migration after which rows an earlier version stored in the clear are sealed.
