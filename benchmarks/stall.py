@@ -46,46 +46,18 @@ ROWS_PER_USER = 5  # user-scoped rows per user; as many server-scoped rows again
 def build(path: Path, rows: int, blast: int = 0) -> int:
     """Write ``rows`` rows at the library's schema, the words of user ``users + 1`` in the
     notes of ``blast`` of them; returns the number of users."""
-    users = max(1, rows // (2 * ROWS_PER_USER))
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode = WAL")
     later = bare_schema(db)
     db.execute("BEGIN")
-    rng = random.Random(7)
-    now = time.time()
-    text = " ".join(["lorem ipsum dolor sit amet"] * 8)
-    batch: list[tuple[object, ...]] = []
-    contributors: list[tuple[int, int]] = []
-    row_id = 0
     insert = (
         "INSERT INTO short_term_memories (id, key, scope, server_id, user_id, channel_id, "
         "channel_name, summary, turns_since_refresh, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)"
     )
-    for user in range(1, users + 1):
-        server = 1 + user // USERS_PER_SERVER
-        for n in range(ROWS_PER_USER):
-            channel = server * 1000 + (user + n) % 500
-            for scope in ("user", "server"):
-                row_id += 1
-                summary = None
-                if row_id % 5 == 0:
-                    summary = f"{text} {row_id}"
-                    contributors.append((user, row_id))
-                key = (
-                    f"shortterm:user:{user}:{channel}:{row_id}"
-                    if scope == "user"
-                    else f"shortterm:server:{server}:{channel}:{row_id}"
-                )
-                batch.append((
-                    row_id, key, scope, server, user if scope == "user" else None, channel,
-                    "general", summary, 0, now - rng.uniform(0, 3600),
-                ))  # fmt: skip
-        if len(batch) >= 50_000:
-            db.executemany(insert, batch)
-            batch.clear()
-    db.executemany(insert, batch)
-    distilled = sorted({row_id for _, row_id in contributors})
-    contributors += [(users + 1, row_id) for row_id in distilled[:blast]]
+    users, records, contributors = _rows(rows, blast)
+    for start in range(0, len(records), 50_000):
+        chunk = records[start : start + 50_000]
+        db.executemany(insert, [(start + n, *r) for n, r in enumerate(chunk, start=1)])
     credit(db, contributors)
     for statement in later:
         db.execute(statement)

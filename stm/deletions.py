@@ -97,8 +97,8 @@ def add_reach(total: PurgePreview | None, page: PurgePreview) -> PurgePreview:
     shared = dict(total.shared_by_server)
     for server, count in page.shared_by_server.items():
         shared[server] = shared.get(server, 0) + count
-    # A server's distilled rows, as the first page that reached it counted them.
-    distilled = {**page.distilled_by_server, **total.distilled_by_server}
+    # Each server's distilled rows come with one page (the last).
+    distilled = {**total.distilled_by_server, **page.distilled_by_server}
     return PurgePreview(0, total.shared + page.shared, shared, distilled)
 
 
@@ -106,10 +106,12 @@ def with_own(
     reach: PurgePreview, own: int, own_distilled: Mapping[int | None, int]
 ) -> PurgePreview:
     """What a purge reached as a preview counts it: the store counted its reach after the
-    user's own rows went, so their ``own`` and distilled rows (by server) are added back."""
+    user's own rows went, so their ``own`` and distilled rows (by server) are added back;
+    as a preview, only the servers it cleared shared notes in."""
     distilled = {
         server: count + own_distilled.get(server, 0)
         for server, count in reach.distilled_by_server.items()
+        if server in reach.shared_by_server
     }
     return replace(reach, own=own, distilled_by_server=distilled)
 

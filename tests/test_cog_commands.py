@@ -50,6 +50,19 @@ class TestRefresh:
             text = only(await h.run("refresh", person=h.alice, place=h.general), ephemeral=False)
             assert "cleared" in text
 
+    async def test_a_cooldown_is_of_one_bot(self, tmp_path: Path):
+        """Two bots in one process: a member slowed down in one may still use the other."""
+        async with harness(tmp_path / "one") as first, harness(tmp_path / "two") as second:
+            await first.run("refresh", person=first.bob, place=first.general)
+            assert "Slow down" in only(
+                await first.run("refresh", person=first.bob, place=first.general)
+            )
+            text = only(
+                await second.run("refresh", person=second.bob, place=second.general),
+                ephemeral=False,
+            )
+            assert "cleared" in text
+
     async def test_forget_has_a_per_user_cooldown(self, tmp_path: Path):
         """A second /memory forget by the same member at once is refused before any preview;
         others may forget."""

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 from helpers import Opener
 
-from stm import STMConfig
+from stm import ShortTermMemory, STMConfig
 from stm.store import chains
 from stm.testing import Clock, ctx, faulty_memory, turn
 
@@ -21,18 +21,18 @@ ALICE, BOB, CAROL = 1, 2, 3
 CHANNELS = range(20, 32)
 
 
-async def _alice_everywhere(memory: object) -> None:
+async def _alice_everywhere(memory: ShortTermMemory) -> None:
     """Alice's words in the notes of many channels of SERVER (each a chain of its own),
     Bob's own notes in ELSEWHERE."""
     for channel in CHANNELS:
         for user in (ALICE, CAROL):
             here = ctx(user=user, channel=channel, server=SERVER)
-            await memory.capture(turn(here, f"user {user} in {channel}"))  # type: ignore[attr-defined]
-            result = await memory.run_tool(here, {"summary": f"notes {user} {channel}"})  # type: ignore[attr-defined]
+            await memory.capture(turn(here, f"user {user} in {channel}"))
+            result = await memory.run_tool(here, {"summary": f"notes {user} {channel}"})
             assert result.success, result.message
     bob = ctx(user=BOB, channel=40, server=ELSEWHERE)
-    await memory.capture(turn(bob, "bob says hi"))  # type: ignore[attr-defined]
-    assert (await memory.run_tool(bob, {"summary": "bob's notes"})).success  # type: ignore[attr-defined]
+    await memory.capture(turn(bob, "bob says hi"))
+    assert (await memory.run_tool(bob, {"summary": "bob's notes"})).success
 
 
 @pytest.fixture

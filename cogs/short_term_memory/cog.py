@@ -88,6 +88,14 @@ class CommandNameTaken(discord.ClientException):
     """The bot already has a slash command under a name the cog would register."""
 
 
+def _per_bot_and_user(interaction: discord.Interaction[Any]) -> tuple[object, int]:
+    """A command's cooldown bucket: the member, in this bot. The buckets of a decorated
+    command are shared by every instance of the cog in the process, so two bots (or a bot
+    restarted in one process) must not slow each other's members down. (The bot itself,
+    not its id, which a later bot may reuse; discord.py drops a bucket once it expires.)"""
+    return interaction.client, interaction.user.id
+
+
 def _scope_label(ctx: TurnContext) -> str:
     user_k, server_k = turn_keys(ctx.user_id, ctx.channel_id, ctx.server_id, ctx.persona_id)
     return server_k or user_k
@@ -313,7 +321,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
 
     # -- /refresh -------------------------------------------------------------
     @app_commands.command(name="refresh", description="Clear this channel's short-term memory.")
-    @app_commands.checks.cooldown(1, REFRESH_COOLDOWN_SECONDS, key=lambda i: i.user.id)
+    @app_commands.checks.cooldown(1, REFRESH_COOLDOWN_SECONDS, key=_per_bot_and_user)
     async def refresh(self, interaction: discord.Interaction[Any]) -> None:
         """Forget every scope and persona of this channel."""
         if interaction.channel_id is None:
@@ -348,7 +356,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         await reply(interaction, text)
 
     @memory_group.command(name="forget", description="Erase all short-term memory about you.")
-    @app_commands.checks.cooldown(1, FORGET_COOLDOWN_SECONDS, key=lambda i: i.user.id)
+    @app_commands.checks.cooldown(1, FORGET_COOLDOWN_SECONDS, key=_per_bot_and_user)
     async def memory_forget(self, interaction: discord.Interaction[Any]) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
         user_id = interaction.user.id

@@ -196,6 +196,11 @@ _ALL_SEEDED = f"UPDATE stm_purges SET cursor = {_SEEDED_ALL} WHERE position = :p
 # Once planned, what has been told of it (each its own step for a purge of wide reach):
 # its ranges, then what they reach, a page of ranges at a time (meanwhile the cursor is
 # the last chain counted).
+# The servers of a purge's ranges (each chain's).
+_RANGE_SERVERS = (
+    "SELECT DISTINCT c.server_id FROM stm_purge_ranges r JOIN stm_chains c "
+    "ON c.id = r.chain_id WHERE r.position = :position"
+)
 _TOLD_RANGES = -3
 _TOLD_REACH = -4
 _PAGE = (
@@ -538,7 +543,9 @@ def reach(position: int, user: int) -> Procedure[PurgePreview]:
 
 def _reach_page(position: int, user: int, after: int) -> Procedure[PurgePreview]:
     """What the next ``REACH_PAGE`` ranges of the planned purge at ``position`` (those of
-    chains after ``after``) reach, as ``reach`` counts it; the pages add up to its reach."""
+    chains after ``after``) reach, as ``reach`` counts it; the pages add up to its reach.
+    The last page also counts the distilled rows of every server the ranges are in, once
+    for the whole purge (its chains' servers: a row is in its chain's server)."""
     params = {"position": position, "after": after, "limit": REACH_PAGE}
     last, ranges = yield Step(_PAGE, params, "one")
     by_server: dict[int | None, int] = {}
@@ -549,7 +556,10 @@ def _reach_page(position: int, user: int, after: int) -> Procedure[PurgePreview]
         by_server = {_server(server_id): int(count) for server_id, count in counted}
     told = int(last) if ranges == REACH_PAGE else _TOLD_REACH
     yield Step(_TOLD, {"position": position, "told": told}, "exec")
-    distilled = yield from _distilled_in(by_server)
+    distilled: dict[int | None, int] = {}
+    if told == _TOLD_REACH:
+        servers = yield Step(_RANGE_SERVERS, {"position": position}, "all")
+        distilled = yield from _distilled_in(_server(row[0]) for row in servers)
     return PurgePreview(0, sum(by_server.values()), by_server, distilled)
 
 

@@ -223,10 +223,10 @@ class SQLiteStore(ProcedureStore):
     ) -> PurgePreview:
         """What a purge of the user would delete and clear now, planned off the write path:
         on a read connection of its own, in temporary tables, so that no other work waits
-        for it (a ``:memory:`` database has one connection: there, between batches)."""
+        for it (a ``:memory:`` database has one connection: on it, between batches)."""
         preview = chains.preview(user_id, server_id, erasure)
         if self.path == ":memory:":
-            return await self._call(_run, self._db, preview)
+            return await self._call(_aside, self._db, preview)
         if self.closed:
             raise StoreError(f"short-term memory database {self.path!r} is closed")
         async with self._reader_lock:
