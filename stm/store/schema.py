@@ -25,6 +25,16 @@ __all__ = [
     "statements",
 ]
 
+# The last migration, the same in both dialects: how many distilled rows a server holds, counted from an
+# index (a purge's share); the chains a purge's plan is following, found without a scan
+# of its ranges; the servers a purge everywhere may reach while it is being planned.
+_PURGE_STEPS = """
+    CREATE INDEX stm_distilled_by_server ON short_term_memories (server_id)
+        WHERE chain_id IS NOT NULL;
+    CREATE INDEX stm_ranges_expanding ON stm_purge_ranges (position, expanded);
+    ALTER TABLE stm_purges ADD COLUMN servers TEXT;
+    """
+
 # -- SQLite (its second migration, crypto-shredding's, is in shred.py) --------------------
 SQLITE_MIGRATIONS: tuple[str, ...] = (
     """
@@ -155,13 +165,8 @@ SQLITE_MIGRATIONS: tuple[str, ...] = (
         server_id INTEGER PRIMARY KEY,
         left_at REAL NOT NULL
     );
-    """,  # How many distilled rows a server holds, counted from an index (a purge's share).
-    """
-    CREATE INDEX stm_distilled_by_server ON short_term_memories (server_id)
-        WHERE chain_id IS NOT NULL;
-    CREATE INDEX stm_ranges_expanding ON stm_purge_ranges (position, expanded);
-    ALTER TABLE stm_purges ADD COLUMN servers TEXT;
     """,
+    _PURGE_STEPS,
 )
 
 
@@ -327,13 +332,8 @@ POSTGRES_MIGRATIONS: tuple[str, ...] = (
         server_id BIGINT PRIMARY KEY,
         left_at DOUBLE PRECISION NOT NULL
     );
-    """,  # How many distilled rows a server holds, counted from an index (a purge's share).
-    """
-    CREATE INDEX stm_distilled_by_server ON short_term_memories (server_id)
-        WHERE chain_id IS NOT NULL;
-    CREATE INDEX stm_ranges_expanding ON stm_purge_ranges (position, expanded);
-    ALTER TABLE stm_purges ADD COLUMN servers TEXT;
     """,
+    _PURGE_STEPS,
 )
 # The migration after which rows an earlier version stored in the clear are sealed.
 POSTGRES_SEALING = 2
