@@ -25,9 +25,9 @@ __all__ = [
     "statements",
 ]
 
-# The last migration, the same in both dialects: how many distilled rows a server holds, counted from an
-# index (a purge's share); the chains a purge's plan is following, found without a scan
-# of its ranges; the servers a purge everywhere may reach while it is being planned.
+# The last migration, the same in both dialects: how many distilled rows a server holds,
+# counted from an index (a purge's share); the chains a purge's plan is following, found
+# without a scan of its ranges; the servers a purge everywhere may reach while planned.
 _PURGE_STEPS = """
     CREATE INDEX stm_distilled_by_server ON short_term_memories (server_id)
         WHERE chain_id IS NOT NULL;
