@@ -216,6 +216,25 @@ def sqlite_storage(path: str) -> dict[str, Any]:
     return _storage(rows, distilled, by_table, counts, members, files)
 
 
+async def postgres_compact(url: str) -> dict[str, Any]:
+    """``VACUUM FULL``, then the tables' sizes: what the rows take without the dead row
+    versions that (auto)vacuum reclaims over time. It rewrites every table under an
+    exclusive lock, so runs with ``--compact`` time what follows on compacted tables."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("VACUUM FULL")
+    finally:
+        await conn.close()
+    storage = await postgres_storage(url)
+    return {
+        "compact_bytes": storage["database_bytes"],
+        "compact_bytes_per_distilled": storage["database_bytes_per_distilled"],
+        "compact_table_bytes": storage["table_bytes"],
+    }
+
+
 async def postgres_storage(url: str) -> dict[str, Any]:
     try:
         import asyncpg
@@ -467,7 +486,12 @@ async def purges(memory: Any, world: World, sample: int) -> dict[str, Any]:
 
 
 async def run_server(
-    store: str, erasure: str, users: int, checkpoints: tuple[int, ...], sample: int = 40
+    store: str,
+    erasure: str,
+    users: int,
+    checkpoints: tuple[int, ...],
+    sample: int = 40,
+    compact: bool = False,
 ) -> dict[str, Any]:
     world = World(users)
     started = time.perf_counter()
@@ -488,6 +512,8 @@ async def run_server(
                     if store == "postgresql"
                     else sqlite_storage(database)
                 )
+                if compact and store == "postgresql":
+                    storage.update(await postgres_compact(database))
                 points.append({
                     "turns": until,
                     "seconds": played,
@@ -526,7 +552,13 @@ def _point_line(store: str, erasure: str, users: int, p: dict[str, Any]) -> str:
         f"and {p['provenance_bytes_per_distilled']:,.0f} B per distilled, "
         f"{p['cache_provenance_bytes_per_distilled']:.0f} B cached, "
         f"{p['database_bytes_per_distilled']:,.0f} B db per distilled "
-        f"({p['database_bytes_per_row']:,.0f} per row), RSS {p['rss_mb']:.0f} MB, "
+        f"({p['database_bytes_per_row']:,.0f} per row"
+        + (
+            f"; {p['compact_bytes_per_distilled']:,.0f} per distilled after VACUUM FULL"
+            if "compact_bytes_per_distilled" in p
+            else ""
+        )
+        + f"), RSS {p['rss_mb']:.0f} MB, "
         f"turn p50 {p['turn_us'].get('p50', 0):.0f} us, run_tool p50 "
         f"{p['run_tool_us'].get('p50', 0) / 1e3:.1f} ms"
     )
@@ -842,6 +874,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--members", type=int, nargs="*", help="run the membership sweep instead")
     parser.add_argument("--storm-callers", type=int, default=40)
     parser.add_argument("--cache-max-keys", type=int, default=100)
+    parser.add_argument(
+        "--compact",
+        action="store_true",
+        help="PostgreSQL: also measure each checkpoint after a VACUUM FULL (later timings are then of compacted tables)",
+    )
     parser.add_argument("--out", type=Path, help="append the JSON result to this file")
     parser.add_argument("--report", type=Path, help="print the tables of a file of results")
     args = parser.parse_args(argv)
@@ -864,7 +901,14 @@ def main(argv: list[str] | None = None) -> None:
     else:
         results = [
             asyncio.run(
-                run_server(args.store, args.erasure, args.users, tuple(args.turns), args.sample)
+                run_server(
+                    args.store,
+                    args.erasure,
+                    args.users,
+                    tuple(args.turns),
+                    args.sample,
+                    compact=args.compact,
+                )
             )
         ]
     for result in results:

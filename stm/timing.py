@@ -1,5 +1,6 @@
-"""Time for background work: a monotonic clock, sleeping, waiting with a deadline, and
-the one rule for waiting longer after each failure (``Backoff``).
+"""Time for background work: a monotonic clock, sleeping, waiting with a deadline, the
+one rule for waiting longer after each failure (``Backoff``), and how large a purge's
+next step may be to hold the write lock briefly (``StepSizer``).
 
 The writer (write-behind, retry backoff, scrub delay) and the janitor take a
 ``Scheduler`` instead of reading the event loop's clock and sleeping on it, so
@@ -13,9 +14,19 @@ import contextlib
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["MAX_BACKOFF", "Backoff", "LoopScheduler", "Scheduler"]
+__all__ = [
+    "MAX_BACKOFF",
+    "STEP_TARGET_SECONDS",
+    "Backoff",
+    "LoopScheduler",
+    "Scheduler",
+    "StepSizer",
+]
 
 MAX_BACKOFF = 30.0
+# How long a purge's step may hold the write lock: what waits behind it waits about this
+# long, plus its own transaction.
+STEP_TARGET_SECONDS = 0.02
 
 
 class Scheduler(Protocol):
@@ -70,3 +81,20 @@ class Backoff:
 
     def succeeded(self) -> None:
         self.delay = self.at = 0.0
+
+
+@dataclass
+class StepSizer:
+    """The share of its chunks a purge's next step takes (``size``, at most 1), so that a
+    step holds the write lock for about ``target`` seconds, on whatever store and machine:
+    after each step it is scaled by how far that step was from the target, by at most
+    half or double at a time, and never below ``floor``. Timed on the real clock: it is
+    the lock that others wait for, not the scheduler's time."""
+
+    target: float = STEP_TARGET_SECONDS
+    floor: float = 1 / 16
+    size: float = 1.0
+
+    def took(self, seconds: float) -> None:
+        ratio = self.target / max(seconds, 1e-6)
+        self.size = min(1.0, max(self.floor, self.size * min(2.0, max(0.5, ratio))))

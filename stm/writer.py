@@ -53,7 +53,7 @@ from .store.base import (
     SweepPurge,
 )
 from .store.faults import is_permanent
-from .timing import LoopScheduler, Scheduler
+from .timing import LoopScheduler, Scheduler, StepSizer
 from .writebehind import TouchGuard, WriteBehind, describe
 
 __all__ = ["Writer"]
@@ -85,6 +85,7 @@ class Writer:
         self.pending_deletes = PendingDeletes(journal)
         self.bisection = Bisection(self.counters)
         self.erasures = Erasures(store, scrub_delay, retry_delay)
+        self.purge_steps = StepSizer()
         self._queue: deque[Queued] = deque()
         # Queued items that continue an earlier one's work.
         self._continuations = 0
@@ -385,7 +386,10 @@ class Writer:
             try:
                 results = await self.store.run(ops)
             finally:
-                counters.store_seconds += time.perf_counter() - started
+                took = time.perf_counter() - started
+                counters.store_seconds += took
+            if isinstance(items[0].op, PurgeUser | SweepPurge):
+                self.purge_steps.took(took)  # a purge's step is a batch of its own
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -446,7 +450,7 @@ class Writer:
     def _continue(self, item: Queued, position: int) -> None:
         """Queue the next chunk of the purge ``item`` is (or continues), behind what is
         queued: a purge of many rows never holds other work up for long."""
-        sweep = SweepPurge(position)
+        sweep = SweepPurge(position, self.purge_steps.size)
         self._continuations += 1
         origin = item.origin or item.seq
         # The purge's caller hears of each chunk too (``(rows cleared, more left)``).

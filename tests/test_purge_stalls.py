@@ -7,12 +7,14 @@ rows are cleared: ``test_store_behaviour``.)"""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 from helpers import Opener
 
 from stm import ShortTermMemory, STMConfig
 from stm.store import chains
+from stm.store.base import Op, SweepPurge
 from stm.testing import Clock, ctx, faulty_memory, turn
 
 BOTH_STORES = True
@@ -100,6 +102,42 @@ async def test_each_step_of_a_purge_is_a_transaction_of_its_own(
         assert any("DeleteChannel" in b for b in store.batches)
         purge_steps = [b for b in store.batches if {"PurgeUser", "SweepPurge"} & set(b)]
         assert purge_steps and all(len(b) == 1 for b in purge_steps), store.batches
+    finally:
+        await memory.close()
+
+
+async def test_a_purge_takes_smaller_steps_after_slow_ones(
+    config: STMConfig, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each step of a purge is sized by how long the last one held the write lock: after
+    steps slower than the target, the next take a smaller share of their chunks, down to
+    the floor, and the purge still clears everything it reaches."""
+    monkeypatch.setattr(chains, "SWEEP_CHUNK", 4)
+    memory, store = await faulty_memory(config, clock=clock)
+    try:
+        await _alice_everywhere(memory)
+        sizes: list[float] = []
+        inner_run = store.inner.run
+
+        async def spy(ops: Sequence[Op]) -> list[object]:
+            sizes.extend(op.size for op in ops if isinstance(op, SweepPurge))
+            return await inner_run(ops)
+
+        monkeypatch.setattr(store.inner, "run", spy)
+        steps = memory.writer.purge_steps
+        steps.target = 0.0  # every step took too long
+        await memory.purge(ALICE)
+        assert len(sizes) >= 3, sizes
+        assert sizes[0] == 0.5 and sizes == sorted(sizes, reverse=True)
+        assert min(sizes) == steps.floor
+        for channel in CHANNELS:
+            entry = await memory.get_entry(f"shortterm:server:{SERVER}:{channel}")
+            assert entry is None or entry.summary is None
+        # Steps quicker than the target grow again, to the full chunks at most.
+        steps.target = 1e9
+        for _ in range(8):
+            steps.took(0.001)
+        assert steps.size == 1.0
     finally:
         await memory.close()
 

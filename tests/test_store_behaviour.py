@@ -581,6 +581,29 @@ async def test_a_purge_of_many_rows_is_cleared_in_chunks_and_hidden_meanwhile(
     assert isinstance(saved, Saved) and saved.pin.chain != 1
 
 
+async def test_a_smaller_step_of_a_purge_clears_a_smaller_chunk(store: Any) -> None:
+    """A step asked for a share of its chunk clears that share, and the steps still add up
+    to the whole purge."""
+    from stm.store import chains
+
+    rows = [row(user_key(u, 10), server_id=100) for u in range(100, 3 * chains.SWEEP_CHUNK)]
+    await store.run([s for r in rows for s in saves(r, shown=(7, 1))])
+    (result,) = await store.run([PurgeUser(7, 100, "direct")])
+    cleared, steps = result.cleared, []
+    while True:
+        (step,) = await store.run([SweepPurge(result.position, 0.25)])
+        steps.append(step[0])
+        cleared += step[0]
+        if not step[1]:
+            break
+    quarter = chains.scaled(chains.SWEEP_CHUNK, 0.25)
+    assert quarter < chains.SWEEP_CHUNK
+    assert max(steps) == quarter
+    assert cleared == len(rows)
+    got = await load(store, *(r.key for r in rows))
+    assert all(r.summary is None for r in got.values())
+
+
 async def test_a_purge_whose_rows_are_cleared_but_chains_not_finished_is_resumed(
     store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,9 +1,10 @@
 """The one backoff rule: waits double after each failure, from the first delay up to
-``MAX_BACKOFF``, and a success starts over."""
+``MAX_BACKOFF``, and a success starts over. A purge's steps are sized by how long the
+last one took."""
 
 from __future__ import annotations
 
-from stm.timing import MAX_BACKOFF, Backoff
+from stm.timing import MAX_BACKOFF, Backoff, StepSizer
 
 
 def test_waits_double_up_to_the_cap_and_reset_on_success() -> None:
@@ -14,3 +15,21 @@ def test_waits_double_up_to_the_cap_and_reset_on_success() -> None:
     backoff.succeeded()
     assert (backoff.delay, backoff.at) == (0.0, 0.0)
     assert backoff.failed(5.0) == 1.0 and backoff.at == 6.0
+
+
+def test_a_step_size_follows_how_long_steps_take() -> None:
+    sizer = StepSizer(target=0.02, floor=1 / 16)
+    sizer.took(0.04)  # twice the target: half the size
+    assert sizer.size == 0.5
+    sizer.took(1.0)  # far past it: halved at most
+    assert sizer.size == 0.25
+    sizer.took(0.02)  # on target: kept
+    assert sizer.size == 0.25
+    for _ in range(10):
+        sizer.took(10.0)
+    assert sizer.size == 1 / 16  # never below the floor
+    sizer.took(0.005)  # four times quicker: doubled at most
+    assert sizer.size == 1 / 8
+    for _ in range(10):
+        sizer.took(0.0)
+    assert sizer.size == 1.0  # never past the full chunks

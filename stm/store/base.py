@@ -438,6 +438,9 @@ class SweepPurge:
     when this step completed its plan, else None)``."""
 
     position: int
+    # The share of each chunk this step takes (at most 1): the writer sizes steps by how
+    # long the last ones held the write lock.
+    size: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
