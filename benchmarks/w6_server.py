@@ -877,7 +877,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--compact",
         action="store_true",
-        help="PostgreSQL: also measure each checkpoint after a VACUUM FULL (later timings are then of compacted tables)",
+        help=(
+            "PostgreSQL: also measure each checkpoint after a VACUUM FULL "
+            "(what follows then runs on compacted tables)"
+        ),
     )
     parser.add_argument("--out", type=Path, help="append the JSON result to this file")
     parser.add_argument("--report", type=Path, help="print the tables of a file of results")

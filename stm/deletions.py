@@ -48,6 +48,8 @@ class Purge:
     own_distilled: dict[int | None, int] = field(default_factory=dict)
     # What its ranges reach as counted so far (the store counts a wide reach in steps).
     counted: PurgePreview | None = None
+    # Its ranges as told so far (the store tells a wide reach a page at a time).
+    pages: list[Range] = field(default_factory=list)
     # While it is pending, the servers whose notes its plan may reach, once the store
     # said (those of the notes the user is a member of: lineage stays in its server);
     # None: any server in its scope.
@@ -74,6 +76,15 @@ class Purge:
         if self.pending:
             self.servers = frozenset(servers)
             self._progressed()
+
+    def tell(self, page: Iterable[Range], last: bool) -> tuple[Range, ...] | None:
+        """A page of the ranges the store planned; all of them once ``last`` (else None:
+        the purge is pending until the last page)."""
+        self.pages.extend(page)
+        if not last:
+            return None
+        ranges, self.pages = tuple(self.pages), []
+        return ranges
 
     def resolve(self, ranges: Iterable[Range]) -> None:
         """The store planned the purge: these are its ranges."""

@@ -91,6 +91,7 @@ from .store.base import (
     SaveServerSettings,
     ServerChannels,
     Store,
+    SweepStep,
 )
 from .timing import LoopScheduler, Scheduler
 from .tool.schema import definition_json
@@ -816,16 +817,16 @@ class ShortTermMemory:
         self._tally.user_purges += 1
         where = "everywhere" if server_id is None else f"in server {server_id}"
 
-        def planned(
-            result: PurgeResult | tuple[int, bool, tuple[Range, ...] | None, PurgePreview | None],
-        ) -> None:
+        def planned(result: PurgeResult | SweepStep) -> None:
+            ranges: tuple[Range, ...] | None
             if isinstance(result, PurgeResult):
                 purge.removed, purge.cleared = result.removed, result.cleared
                 purge.own_distilled = dict(result.own_distilled)
                 ranges, reach, more = result.ranges, result.reach, result.more
             else:
-                purge.cleared += result[0]  # a later step
-                ranges, reach, more = result[2], result[3], result[1]
+                purge.cleared += result.cleared  # a later step
+                reach, more = result.reach, result.more
+                ranges = purge.tell(result.ranges or (), result.told)
             if ranges is not None:
                 cleared = clear_ranges(self.cache, purge, ranges)
                 log.info(

@@ -14,7 +14,7 @@ from helpers import Opener
 
 from stm import ShortTermMemory, STMConfig
 from stm.store import chains
-from stm.store.base import Op, SweepPurge
+from stm.store.base import Op, SweepPurge, SweepStep
 from stm.testing import Clock, ctx, faulty_memory, turn
 
 BOTH_STORES = True
@@ -192,3 +192,40 @@ async def test_a_wide_reach_counted_a_page_at_a_time_adds_up(
     assert (done.own, done.shared) == (preview.own, preview.shared)
     assert done.shared_by_server == preview.shared_by_server
     assert done.distilled_by_server == preview.distilled_by_server
+    # Told a page at a time, the ranges reached this process's cache all together.
+    for channel in CHANNELS:
+        entry = await memory.get_entry(f"shortterm:server:{SERVER}:{channel}")
+        assert entry is None or entry.summary is None
+
+
+async def test_a_purge_is_pending_until_the_last_page_of_its_ranges(
+    config: STMConfig, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Until the last page of a wide purge's ranges is told, the purge is pending (what it
+    may reach is hidden, upgrades where it may reach wait); then it holds every range."""
+    monkeypatch.setattr(chains, "SWEEP_CHUNK", 2)
+    monkeypatch.setattr(chains, "REACH_PAGE", 3)
+    memory, store = await faulty_memory(config, clock=clock)
+    try:
+        await _alice_everywhere(memory)
+        seen: list[tuple[bool, int]] = []
+        inner_run = store.inner.run
+
+        async def spy(ops: Sequence[Op]) -> list[object]:
+            results = await inner_run(ops)
+            for result in results:
+                if isinstance(result, SweepStep) and result.ranges is not None:
+                    seen.append((result.told, len(result.ranges)))
+            return results
+
+        monkeypatch.setattr(store.inner, "run", spy)
+        purging = asyncio.create_task(memory.purge(ALICE))
+        pending = memory._reads.deletions.pending
+        await asyncio.wait_for(store.until(lambda: len(seen) == 1), timeout=10)
+        (purge,) = pending
+        assert purge.pending and not seen[0][0]  # a page told, not the last
+        await purging
+        assert len(seen) > 2 and seen[-1][0] and not any(t for t, _ in seen[:-1])
+        assert purge.ranges is not None and len(purge.ranges) == sum(n for _, n in seen)
+    finally:
+        await memory.close()

@@ -101,8 +101,9 @@ def statements_of(db: sqlite3.Connection, op: Op) -> list[str]:
 COARSE = {"scope"}
 # Scans that read only what is there to find: the janitor's candidates for garbage
 # collection are the ended chains, listed by a partial index of exactly them; a purge's
-# window and page are the rows of a subquery of their own, at most its LIMIT.
-BOUNDED = {"SCAN c USING INDEX stm_chains_ended", "SCAN window_", "SCAN page"}
+# window, and whether it has more than a chunk of ranges, are the rows of a subquery of
+# their own, at most its LIMIT.
+BOUNDED = {"SCAN c USING INDEX stm_chains_ended", "SCAN window_", "SCAN few"}
 
 
 def scans(db: sqlite3.Connection, sql: str) -> list[str]:

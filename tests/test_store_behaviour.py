@@ -27,6 +27,7 @@ from stm.store.base import (
     SaveServerSettings,
     StoredRow,
     SweepPurge,
+    SweepStep,
     Touch,
 )
 
@@ -575,7 +576,7 @@ async def test_a_purge_of_many_rows_is_cleared_in_chunks_and_hidden_meanwhile(
     (refused,) = await store.run(saves(row(shared), shown=(1,)))
     assert refused == Overtaken(result.position)
     (swept,) = await store.run([SweepPurge(result.position)])
-    assert swept == (len(rows) + 1 - chains.SWEEP_CHUNK, False, None, None)
+    assert swept == SweepStep(len(rows) + 1 - chains.SWEEP_CHUNK, False)
     assert await store.pending_sweeps() == []
     (saved,) = await store.run(saves(row(shared), shown=(1,)))
     assert isinstance(saved, Saved) and saved.pin.chain != 1
@@ -720,14 +721,46 @@ async def test_a_purge_of_wide_reach_is_planned_over_several_transactions(
     while True:
         (step,) = await store.run([SweepPurge(result.position)])
         steps += 1
-        ranges = step[2] if step[2] is not None else ranges
-        if not step[1]:
+        if step.told:
+            ranges = step.ranges
+        if not step.more:
             break
     assert steps >= 2 and ranges is not None and len(ranges) == len(keys)
     assert await store.purge_ranges(result.position) == ranges
     assert all(r.summary is None for r in (await load(store, *keys)).values())
     (saved,) = await store.run([SaveDistilled(GUARDED, guard(await store.current_position()))])
     assert isinstance(saved, Saved)
+
+
+async def test_the_ranges_of_a_wide_purge_are_told_a_page_at_a_time(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge planned at once but reaching more than a chunk tells nothing in its first
+    transaction; later steps tell its ranges a page at a time, none longer than a page,
+    the last one marked, and the pages are all of its ranges."""
+    from stm.store import chains
+
+    monkeypatch.setattr(chains, "SWEEP_CHUNK", 2)
+    monkeypatch.setattr(chains, "REACH_PAGE", 3)
+    keys = [server_key(100, channel) for channel in range(10, 20)]
+    for key in keys:
+        await store.run(saves(row(key), shown=(7,)))
+    (result,) = await store.run([PurgeUser(7, 100, "direct")])
+    assert result.ranges is None and result.more and result.cleared == 0
+    pages: list[tuple[Range, ...]] = []
+    shared = 0
+    while True:
+        (step,) = await store.run([SweepPurge(result.position)])
+        if step.ranges is not None:
+            pages.append(step.ranges)
+            assert step.reach is not None
+            shared += step.reach.shared
+        if step.told:
+            break
+    assert [len(p) for p in pages] == [3, 3, 3, 1]
+    told = tuple(r for p in pages for r in p)
+    assert told == await store.purge_ranges(result.position)
+    assert len(told) == len(keys) and shared == len(keys)
 
 
 async def test_the_plans_of_finished_purges_go_with_the_feed(store: Any) -> None:

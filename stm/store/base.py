@@ -63,7 +63,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from ..keys import Scope
 from ..lineage import Erasure, Lineage, Pin, Range
@@ -102,6 +102,7 @@ __all__ = [
     "StoreStats",
     "StoredRow",
     "SweepPurge",
+    "SweepStep",
     "Touch",
     "UserHoldings",
     "deleted_since",
@@ -410,8 +411,8 @@ class PurgeResult:
     the rows cleared so far, and whether anything is left to do; once planned, ``reach``:
     the other rows its ranges reach and the distilled rows held, by server, as
     :class:`PreviewPurge` counts them but for the user's own distilled rows, counted before
-    they went in ``own_distilled`` (a ``SweepPurge`` that completes the plan gives
-    ``reach`` as the last of its result: ``(rows cleared, more left, ranges, reach)``).
+    they went in ``own_distilled`` (of a purge of wide reach, later ``SweepPurge`` steps
+    tell its ranges and what they reach a page at a time: :class:`SweepStep`).
     While a purge everywhere is still being planned, ``servers`` says where it may reach,
     so that memory elsewhere need not wait for its plan."""
 
@@ -431,11 +432,24 @@ class PurgeResult:
         return bool(self.removed or self.cleared)
 
 
+class SweepStep(NamedTuple):
+    """What a :class:`SweepPurge` step did: the rows it cleared, whether more is left and,
+    once the purge is planned, a page of its ranges in chain order (``told`` on the last
+    page: the pages are all of them) with what that page reaches (the last page also
+    counts the distilled rows of every server the ranges are in)."""
+
+    cleared: int
+    more: bool
+    ranges: tuple[Range, ...] | None = None
+    reach: PurgePreview | None = None
+    told: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class SweepPurge:
-    """The next step of the purge at ``position``: plan further, clear a chunk of its rows,
-    or finish its chains; the result is ``(rows cleared, whether more is left, its ranges
-    when this step completed its plan, else None)``."""
+    """The next step of the purge at ``position``: plan further, tell a page of its ranges
+    and count what they reach, clear a chunk of its rows, or finish its chains (the result
+    is a :class:`SweepStep`)."""
 
     position: int
     # The share of each chunk this step takes (at most 1): the writer sizes steps by how

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from ..lineage import Erasure, Lineage, Pin, PurgePlanner, Range, merge_edges
-from .base import Change, Guard, PurgePreview, PurgeResult, SaveDistilled
+from .base import Change, Guard, PurgePreview, PurgeResult, SaveDistilled, SweepStep
 
 __all__ = [
     "PREVIEW_TABLES",
@@ -208,18 +208,22 @@ _PLANNED = "UPDATE stm_purges SET planned = 1 WHERE position = :position"
 _SEEDED_ALL = -2
 _ALL_SEEDED = f"UPDATE stm_purges SET cursor = {_SEEDED_ALL} WHERE position = :position"
 # Once planned, what has been told of it (each its own step for a purge of wide reach):
-# its ranges, then what they reach, a page of ranges at a time (meanwhile the cursor is
-# the last chain counted).
-# The servers of a purge's ranges (each chain's).
+# its ranges and what they reach, a page of ranges at a time (meanwhile the cursor is the
+# last chain told), until all is told.
+# The servers of a purge's ranges (each chain's, looked up by its key: see _SERVERS).
 _RANGE_SERVERS = (
-    "SELECT DISTINCT c.server_id FROM stm_purge_ranges r JOIN stm_chains c "
-    "ON c.id = r.chain_id WHERE r.position = :position"
+    "SELECT DISTINCT (SELECT c.server_id FROM stm_chains c WHERE c.id = r.chain_id) "
+    "FROM stm_purge_ranges r WHERE r.position = :position"
 )
-_TOLD_RANGES = -3
 _TOLD_REACH = -4
 _PAGE = (
-    "SELECT max(chain_id), count(*) FROM (SELECT chain_id FROM stm_purge_ranges "
-    "WHERE position = :position AND chain_id > :after ORDER BY chain_id LIMIT :limit) AS page"
+    "SELECT chain_id, from_version FROM stm_purge_ranges "
+    "WHERE position = :position AND chain_id > :after ORDER BY chain_id LIMIT :limit"
+)
+# Whether a purge has more than :limit ranges, without reading them all.
+_RANGES_PAST = (
+    "SELECT count(*) FROM (SELECT 1 FROM stm_purge_ranges WHERE position = :position "
+    "LIMIT :limit) AS few"
 )
 _TOLD = "UPDATE stm_purges SET cursor = :told WHERE position = :position"
 # A chunk of the chains reached whose edges are still to follow (a round's frontier).
@@ -519,7 +523,13 @@ def purge(user: int, server: int | None, erasure: Erasure, position: int) -> Pro
     yield Step(
         _PLAN, {"position": position, "user": user, "server": server, "erasure": erasure}, "exec"
     )
-    if not (yield from _plan_steps(position, FIRST_STEP_SIZE)):
+    planned = yield from _plan_steps(position, FIRST_STEP_SIZE)
+    if planned:
+        few = yield Step(_RANGES_PAST, {"position": position, "limit": SWEEP_CHUNK + 1}, "one")
+        # Of wide reach: its ranges and what they reach are told by later steps, a page
+        # at a time.
+        planned = int(few[0]) <= SWEEP_CHUNK
+    if not planned:
         servers = None
         if server is None:
             rows = yield Step(_SERVERS, {"user": user}, "all")
@@ -529,17 +539,13 @@ def purge(user: int, server: int | None, erasure: Erasure, position: int) -> Pro
             yield Step(_REACHES, {"position": position, "servers": where}, "exec")
         return PurgeResult(position, removed, None, 0, True, None, own_distilled, servers)
     ranges = yield from ranges_of(position)
-    if len(ranges) > SWEEP_CHUNK:
-        # Of wide reach: what it reaches is counted by a step of its own.
-        yield Step(_TOLD, {"position": position, "told": _TOLD_RANGES}, "exec")
-        return PurgeResult(position, removed, ranges, 0, True, None, own_distilled)
     found = yield from reach(position, user)
     if not ranges:
         yield Step(_DONE, {"position": position}, "exec")
         return PurgeResult(position, removed, ranges, 0, False, found, own_distilled)
     yield Step(_TOLD, {"position": position, "told": _TOLD_REACH}, "exec")
-    cleared, more, _, _ = yield from sweep(position)
-    return PurgeResult(position, removed, ranges, cleared, more, found, own_distilled)
+    step = yield from sweep(position)
+    return PurgeResult(position, removed, ranges, step.cleared, step.more, found, own_distilled)
 
 
 def reach(position: int, user: int) -> Procedure[PurgePreview]:
@@ -554,28 +560,30 @@ def reach(position: int, user: int) -> Procedure[PurgePreview]:
     return PurgePreview(0, sum(by_server.values()), by_server, distilled)
 
 
-def _reach_page(position: int, user: int, after: int, size: float = 1.0) -> Procedure[PurgePreview]:
-    """What the next ``REACH_PAGE`` (scaled by ``size``) ranges of the planned purge at
-    ``position`` (those of chains after ``after``) reach, as ``reach`` counts it; the pages
-    add up to its reach. The last page also counts the distilled rows of every server the
-    ranges are in, once for the whole purge (its chains' servers: a row is in its chain's
-    server)."""
+def _page(position: int, user: int, after: int, size: float = 1.0) -> Procedure[SweepStep]:
+    """The next ``REACH_PAGE`` (scaled by ``size``) ranges of the planned purge at
+    ``position`` (those of chains after ``after``) and what they reach, as ``reach`` counts
+    it: the pages add up to its ranges and its reach. The last page (``told``) also counts
+    the distilled rows of every server the ranges are in, once for the whole purge (its
+    chains' servers: a row is in its chain's server)."""
     page_size = scaled(REACH_PAGE, size)
     params = {"position": position, "after": after, "limit": page_size}
-    last, ranges = yield Step(_PAGE, params, "one")
+    rows = yield Step(_PAGE, params, "all")
+    ranges = tuple(Range(int(chain), int(start)) for chain, start in rows)
     by_server: dict[int | None, int] = {}
     if ranges:
         sql = _COUNT_PLANNED.format(page=" AND r.chain_id > :after AND r.chain_id <= :last")
-        page = {"position": position, "user": user, "after": after, "last": last}
+        page = {"position": position, "user": user, "after": after, "last": ranges[-1].chain}
         counted = yield Step(sql, page, "all")
         by_server = {_server(server_id): int(count) for server_id, count in counted}
-    told = int(last) if ranges == page_size else _TOLD_REACH
+    told = ranges[-1].chain if len(ranges) == page_size else _TOLD_REACH
     yield Step(_TOLD, {"position": position, "told": told}, "exec")
     distilled: dict[int | None, int] = {}
     if told == _TOLD_REACH:
         servers = yield Step(_RANGE_SERVERS, {"position": position}, "all")
         distilled = yield from _distilled_in(_server(row[0]) for row in servers)
-    return PurgePreview(0, sum(by_server.values()), by_server, distilled)
+    reach = PurgePreview(0, sum(by_server.values()), by_server, distilled)
+    return SweepStep(0, True, ranges, reach, told == _TOLD_REACH)
 
 
 def _server(server_id: Any) -> int | None:
@@ -592,30 +600,26 @@ def _distilled_in(servers: Iterable[int | None]) -> Procedure[dict[int | None, i
     return distilled
 
 
-def sweep(
-    position: int, size: float = 1.0
-) -> Procedure[tuple[int, bool, tuple[Range, ...] | None, PurgePreview | None]]:
+def sweep(position: int, size: float = 1.0) -> Procedure[SweepStep]:
     """The next step of the purge at ``position``: plan further while it is not planned;
-    then clear up to ``SWEEP_CHUNK`` of its rows; once none is left, finish up to
-    ``FINISH_CHUNK`` of its chains (end them, and forget the purged user as their member:
-    the user is read off the purge's change, and if the feed no longer has it, garbage
-    collection drops those rows with their chains). Every chunk is scaled by ``size``.
-    Returns (rows cleared, whether more is left, its ranges in the step after the one that
-    completed its plan, and what they reach in the step after that; else None): each
-    step's work is bounded."""
+    then tell a page of its ranges and what they reach, until all is told; then clear up
+    to ``SWEEP_CHUNK`` of its rows; once none is left, finish up to ``FINISH_CHUNK`` of its
+    chains (end them, and forget the purged user as their member: the user is read off the
+    purge's change, and if the feed no longer has it, garbage collection drops those rows
+    with their chains). Every chunk is scaled by ``size``: each step's work is bounded."""
     chunk = scaled(SWEEP_CHUNK, size)
     state = yield Step(_PLAN_STATE, {"position": position}, "one")
     if state is not None and not state[3]:
         yield from _plan_steps(position, size)
-        return 0, True, None, None  # once planned, the next step tells its ranges
+        return SweepStep(0, True)  # once planned, the next steps tell its ranges
     told = _TOLD_REACH if state is None else int(state[4])
-    if told == _SEEDED_ALL:
-        yield Step(_TOLD, {"position": position, "told": _TOLD_RANGES}, "exec")
-        return 0, True, (yield from ranges_of(position)), None
-    if told == _TOLD_RANGES or told >= 0:
+    if told != _TOLD_REACH:
+        # Planned (_SEEDED_ALL), told through a chain, or told whole by an earlier
+        # version (-3, when pages from the first are told again: a process resuming the
+        # purge ignores them).
         assert state is not None
-        page = _reach_page(position, int(state[0]), max(told, 0), size)
-        return 0, True, None, (yield from page)
+        after = told if told >= 0 else 0
+        return (yield from _page(position, int(state[0]), after, size))
     first, last, ranges = yield Step(_WINDOW, {"position": position, "limit": chunk}, "one")
     ids: list[Any] = []
     if ranges:
@@ -627,7 +631,7 @@ def sweep(
         through = ids[-1][1] if len(ids) == chunk else int(last) + 1
         yield Step(_CLEARED, {**window, "chain": through}, "exec")
         if len(ids) == chunk or ranges == chunk:
-            return len(ids), True, None, None
+            return SweepStep(len(ids), True)
     finish = scaled(FINISH_CHUNK, size)
     finishing = yield Step(_TO_FINISH, {"position": position, "limit": finish}, "all")
     chains = [{"chain": row[0], "position": position} for row in finishing]
@@ -638,9 +642,9 @@ def sweep(
         yield Step(_FORGET_MEMBER, chains, "many")
         yield Step(_FINISHED, chains, "many")
     if len(chains) == finish:
-        return len(ids), True, None, None
+        return SweepStep(len(ids), True)
     yield Step(_DONE, {"position": position}, "exec")
-    return len(ids), False, None, None
+    return SweepStep(len(ids), False)
 
 
 def ranges_of(position: int) -> Procedure[tuple[Range, ...]]:
