@@ -130,6 +130,10 @@ def credit(db: Any, credits: list[tuple[int, int]]) -> None:
         "INSERT OR IGNORE INTO stm_chain_members (member, chain_id, first) VALUES (?, ?, 1)",
         credits,
     )
+    db.execute(  # each membership's server, as the library writes it
+        "UPDATE stm_chain_members SET server_id = "
+        "(SELECT c.server_id FROM stm_chains c WHERE c.id = stm_chain_members.chain_id)"
+    )
 
 
 def bare_schema(db: Any) -> list[str]:

@@ -175,6 +175,10 @@ async def build_postgres(url: str, rows: int, blast: int = 0) -> int:
                 records=[(user, row_id, 1) for user, row_id in contributors],
                 columns=["member", "chain_id", "first"],
             )
+            await conn.execute(  # each membership's server, as the library writes it
+                "UPDATE stm_chain_members SET server_id = "
+                "(SELECT c.server_id FROM stm_chains c WHERE c.id = stm_chain_members.chain_id)"
+            )
         await conn.execute("VACUUM ANALYZE")
     finally:
         await conn.close()

@@ -108,7 +108,7 @@ def add_reach(total: PurgePreview | None, page: PurgePreview) -> PurgePreview:
     shared = dict(total.shared_by_server)
     for server, count in page.shared_by_server.items():
         shared[server] = shared.get(server, 0) + count
-    # Each server's distilled rows come with one page (the last).
+    # Each page counts the distilled rows of the servers it reaches: the latest stands.
     distilled = {**total.distilled_by_server, **page.distilled_by_server}
     return PurgePreview(0, total.shared + page.shared, shared, distilled)
 

@@ -566,7 +566,7 @@ async def test_a_purge_of_many_rows_is_cleared_in_chunks_and_hidden_meanwhile(
     from stm.store import chains
 
     shared = server_key(100, 10)
-    rows = [row(user_key(u, 10), server_id=100) for u in range(100, chains.SWEEP_CHUNK + 160)]
+    rows = [row(user_key(u, 10), server_id=100) for u in range(100, 100 + chains.SWEEP_CHUNK + 30)]
     await store.run([s for r in rows for s in saves(r, row(shared), shown=(7, 1))])
     (result,) = await store.run([PurgeUser(7, 100, "direct")])
     assert result.more and result.cleared == chains.SWEEP_CHUNK
@@ -696,6 +696,36 @@ async def test_ranges_name_what_was_cleared_for_other_processes(store: Any) -> N
     assert result.ranges == (Range(1, 1),)
     assert await store.purge_ranges(result.position) == (Range(1, 1),)
     assert await store.purge_ranges(result.position + 100) == ()
+
+
+async def test_where_a_purge_everywhere_may_reach_includes_memberships_without_a_server(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a purge everywhere is planned it says which servers it may reach: those of
+    every chain the user is a member of, found server by server, and chain by chain for
+    memberships that do not say their server (DMs, and rows an earlier version added)."""
+    from stm.store import chains
+
+    monkeypatch.setattr(chains, "SEED_CHUNK", 1)
+    monkeypatch.setattr(chains, "PLAN_CHAINS", 1)
+    for server in (100, 200, 300):
+        for channel in (10, 11):
+            await store.run(saves(row(server_key(server, channel)), shown=(7,)))
+    await store.run(saves(row(user_key(8, 50)), shown=(7, 8)))  # a DM
+    held = await store.execute(
+        "SELECT m.server_id, c.server_id FROM stm_chain_members m "
+        "JOIN stm_chains c ON c.id = m.chain_id"
+    )
+    assert len(held) == 8 and all(mine == chains_ for mine, chains_ in held)
+    await store.execute(
+        "UPDATE stm_chain_members SET server_id = NULL WHERE chain_id IN "
+        "(SELECT id FROM stm_chains WHERE server_id = 300)"
+    )
+    (result,) = await store.run([PurgeUser(7, None, "direct")])
+    assert result.ranges is None and result.more
+    assert result.servers == frozenset({100, 200, 300, None})
+    (elsewhere,) = await store.run([PurgeUser(8, None, "direct")])
+    assert elsewhere.servers == frozenset({None})
 
 
 async def test_a_purge_of_wide_reach_is_planned_over_several_transactions(

@@ -69,23 +69,26 @@ __all__ = [
 _T = TypeVar("_T")
 # Rows cleared per transaction by a purge: each clear also destroys its row's key, so
 # this bounds how long a purge holds the write lock (other work runs between chunks).
-SWEEP_CHUNK = 100
-# Chains a purge's plan takes from the user's memberships per step, and the steps (each a
-# chunk of seeds or a round of edges) it takes per transaction.
+SWEEP_CHUNK = 60
+# Chains a purge's plan takes from the user's memberships per step, chains whose edges it
+# follows per step (each marked twice: costlier than a seed), and the steps it takes per
+# transaction.
 SEED_CHUNK = 1000
+FOLLOW_CHUNK = 500
 PLAN_STEPS = 4
 # Seeds and frontier chains a transaction plans at most (then the next step goes on).
-PLAN_CHAINS = SEED_CHUNK
-# Ranges whose rows a purge of wide reach counts per transaction (what it reaches).
+PLAN_CHAINS = FOLLOW_CHUNK
+# Ranges a purge of wide reach tells, with what they reach, per transaction.
 REACH_PAGE = 2000
-# Chains a purge finishes per transaction once their rows are cleared.
-FINISH_CHUNK = 300
+# Chains a purge finishes per transaction once their rows are cleared (three statements
+# each).
+FINISH_CHUNK = 75
 # Chains garbage-collected per janitor step.
 COLLECT_CHUNK = 500
 # The share of the chunks above a purge's first transaction takes: a purge of a few
 # memberships still plans, clears and finishes in it; one of wide reach says where it
 # reaches sooner. Later steps take the share the writer asks for (``SweepPurge.size``).
-FIRST_STEP_SIZE = 0.25
+FIRST_STEP_SIZE = 0.1
 
 
 def scaled(chunk: int, size: float) -> int:
@@ -139,8 +142,8 @@ _NEW_CHAIN = (
     "VALUES (:key, :server, 1, 0) RETURNING id"
 )
 _MEMBER = (
-    "INSERT INTO stm_chain_members (member, chain_id, first) VALUES (:member, :chain, :first) "
-    "ON CONFLICT DO NOTHING"
+    "INSERT INTO stm_chain_members (member, chain_id, first, server_id) "
+    "VALUES (:member, :chain, :first, :server) ON CONFLICT DO NOTHING"
 )
 _PIN_OF = "SELECT chain_id, chain_version FROM short_term_memories WHERE key = :key"
 _EDGES_OF_PAIR = (
@@ -168,13 +171,20 @@ _SEEDS = (
     "WHERE m.member = :user"
 )
 # The servers of the chains the user is a member of: where a purge of theirs may reach.
-# A lookup of each membership's chain by its key, not a join: PostgreSQL's planner would
-# hash-join every chain of the database against the user's memberships (46 ms against 16
-# for 10,000 memberships among 200,000 chains). A membership whose chain is gone gives
-# None, which only adds the DMs to where the purge may reach.
+# Each server is the next one after the last in the user's memberships by server (one
+# search of stm_members_by_server per server, however many memberships: a join read all
+# 10,000 of a user's and hash-joined every chain against them, 46 ms on PostgreSQL);
+# memberships without one (DMs, or rows an earlier version added) look up their chain's.
+# A membership whose chain is gone gives None, which only adds the DMs.
 _SERVERS = (
-    "SELECT DISTINCT (SELECT c.server_id FROM stm_chains c WHERE c.id = m.chain_id) "
-    "FROM stm_chain_members m WHERE m.member = :user"
+    "WITH RECURSIVE s(server_id) AS ("
+    "SELECT min(server_id) FROM stm_chain_members WHERE member = :user "
+    "UNION ALL SELECT (SELECT min(m.server_id) FROM stm_chain_members m "
+    "WHERE m.member = :user AND m.server_id > s.server_id) FROM s "
+    "WHERE s.server_id IS NOT NULL) "
+    "SELECT server_id FROM s WHERE server_id IS NOT NULL UNION "
+    "SELECT (SELECT c.server_id FROM stm_chains c WHERE c.id = m.chain_id) "
+    "FROM stm_chain_members m WHERE m.member = :user AND m.server_id IS NULL"
 )
 _CHILDREN = (
     "SELECT child, own, parent_version, child_version FROM stm_chain_edges "
@@ -210,11 +220,6 @@ _ALL_SEEDED = f"UPDATE stm_purges SET cursor = {_SEEDED_ALL} WHERE position = :p
 # Once planned, what has been told of it (each its own step for a purge of wide reach):
 # its ranges and what they reach, a page of ranges at a time (meanwhile the cursor is the
 # last chain told), until all is told.
-# The servers of a purge's ranges (each chain's, looked up by its key: see _SERVERS).
-_RANGE_SERVERS = (
-    "SELECT DISTINCT (SELECT c.server_id FROM stm_chains c WHERE c.id = r.chain_id) "
-    "FROM stm_purge_ranges r WHERE r.position = :position"
-)
 _TOLD_REACH = -4
 _PAGE = (
     "SELECT chain_id, from_version FROM stm_purge_ranges "
@@ -388,12 +393,12 @@ def left(rows: Iterable[tuple[str, int | None]]) -> Procedure[None]:
         yield Step(_LEFT, gone, "many")
 
 
-def record(pin: Pin, lineage: Lineage) -> Procedure[None]:
-    """Record what the prompt that wrote ``pin`` showed: its direct members (kept from
-    their first version) and its edges to other chains' notes."""
+def record(pin: Pin, lineage: Lineage, server_id: int | None) -> Procedure[None]:
+    """Record what the prompt that wrote ``pin`` (notes of ``server_id``) showed: its direct
+    members (kept from their first version) and its edges to other chains' notes."""
     if lineage.direct:
         members = [
-            {"member": user, "chain": pin.chain, "first": pin.version}
+            {"member": user, "chain": pin.chain, "first": pin.version, "server": server_id}
             for user in sorted(lineage.direct)
         ]
         yield Step(_MEMBER, members, "many")
@@ -447,10 +452,13 @@ def _plan(user: int, server: int | None, erasure: Erasure) -> Procedure[list[Ran
 
 
 def _plan_step(
-    position: int, chunk: int | None = None, work: list[int] | None = None
+    position: int,
+    chunk: int | None = None,
+    follow: int | None = None,
+    work: list[int] | None = None,
 ) -> Procedure[bool | None]:
     """The next step of planning the purge at ``position``: seed up to ``chunk`` more
-    chains from the user's memberships, or follow the edges of up to ``chunk`` chains
+    chains from the user's memberships, or follow the edges of up to ``follow`` chains
     reached. True once every range is known (a purge recorded before plans were staged
     always is); None after a full chunk of seeds (enough for one transaction); False
     otherwise. ``work`` is given how many chains it seeded or followed."""
@@ -460,6 +468,7 @@ def _plan_step(
         return True
     user, server, erasure, _, cursor = state
     chunk = SEED_CHUNK if chunk is None else chunk
+    follow = FOLLOW_CHUNK if follow is None else follow
     if int(cursor) != _SEEDED_ALL:
         sql = _SEED.format(server="" if server is None else " AND c.server_id = :server")
         params = {"position": position, "user": user, "server": server, "cursor": cursor}
@@ -470,7 +479,7 @@ def _plan_step(
             return None
         yield Step(_ALL_SEEDED, {"position": position}, "exec")
     # Every seed is in: follow the edges the policy follows, a round per step.
-    frontier = yield Step(_FRONTIER, {"position": position, "limit": chunk}, "count")
+    frontier = yield Step(_FRONTIER, {"position": position, "limit": follow}, "count")
     work.append(int(frontier))
     if frontier:
         reach = _REACH.format(own=" AND e.own = 1" if erasure == "direct" else "")
@@ -485,9 +494,9 @@ def _plan_steps(position: int, size: float = 1.0) -> Procedure[bool]:
     """Up to ``PLAN_STEPS`` steps of planning, fewer once they seeded or followed
     ``PLAN_CHAINS`` chains (both scaled by ``size``); True once the purge is planned."""
     work: list[int] = []
-    chunk = scaled(SEED_CHUNK, size)
+    chunk, follow = scaled(SEED_CHUNK, size), scaled(FOLLOW_CHUNK, size)
     for _ in range(PLAN_STEPS):
-        step = yield from _plan_step(position, chunk, work)
+        step = yield from _plan_step(position, chunk, follow, work)
         if step is None:
             return False
         if step:
@@ -502,7 +511,7 @@ def _plan_here(user: int, server: int | None, erasure: Erasure, position: int) -
     yield Step(
         _PLAN, {"position": position, "user": user, "server": server, "erasure": erasure}, "exec"
     )
-    while not (yield from _plan_step(position, chunk=1 << 30)):
+    while not (yield from _plan_step(position, chunk=1 << 30, follow=1 << 30)):
         pass  # a preview plans to the end in its one transaction
 
 
@@ -563,9 +572,9 @@ def reach(position: int, user: int) -> Procedure[PurgePreview]:
 def _page(position: int, user: int, after: int, size: float = 1.0) -> Procedure[SweepStep]:
     """The next ``REACH_PAGE`` (scaled by ``size``) ranges of the planned purge at
     ``position`` (those of chains after ``after``) and what they reach, as ``reach`` counts
-    it: the pages add up to its ranges and its reach. The last page (``told``) also counts
-    the distilled rows of every server the ranges are in, once for the whole purge (its
-    chains' servers: a row is in its chain's server)."""
+    it: the pages add up to its ranges and its reach. Each page also counts the distilled
+    rows of the servers it reaches rows in, as ``reach`` does (a server reached by several
+    pages is counted by each: the latest count stands)."""
     page_size = scaled(REACH_PAGE, size)
     params = {"position": position, "after": after, "limit": page_size}
     rows = yield Step(_PAGE, params, "all")
@@ -578,10 +587,7 @@ def _page(position: int, user: int, after: int, size: float = 1.0) -> Procedure[
         by_server = {_server(server_id): int(count) for server_id, count in counted}
     told = ranges[-1].chain if len(ranges) == page_size else _TOLD_REACH
     yield Step(_TOLD, {"position": position, "told": told}, "exec")
-    distilled: dict[int | None, int] = {}
-    if told == _TOLD_REACH:
-        servers = yield Step(_RANGE_SERVERS, {"position": position}, "all")
-        distilled = yield from _distilled_in(_server(row[0]) for row in servers)
+    distilled = yield from _distilled_in(by_server)
     reach = PurgePreview(0, sum(by_server.values()), by_server, distilled)
     return SweepStep(0, True, ranges, reach, told == _TOLD_REACH)
 

@@ -452,7 +452,7 @@ def save_many(
             continue
         lineage = saves[group[0]].lineage
         if lineage is not None:
-            yield from chains.record(pin, lineage)
+            yield from chains.record(pin, lineage, live.server_id)
         for index in group:
             row = saves[index].row
             memory_id, version = yield Write(row, pin)

@@ -34,6 +34,15 @@ _PURGE_STEPS = """
     CREATE INDEX stm_ranges_expanding ON stm_purge_ranges (position, expanded);
     ALTER TABLE stm_purges ADD COLUMN servers TEXT;
     """
+# The server of each membership's chain beside it, so that where a purge everywhere may
+# reach is a few searches of an index, one per server, not a lookup per membership. None
+# in DMs, and in rows a process of an earlier version adds: a purge looks those up.
+_MEMBER_SERVERS = """
+    ALTER TABLE stm_chain_members ADD COLUMN server_id BIGINT;
+    UPDATE stm_chain_members SET server_id =
+        (SELECT c.server_id FROM stm_chains c WHERE c.id = stm_chain_members.chain_id);
+    CREATE INDEX stm_members_by_server ON stm_chain_members (member, server_id);
+    """
 
 # -- SQLite (its second migration, crypto-shredding's, is in shred.py) --------------------
 SQLITE_MIGRATIONS: tuple[str, ...] = (
@@ -167,6 +176,7 @@ SQLITE_MIGRATIONS: tuple[str, ...] = (
     );
     """,
     _PURGE_STEPS,
+    _MEMBER_SERVERS,
 )
 
 
@@ -334,6 +344,7 @@ POSTGRES_MIGRATIONS: tuple[str, ...] = (
     );
     """,
     _PURGE_STEPS,
+    _MEMBER_SERVERS,
 )
 # The migration after which rows an earlier version stored in the clear are sealed.
 POSTGRES_SEALING = 2
