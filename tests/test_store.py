@@ -129,3 +129,32 @@ async def test_a_batch_runs_as_one_function_on_the_connections_thread(db_path: P
         assert len(set(names)) == 1 and names[0] != threading.current_thread().name
     finally:
         await store.close()
+
+
+async def test_the_wal_is_checkpointed_in_the_background_not_by_a_commit(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No commit copies the WAL into the file (SQLite's auto-checkpoint is off on the
+    store's connection); once the WAL holds ``CHECKPOINT_BYTES``, a connection of the
+    store's own checkpoints it passively, so it stays near that size however much is
+    written."""
+    from stm.store import sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", 64 * 1024)
+    memory = await ShortTermMemory.open(STMConfig(database=str(db_path)))
+    try:
+        store = memory.store
+        assert isinstance(store, SQLiteStore)
+        assert await store.execute("PRAGMA wal_autocheckpoint") == [(0,)]
+        wal = Path(f"{db_path}-wal")
+        largest = 0
+        for n in range(300):
+            here = ctx(user=n + 1, channel=1000 + n, server=1)
+            await memory.capture(turn(here, f"message {n}"))
+            result = await memory.run_tool(here, {"summary": f"{n} " + "x" * 1200})
+            assert result.success, result.message
+            await store.checkpointed()
+            largest = max(largest, wal.stat().st_size)
+        assert 0 < largest < 1024 * 1024, largest
+    finally:
+        await memory.close()

@@ -17,7 +17,8 @@ serves both):
   chain took its place): it is never extended again, and it is a candidate for
   garbage collection);
 - ``stm_chain_members``: who was shown directly to a chain, from which version
-  (``first``);
+  (``first``), and the chain's server beside it (None in DMs, and in rows an earlier
+  version added);
 - ``stm_chain_edges``: which versions of a chain were written from which
   versions of another (``own``: the notes' own content, followed by every policy);
 - ``stm_purge_ranges``: each purge's ranges by feed position, and whether its
