@@ -178,8 +178,8 @@ class Writer:
         ``scrub_delay``; ``flush`` runs a due one at once). A purge's first transaction
         answers ``on_result`` with its ``PurgeResult``; the rows it leaves are cleared
         by later transactions, queued behind what is queued then (``flush`` waits for
-        them), each answering ``on_result`` with ``(rows cleared, more left, the purge's
-        ranges when that step completed its plan)``."""
+        them), each answering ``on_result`` with its ``SweepStep`` (rows cleared, more
+        left, a page of the purge's ranges once planned, and what the page reaches)."""
         self._swap_dirty()
         self._push(Queued(self._next(), op, what=what, on_result=on_result))
 
@@ -453,7 +453,7 @@ class Writer:
         sweep = SweepPurge(position, self.purge_steps.size)
         self._continuations += 1
         origin = item.origin or item.seq
-        # The purge's caller hears of each chunk too (``(rows cleared, more left)``).
+        # The purge's caller hears of each step too (its ``SweepStep``).
         more = Queued(self._next(), sweep, what=item.what, on_result=item.on_result, origin=origin)
         self._push(more)
 
