@@ -228,9 +228,9 @@ class SQLiteStore(ProcedureStore):
             log.warning("short-term memory could not checkpoint %r: %s", self.path, exc)
 
     async def checkpointed(self) -> None:
-        """Return once no background checkpoint is running."""
-        if self._checkpoint is not None:
-            await asyncio.shield(self._checkpoint)
+        """Return once no background checkpoint is running (whatever became of it)."""
+        if self._checkpoint is not None and not self._checkpoint.done():
+            await asyncio.wait({self._checkpoint})
 
     @property
     def held_keys(self) -> int:
