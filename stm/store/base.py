@@ -435,8 +435,8 @@ class PurgeResult:
 class SweepStep(NamedTuple):
     """What a :class:`SweepPurge` step did: the rows it cleared, whether more is left and,
     once the purge is planned, a page of its ranges in chain order (``told`` on the last
-    page: the pages are all of them) with what that page reaches (the last page also
-    counts the distilled rows of every server the ranges are in)."""
+    page: the pages are all of them) with what that page reaches (each page also counts
+    the distilled rows of the servers it reaches rows in)."""
 
     cleared: int
     more: bool
