@@ -201,13 +201,22 @@ def trace_batches(threshold_ms: float = 15.0) -> None:
 
         async def run(self: object, ops: list[object], _original: object = original) -> object:
             t0 = time.perf_counter()
+            results: object = None
             try:
-                return await _original(self, ops)  # type: ignore[operator]
+                results = await _original(self, ops)  # type: ignore[operator]
+                return results
             finally:
                 ms = (time.perf_counter() - t0) * 1e3
                 if ms > threshold_ms:
                     kinds = Counter(type(op).__name__ for op in ops).most_common()
-                    LONG_BATCHES.append((ms, ", ".join(f"{k} ×{n}" for k, n in kinds)))
+                    text = ", ".join(f"{k} ×{n}" for k, n in kinds)
+                    # A purge's step says which kinds of work it did, at which sizes.
+                    phases = getattr((results or [None])[0], "phases", ())  # type: ignore[index]
+                    if phases:
+                        sizes = getattr(ops[0], "size_of", None)
+                        shares = [f"{p} {sizes(p):.2f}" if sizes else p for p in phases]
+                        text += f" ({', '.join(shares)})"
+                    LONG_BATCHES.append((ms, text))
 
         cls.run = run  # type: ignore[method-assign,assignment]
 

@@ -53,7 +53,7 @@ from .store.base import (
     SweepPurge,
 )
 from .store.faults import is_permanent
-from .timing import LoopScheduler, Scheduler, StepSizer
+from .timing import LoopScheduler, PurgeSteps, Scheduler
 from .writebehind import TouchGuard, WriteBehind, describe
 
 __all__ = ["Writer"]
@@ -85,7 +85,7 @@ class Writer:
         self.pending_deletes = PendingDeletes(journal)
         self.bisection = Bisection(self.counters)
         self.erasures = Erasures(store, scrub_delay, retry_delay)
-        self.purge_steps = StepSizer()
+        self.purge_steps = PurgeSteps()
         self._queue: deque[Queued] = deque()
         # Queued items that continue an earlier one's work.
         self._continuations = 0
@@ -388,8 +388,9 @@ class Writer:
             finally:
                 took = time.perf_counter() - started
                 counters.store_seconds += took
-            if isinstance(items[0].op, PurgeUser | SweepPurge):
-                self.purge_steps.took(took)  # a purge's step is a batch of its own
+            if isinstance(items[0].op, SweepPurge):
+                # A purge's step is a batch of its own; it says which kinds of work it did.
+                self.purge_steps.took(getattr(results[0], "phases", ()), took)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -450,7 +451,8 @@ class Writer:
     def _continue(self, item: Queued, position: int) -> None:
         """Queue the next chunk of the purge ``item`` is (or continues), behind what is
         queued: a purge of many rows never holds other work up for long."""
-        sweep = SweepPurge(position, self.purge_steps.size)
+        steps = self.purge_steps
+        sweep = SweepPurge(position, steps.start, steps.sizes())
         self._continuations += 1
         origin = item.origin or item.seq
         # The purge's caller hears of each step too (its ``SweepStep``).

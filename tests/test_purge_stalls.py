@@ -41,7 +41,7 @@ async def _alice_everywhere(memory: ShortTermMemory) -> None:
 def slow_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plans of one chain per transaction: a purge of Alice takes many steps to plan."""
     monkeypatch.setattr(chains, "SEED_CHUNK", 1)
-    monkeypatch.setattr(chains, "PLAN_CHAINS", 1)
+    monkeypatch.setattr(chains, "FOLLOW_CHUNK", 1)
 
 
 @pytest.mark.usefixtures("slow_plans")
@@ -109,35 +109,49 @@ async def test_each_step_of_a_purge_is_a_transaction_of_its_own(
 async def test_a_purge_takes_smaller_steps_after_slow_ones(
     config: STMConfig, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each step of a purge is sized by how long the last one held the write lock: after
-    steps slower than the target, the next take a smaller share of their chunks, down to
-    the floor, and the purge still clears everything it reaches."""
+    """Each kind of work of a purge's steps is sized by how long the last steps of that
+    kind held the write lock: after steps slower than the target, the next of the same
+    kind take a smaller share of their chunks, down to the floor, while the first step of
+    another kind starts at the starting share, not at the size the last kind ended at;
+    the purge still clears everything it reaches."""
     monkeypatch.setattr(chains, "SWEEP_CHUNK", 4)
+    monkeypatch.setattr(chains, "FINISH_CHUNK", 2)
     memory, store = await faulty_memory(config, clock=clock)
     try:
         await _alice_everywhere(memory)
-        sizes: list[float] = []
+        sized: list[tuple[str, float]] = []  # (kind of work, the share it was asked for)
         inner_run = store.inner.run
 
         async def spy(ops: Sequence[Op]) -> list[object]:
-            sizes.extend(op.size for op in ops if isinstance(op, SweepPurge))
-            return await inner_run(ops)
+            results = await inner_run(ops)
+            for op, result in zip(ops, results, strict=True):
+                if isinstance(op, SweepPurge) and isinstance(result, SweepStep):
+                    sized.extend((phase, op.size_of(phase)) for phase in result.phases)
+            return results
 
         monkeypatch.setattr(store.inner, "run", spy)
         steps = memory.writer.purge_steps
         steps.target = 0.0  # every step took too long
         await memory.purge(ALICE)
-        assert len(sizes) >= 3, sizes
-        assert sizes[0] == 0.5 and sizes == sorted(sizes, reverse=True)
-        assert min(sizes) == steps.floor
+        by_kind: dict[str, list[float]] = {}
+        for phase, size in sized:
+            by_kind.setdefault(phase, []).append(size)
+        clears, finishes = by_kind["clear"], by_kind["finish"]
+        assert len(clears) >= 3 and len(finishes) >= 3, sized
+        for sizes in (clears, finishes):
+            assert sizes[0] == steps.start > 1 / 16, sized
+            assert sizes == sorted(sizes, reverse=True) and min(sizes) == 1 / 16, sized
+        # The first finishing step came after clears had shrunk to the floor.
+        first_finish = sized.index(("finish", steps.start))
+        assert ("clear", 1 / 16) in sized[:first_finish], sized
         for channel in CHANNELS:
             entry = await memory.get_entry(f"shortterm:server:{SERVER}:{channel}")
             assert entry is None or entry.summary is None
         # Steps quicker than the target grow again, to the full chunks at most.
         steps.target = 1e9
         for _ in range(8):
-            steps.took(0.001)
-        assert steps.size == 1.0
+            steps.took(["clear"], 0.001)
+        assert dict(steps.sizes())["clear"] == 1.0
     finally:
         await memory.close()
 

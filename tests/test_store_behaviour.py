@@ -576,7 +576,7 @@ async def test_a_purge_of_many_rows_is_cleared_in_chunks_and_hidden_meanwhile(
     (refused,) = await store.run(saves(row(shared), shown=(1,)))
     assert refused == Overtaken(result.position)
     (swept,) = await store.run([SweepPurge(result.position)])
-    assert swept == SweepStep(len(rows) + 1 - chains.SWEEP_CHUNK, False)
+    assert swept == SweepStep(len(rows) + 1 - chains.SWEEP_CHUNK, False, phases=("clear", "finish"))
     assert await store.pending_sweeps() == []
     (saved,) = await store.run(saves(row(shared), shown=(1,)))
     assert isinstance(saved, Saved) and saved.pin.chain != 1
@@ -601,6 +601,36 @@ async def test_a_smaller_step_of_a_purge_clears_a_smaller_chunk(store: Any) -> N
     assert quarter < chains.SWEEP_CHUNK
     assert max(steps) == quarter
     assert cleared == len(rows)
+    got = await load(store, *(r.key for r in rows))
+    assert all(r.summary is None for r in got.values())
+
+
+async def test_each_kind_of_work_of_a_purge_step_takes_its_own_share(store: Any) -> None:
+    """A step's clears take the share asked for clears and its finishing the share asked
+    for finishing; a share given for another kind changes neither; each step says which
+    kinds of work it did."""
+    from stm.store import chains
+
+    rows = [row(user_key(u, 10), server_id=100) for u in range(100, 3 * chains.SWEEP_CHUNK)]
+    await store.run([s for r in rows for s in saves(r, shown=(7, 1))])
+    (result,) = await store.run([PurgeUser(7, 100, "direct")])
+    quarter = chains.scaled(chains.SWEEP_CHUNK, 0.25)
+    sizes = (("page", 1.0), ("clear", 0.25), ("finish", 1.0))
+    (step,) = await store.run([SweepPurge(result.position, 1.0, sizes)])
+    kinds = list(step.phases)
+    while "clear" not in step.phases:  # planned and told first
+        assert step.cleared == 0 and step.more
+        (step,) = await store.run([SweepPurge(result.position, 1.0, sizes)])
+        kinds.extend(step.phases)
+    assert kinds[0] in ("seed", "follow") and "page" in kinds
+    assert (step.cleared, step.more, step.phases) == (quarter, True, ("clear",))
+    # A share for another kind of work leaves clears at the full chunk.
+    (step,) = await store.run([SweepPurge(result.position, 1.0, (("page", 0.25),))])
+    assert quarter < step.cleared <= chains.SWEEP_CHUNK
+    while step.more:
+        (step,) = await store.run([SweepPurge(result.position, 1.0, (("clear", 0.25),))])
+        assert step.cleared <= quarter and step.phases[0] in ("clear", "finish")
+    assert step.phases[-1] == "finish"
     got = await load(store, *(r.key for r in rows))
     assert all(r.summary is None for r in got.values())
 
@@ -707,7 +737,7 @@ async def test_where_a_purge_everywhere_may_reach_includes_memberships_without_a
     from stm.store import chains
 
     monkeypatch.setattr(chains, "SEED_CHUNK", 1)
-    monkeypatch.setattr(chains, "PLAN_CHAINS", 1)
+    monkeypatch.setattr(chains, "FOLLOW_CHUNK", 1)
     for server in (100, 200, 300):
         for channel in (10, 11):
             await store.run(saves(row(server_key(server, channel)), shown=(7,)))

@@ -4,7 +4,7 @@ last one took."""
 
 from __future__ import annotations
 
-from stm.timing import MAX_BACKOFF, Backoff, StepSizer
+from stm.timing import MAX_BACKOFF, Backoff, PurgeSteps, StepSizer
 
 
 def test_waits_double_up_to_the_cap_and_reset_on_success() -> None:
@@ -33,3 +33,14 @@ def test_a_step_size_follows_how_long_steps_take() -> None:
     for _ in range(10):
         sizer.took(0.0)
     assert sizer.size == 1.0  # never past the full chunks
+
+
+def test_each_kind_of_a_purge_step_is_sized_on_its_own() -> None:
+    steps = PurgeSteps(target=0.02, start=0.25)
+    assert steps.sizes() == ()
+    steps.took(["clear"], 0.04)  # a slow clear halves the next clear only
+    steps.took(["page"], 0.005)  # a quick page doubles the next page only
+    assert dict(steps.sizes()) == {"clear": 0.125, "page": 0.5}
+    assert steps.sizer("finish").size == 0.25  # a kind not seen yet starts at ``start``
+    steps.took(["clear", "finish"], 0.04)  # a step of two kinds counts against both
+    assert dict(steps.sizes()) == {"clear": 0.0625, "page": 0.5, "finish": 0.125}

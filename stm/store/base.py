@@ -71,6 +71,7 @@ from ..lineage import Erasure, Lineage, Pin, Range
 __all__ = [
     "MESSAGE_KINDS",
     "PROVENANCE_TABLES",
+    "PURGE_PHASES",
     "Change",
     "ChangeKind",
     "CheckReport",
@@ -89,6 +90,7 @@ __all__ = [
     "Op",
     "Overtaken",
     "PreviewPurge",
+    "PurgePhase",
     "PurgePreview",
     "PurgeResult",
     "PurgeUser",
@@ -432,17 +434,27 @@ class PurgeResult:
         return bool(self.removed or self.cleared)
 
 
+# The kinds of work a purge's later steps do, in the order a purge does them: seed its
+# plan from the user's memberships, follow the edges of the chains reached, tell its
+# ranges a page at a time, clear their rows, finish their chains. A unit of each costs
+# differently, so the writer sizes each kind on its own (``SweepPurge.sizes``).
+PurgePhase = Literal["seed", "follow", "page", "clear", "finish"]
+PURGE_PHASES: tuple[PurgePhase, ...] = ("seed", "follow", "page", "clear", "finish")
+
+
 class SweepStep(NamedTuple):
     """What a :class:`SweepPurge` step did: the rows it cleared, whether more is left and,
     once the purge is planned, a page of its ranges in chain order (``told`` on the last
     page: the pages are all of them) with what that page reaches (each page also counts
-    the distilled rows of the servers it reaches rows in)."""
+    the distilled rows of the servers it reaches rows in); ``phases``, the kinds of work
+    it did, in order (a step that ends one kind may go on with the next)."""
 
     cleared: int
     more: bool
     ranges: tuple[Range, ...] | None = None
     reach: PurgePreview | None = None
     told: bool = False
+    phases: tuple[PurgePhase, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,8 +465,17 @@ class SweepPurge:
 
     position: int
     # The share of each chunk this step takes (at most 1): the writer sizes steps by how
-    # long the last ones held the write lock.
+    # long the last ones held the write lock. ``sizes`` gives the share of each kind of
+    # work on its own (``PurgePhase``); a kind it does not name takes ``size``.
     size: float = 1.0
+    sizes: tuple[tuple[str, float], ...] = ()
+
+    def size_of(self, phase: PurgePhase) -> float:
+        """The share of its chunk the work of ``phase`` takes in this step."""
+        for named, size in self.sizes:
+            if named == phase:
+                return size
+        return self.size
 
 
 @dataclass(frozen=True, slots=True)

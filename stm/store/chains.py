@@ -33,12 +33,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from ..lineage import Erasure, Lineage, Pin, PurgePlanner, Range, merge_edges
-from .base import Change, Guard, PurgePreview, PurgeResult, SaveDistilled, SweepStep
+from .base import (
+    Change,
+    Guard,
+    PurgePhase,
+    PurgePreview,
+    PurgeResult,
+    SaveDistilled,
+    SweepStep,
+)
 
 __all__ = [
     "PREVIEW_TABLES",
@@ -73,12 +81,11 @@ _T = TypeVar("_T")
 SWEEP_CHUNK = 60
 # Chains a purge's plan takes from the user's memberships per step, chains whose edges it
 # follows per step (each marked twice: costlier than a seed), and the steps it takes per
-# transaction.
+# transaction: at most a chunk of each kind's work, seeds and follows counted together
+# (half a chunk of seeds and half of follows make one).
 SEED_CHUNK = 1000
 FOLLOW_CHUNK = 500
 PLAN_STEPS = 4
-# Seeds and frontier chains a transaction plans at most (then the next step goes on).
-PLAN_CHAINS = FOLLOW_CHUNK
 # Ranges a purge of wide reach tells, with what they reach, per transaction.
 REACH_PAGE = 2000
 # Chains a purge finishes per transaction once their rows are cleared (three statements
@@ -95,6 +102,17 @@ FIRST_STEP_SIZE = 0.1
 def scaled(chunk: int, size: float) -> int:
     """``chunk`` scaled by ``size`` (at most 1): at least one."""
     return max(1, min(chunk, round(chunk * size)))
+
+
+# The share of its chunk each kind of a step's work takes (see ``SweepPurge.size_of``).
+Sizing = Callable[[PurgePhase], float]
+
+
+def _sizing(size: float | Sizing) -> Sizing:
+    """``size`` as a share per kind of work: one share for every kind, when a number."""
+    if callable(size):
+        return size
+    return lambda _phase: size
 
 
 Mode = Literal["one", "all", "exec", "many", "count"]
@@ -456,13 +474,13 @@ def _plan_step(
     position: int,
     chunk: int | None = None,
     follow: int | None = None,
-    work: list[int] | None = None,
+    work: list[tuple[PurgePhase, int]] | None = None,
 ) -> Procedure[bool | None]:
     """The next step of planning the purge at ``position``: seed up to ``chunk`` more
     chains from the user's memberships, or follow the edges of up to ``follow`` chains
     reached. True once every range is known (a purge recorded before plans were staged
     always is); None after a full chunk of seeds (enough for one transaction); False
-    otherwise. ``work`` is given how many chains it seeded or followed."""
+    otherwise. ``work`` is given how many chains it seeded or followed, by kind."""
     work = [] if work is None else work
     state = yield Step(_PLAN_STATE, {"position": position}, "one")
     if state is None or state[3]:
@@ -474,14 +492,14 @@ def _plan_step(
         sql = _SEED.format(server="" if server is None else " AND c.server_id = :server")
         params = {"position": position, "user": user, "server": server, "cursor": cursor}
         seeded = yield Step(sql, {**params, "limit": chunk}, "count")
-        work.append(int(seeded))
+        work.append(("seed", int(seeded)))
         if seeded == chunk:
             yield Step(_SEEDED, {"position": position}, "exec")
             return None
         yield Step(_ALL_SEEDED, {"position": position}, "exec")
     # Every seed is in: follow the edges the policy follows, a round per step.
     frontier = yield Step(_FRONTIER, {"position": position, "limit": follow}, "count")
-    work.append(int(frontier))
+    work.append(("follow", int(frontier)))
     if frontier:
         reach = _REACH.format(own=" AND e.own = 1" if erasure == "direct" else "")
         yield Step(reach, {"position": position}, "exec")
@@ -491,20 +509,30 @@ def _plan_step(
     return True
 
 
-def _plan_steps(position: int, size: float = 1.0) -> Procedure[bool]:
-    """Up to ``PLAN_STEPS`` steps of planning, fewer once they seeded or followed
-    ``PLAN_CHAINS`` chains (both scaled by ``size``); True once the purge is planned."""
-    work: list[int] = []
-    chunk, follow = scaled(SEED_CHUNK, size), scaled(FOLLOW_CHUNK, size)
-    for _ in range(PLAN_STEPS):
-        step = yield from _plan_step(position, chunk, follow, work)
-        if step is None:
-            return False
-        if step:
-            return True
-        if sum(work) >= scaled(PLAN_CHAINS, size):
-            return False
-    return False
+def _plan_steps(
+    position: int, size: float | Sizing = 1.0, phases: list[PurgePhase] | None = None
+) -> Procedure[bool]:
+    """Up to ``PLAN_STEPS`` steps of planning, fewer once they seeded and followed a
+    chunk's worth of chains (``SEED_CHUNK`` and ``FOLLOW_CHUNK``, each scaled by its own
+    ``size``); True once the purge is planned. ``phases`` is given the kinds it did."""
+    size_of = _sizing(size)
+    chunk = scaled(SEED_CHUNK, size_of("seed"))
+    follow = scaled(FOLLOW_CHUNK, size_of("follow"))
+    work: list[tuple[PurgePhase, int]] = []
+    try:
+        for _ in range(PLAN_STEPS):
+            step = yield from _plan_step(position, chunk, follow, work)
+            if step is None:
+                return False
+            if step:
+                return True
+            spent = sum(n / (chunk if kind == "seed" else follow) for kind, n in work)
+            if spent >= 1:
+                return False
+        return False
+    finally:
+        if phases is not None:
+            phases.extend(dict.fromkeys(kind for kind, _ in work))
 
 
 def _plan_here(user: int, server: int | None, erasure: Erasure, position: int) -> Procedure[None]:
@@ -590,7 +618,7 @@ def _page(position: int, user: int, after: int, size: float = 1.0) -> Procedure[
     yield Step(_TOLD, {"position": position, "told": told}, "exec")
     distilled = yield from _distilled_in(by_server)
     reach = PurgePreview(0, sum(by_server.values()), by_server, distilled)
-    return SweepStep(0, True, ranges, reach, told == _TOLD_REACH)
+    return SweepStep(0, True, ranges, reach, told == _TOLD_REACH, ("page",))
 
 
 def _server(server_id: Any) -> int | None:
@@ -607,18 +635,22 @@ def _distilled_in(servers: Iterable[int | None]) -> Procedure[dict[int | None, i
     return distilled
 
 
-def sweep(position: int, size: float = 1.0) -> Procedure[SweepStep]:
+def sweep(position: int, size: float | Sizing = 1.0) -> Procedure[SweepStep]:
     """The next step of the purge at ``position``: plan further while it is not planned;
     then tell a page of its ranges and what they reach, until all is told; then clear up
     to ``SWEEP_CHUNK`` of its rows; once none is left, finish up to ``FINISH_CHUNK`` of its
     chains (end them, and forget the purged user as their member: the user is read off the
     purge's change, and if the feed no longer has it, garbage collection drops those rows
-    with their chains). Every chunk is scaled by ``size``: each step's work is bounded."""
-    chunk = scaled(SWEEP_CHUNK, size)
+    with their chains). Every chunk is scaled by ``size``, the share of its own kind of
+    work (``PurgePhase``) when it is a function: each step's work is bounded."""
+    size_of = _sizing(size)
+    chunk = scaled(SWEEP_CHUNK, size_of("clear"))
     state = yield Step(_PLAN_STATE, {"position": position}, "one")
     if state is not None and not state[3]:
-        yield from _plan_steps(position, size)
-        return SweepStep(0, True)  # once planned, the next steps tell its ranges
+        phases: list[PurgePhase] = []
+        yield from _plan_steps(position, size_of, phases)
+        # Once planned, the next steps tell its ranges.
+        return SweepStep(0, True, phases=tuple(phases))
     told = _TOLD_REACH if state is None else int(state[4])
     if told != _TOLD_REACH:
         # Planned (_SEEDED_ALL), told through a chain, or told whole by an earlier
@@ -626,10 +658,12 @@ def sweep(position: int, size: float = 1.0) -> Procedure[SweepStep]:
         # purge ignores them).
         assert state is not None
         after = told if told >= 0 else 0
-        return (yield from _page(position, int(state[0]), after, size))
+        return (yield from _page(position, int(state[0]), after, size_of("page")))
     first, last, ranges = yield Step(_WINDOW, {"position": position, "limit": chunk}, "one")
     ids: list[Any] = []
+    done: tuple[PurgePhase, ...] = ()
     if ranges:
+        done = ("clear",)
         window = {"position": position, "first": first, "last": last}
         ids = yield Step(_TO_CLEAR, {**window, "limit": chunk}, "all")
         if ids:
@@ -638,8 +672,9 @@ def sweep(position: int, size: float = 1.0) -> Procedure[SweepStep]:
         through = ids[-1][1] if len(ids) == chunk else int(last) + 1
         yield Step(_CLEARED, {**window, "chain": through}, "exec")
         if len(ids) == chunk or ranges == chunk:
-            return SweepStep(len(ids), True)
-    finish = scaled(FINISH_CHUNK, size)
+            return SweepStep(len(ids), True, phases=done)
+    done += ("finish",)
+    finish = scaled(FINISH_CHUNK, size_of("finish"))
     finishing = yield Step(_TO_FINISH, {"position": position, "limit": finish}, "all")
     chains = [{"chain": row[0], "position": position} for row in finishing]
     if chains:
@@ -649,9 +684,9 @@ def sweep(position: int, size: float = 1.0) -> Procedure[SweepStep]:
         yield Step(_FORGET_MEMBER, chains, "many")
         yield Step(_FINISHED, chains, "many")
     if len(chains) == finish:
-        return SweepStep(len(ids), True)
+        return SweepStep(len(ids), True, phases=done)
     yield Step(_DONE, {"position": position}, "exec")
-    return SweepStep(len(ids), False)
+    return SweepStep(len(ids), False, phases=done)
 
 
 def ranges_of(position: int) -> Procedure[tuple[Range, ...]]:

@@ -301,8 +301,8 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
         case PurgeUser(user_id, server_id, erasure):
             position = yield Position(("purge_user", None, None, None, user_id, server_id))
             return (yield from chains.purge(user_id, server_id, erasure, position))
-        case SweepPurge(position, size):
-            return (yield from chains.sweep(position, size))
+        case SweepPurge(position):
+            return (yield from chains.sweep(position, op.size_of))
         case PreviewPurge(user_id, server_id, erasure):
             return (yield from chains.preview(user_id, server_id, erasure))
         case DeleteExpired(crude_before, summary_before):
