@@ -34,10 +34,12 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.common import bare_schema, credit
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
+from stm.store.base import Op, PurgeUser, Scrub, SweepPurge
 
 USERS_PER_SERVER = 100
 ROWS_PER_USER = 5  # user-scoped rows per user; as many server-scoped rows again
@@ -236,6 +238,24 @@ async def measure(path: Path | str, users: int, purges: int, blast: int = 0) -> 
     memory = await ShortTermMemory.open(config)
     latencies: list[tuple[float, float]] = []  # (start, seconds)
     stop = asyncio.Event()
+    # When the store ran a purge's transactions (its steps, and the erasure after them):
+    # the time an upgrade spent while one ran is the time it waited behind the purge.
+    purge_work: list[tuple[float, float]] = []
+    run = memory.store.run
+
+    async def timed_run(ops: Sequence[Op]) -> list[object]:
+        t0 = time.perf_counter()
+        try:
+            return await run(ops)
+        finally:
+            if any(isinstance(op, PurgeUser | SweepPurge | Scrub) for op in ops):
+                purge_work.append((t0, time.perf_counter()))
+
+    memory.store.run = timed_run  # type: ignore[method-assign]
+
+    def waited(t: float, s: float) -> float:
+        """How long the upgrade that began at ``t`` and took ``s`` waited behind a purge."""
+        return sum(max(0.0, min(t + s, end) - max(t, begin)) for begin, end in purge_work)
 
     async def upgrader() -> None:
         n = 0
@@ -281,6 +301,10 @@ async def measure(path: Path | str, users: int, purges: int, blast: int = 0) -> 
                 "blast_plan_ms": (planned - t0) * 1e3,
                 "blast_purge_flush_ms": (t1 - t0) * 1e3,
                 "blast_stall_max_ms": max(s for t, s in latencies if t + s >= t0 and t <= t1) * 1e3,
+                "blast_wait_max_ms": max(
+                    waited(t, s) for t, s in latencies if t + s >= t0 and t <= t1
+                )
+                * 1e3,
                 "blast_stall_max_during_plan_ms": max(during_plan, default=0.0) * 1e3,
             }
         rng = random.Random(3)
@@ -302,10 +326,12 @@ async def measure(path: Path | str, users: int, purges: int, blast: int = 0) -> 
         return [s for t, s in latencies if t + s >= a and t <= b]
 
     base, purged = during(base_from, base_to), during(window_from, window_to)
+    waits = [waited(t, s) for t, s in latencies if t + s >= window_from and t <= window_to]
     return {
         "baseline_max_ms": max(base) * 1e3,
         "baseline_p50_ms": statistics.median(base) * 1e3,
         "stall_max_ms": max(purged) * 1e3,
+        "wait_max_ms": max(waits) * 1e3,
         "stall_p50_ms": statistics.median(purged) * 1e3,
         "purge_flush_p50_ms": statistics.median(purge_times) * 1e3,
         "purge_flush_max_ms": max(purge_times) * 1e3,

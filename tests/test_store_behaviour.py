@@ -661,6 +661,25 @@ async def test_a_purge_whose_rows_are_cleared_but_chains_not_finished_is_resumed
     assert await store.pending_sweeps() == []
 
 
+async def test_the_distilled_rows_of_many_servers_are_counted_a_few_servers_a_statement(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge's share is of each server's distilled rows: counted right when the servers
+    it reaches take several statements, and the rows of other servers are not counted."""
+    from stm.store import chains
+
+    monkeypatch.setattr(chains, "SERVERS_PER_COUNT", 2)
+    for server in (100, 200, 300, 400, 500):
+        for channel in range(server // 100):
+            await store.run(saves(row(server_key(server, channel)), shown=(7,)))
+    await store.run(saves(row(server_key(600, 1)), shown=(8,)))  # a server 7 is not in
+    (preview,) = await store.run([PreviewPurge(7, None, "direct")])
+    assert preview.distilled_by_server == {100: 1, 200: 2, 300: 3, 400: 4, 500: 5}
+    (done,) = await store.run([PurgeUser(7, None, "direct")])
+    assert done.reach is not None
+    assert done.reach.distilled_by_server == preview.distilled_by_server
+
+
 async def test_a_preview_counts_what_a_purge_would_clear(store: Any) -> None:
     await _three_channels(store)
     await store.run(saves(row(user_key(7, 10), server_id=100), shown=(7,)))
