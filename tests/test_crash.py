@@ -206,9 +206,46 @@ def within(actual: Model, most: Model, least: Model) -> bool:
     )
 
 
-async def _open_and_close(db_path: Path) -> None:
-    memory = await ShortTermMemory.open(STMConfig(database=str(db_path)))
+async def _open_and_close(database: str) -> None:
+    memory = await ShortTermMemory.open(STMConfig(database=database))
     await memory.close()
+
+
+def check_cycle(
+    actual: Model,
+    identities: list[Identity],
+    baseline: Model,
+    events: list[dict[str, Any]],
+    carried: list[dict[str, Any]],
+    pending: list[dict[str, Any]],
+    history: History,
+    where: str,
+) -> list[dict[str, Any]]:
+    """Check the database's state after a kill (``actual``, ``identities``) against the
+    writer's log of this cycle (``events``), what the last cycle left (``baseline``, and
+    the purges it left pending, ``carried``) and what the database now holds as pending
+    (``pending``, returned to carry into the next cycle)."""
+    in_flight = next((e for e in reversed(events) if e["e"] != "capture"), None)
+    if not carried and (in_flight is None or in_flight["e"] != "purge"):
+        allowed = expected_states(baseline, events)  # nothing can be in part
+        assert summaries(actual) in [summaries(m) for m in allowed], where
+    bounds = state_bounds(baseline, events, carried)
+    assert any(within(actual, most, least) for most, least in bounds), where
+    if not pending:
+        assert any(
+            summaries(actual) == summaries(most) or summaries(actual) == summaries(least)
+            for most, least in bounds
+        ), f"a purge in part, not pending {where}"
+    for identity in identities:
+        deleted_at = history.last_completed_delete(identity)
+        assert history.last_write(identity[0]) > deleted_at, f"{identity[0]} came back {where}"
+    return pending
+
+
+def check_finished(final: Model, baseline: Model, carried: list[dict[str, Any]]) -> None:
+    """After a last open that was not killed: every purge the kills left pending applied."""
+    finished = state_bounds(baseline, [], carried)[0][1]
+    assert summaries(final) == summaries(finished), f"pending purges {carried} not finished"
 
 
 def pending_purges(db_path: Path) -> list[dict[str, Any]]:
@@ -293,28 +330,15 @@ def test_sigkill_at_random_moments_keeps_every_promise(
         deletes += sum(e["e"] in ("cleared", "purged") for e in events)
         actual, identities = database_state(db_path)
         where = f"(seed {seed}, cycle {cycle}; replay with STM_SEED={seed})"
-        in_flight = next((e for e in reversed(events) if e["e"] != "capture"), None)
-        if not carried and (in_flight is None or in_flight["e"] != "purge"):
-            allowed = expected_states(baseline, events)  # nothing can be in part
-            assert summaries(actual) in [summaries(m) for m in allowed], where
-        bounds = state_bounds(baseline, events, carried)
-        assert any(within(actual, most, least) for most, least in bounds), where
-        carried = pending_purges(db_path)
-        if not carried:
-            assert any(
-                summaries(actual) == summaries(most) or summaries(actual) == summaries(least)
-                for most, least in bounds
-            ), f"a purge in part, not pending {where}"
-        for identity in identities:
-            deleted_at = history.last_completed_delete(identity)
-            assert history.last_write(identity[0]) > deleted_at, f"{identity[0]} came back {where}"
+        carried = check_cycle(
+            actual, identities, baseline, events, carried, pending_purges(db_path), history, where
+        )
         baseline = actual
     # A last open, not killed, finishes every purge the kills left pending.
-    asyncio.run(_open_and_close(db_path))
+    asyncio.run(_open_and_close(str(db_path)))
     assert pending_purges(db_path) == []
     final, _ = database_state(db_path)
-    finished = state_bounds(baseline, [], carried)[0][1]
-    assert summaries(final) == summaries(finished), f"pending purges {carried} not finished"
+    check_finished(final, baseline, carried)
     with capsys.disabled():
         print(
             f"\ncrash safety: {cycles} SIGKILL cycles, {acks} acknowledged upgrades and "
