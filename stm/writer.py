@@ -106,11 +106,12 @@ class Writer:
             self._push(
                 Queued(self._next(), op, what=_describe(op), journal_id=pending.id, journaled=True)
             )
+        steps = self.purge_steps
         for position in sweeps:
-            # A purge whose later chunks a stopped process left: finish it first.
-            self._push(
-                Queued(self._next(), SweepPurge(position), what=_describe(SweepPurge(position)))
-            )
+            # A purge whose later chunks a stopped process left: finish it first, its steps
+            # sized as any other purge's.
+            sweep = SweepPurge(position, steps.start, steps.sizes())
+            self._push(Queued(self._next(), sweep, what=_describe(sweep)))
         self._task = asyncio.get_running_loop().create_task(self._run(), name="stm-writer")
         self._task.add_done_callback(self._stopped)
 

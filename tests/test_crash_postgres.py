@@ -42,28 +42,43 @@ from test_crash import (
 
 from stm.store.shred import open_sealed_text
 
+# The other sessions on the test's database: a killed writer's backend may still be
+# committing what it had sent.
+OTHER_SESSIONS = (
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
 
-def database_state(url: str) -> tuple[Model, list[Identity]]:
-    """What the database holds, as the model states it (as test_crash.database_state)."""
 
-    async def read() -> tuple[list[Any], list[Any]]:
+def database_state(url: str) -> tuple[Model, list[Identity], list[dict[str, Any]]]:
+    """What the database holds, as the model states it (as test_crash.database_state), and
+    the purges it holds as pending: read in one snapshot, once no other session is left."""
+
+    async def read() -> tuple[list[Any], list[Any], list[Any]]:
         import asyncpg
 
         conn = await asyncpg.connect(url)
         try:
-            rows = await conn.fetch(
-                "SELECT m.id, m.key, m.scope, m.user_id, m.server_id, m.channel_id, m.summary, "
-                "k.key FROM short_term_memories m LEFT JOIN stm_keys k ON k.slot = m.key_slot"
-            )
-            members = await conn.fetch(
-                "SELECT c.member, m.id FROM short_term_memories m JOIN stm_chain_members c "
-                "ON c.chain_id = m.chain_id AND c.first <= m.chain_version"
-            )
-            return list(rows), list(members)
+            for _ in range(500):
+                if not await conn.fetchval(OTHER_SESSIONS):
+                    break
+                await asyncio.sleep(0.02)
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                rows = await conn.fetch(
+                    "SELECT m.id, m.key, m.scope, m.user_id, m.server_id, m.channel_id, "
+                    "m.summary, k.key FROM short_term_memories m "
+                    "LEFT JOIN stm_keys k ON k.slot = m.key_slot"
+                )
+                members = await conn.fetch(
+                    "SELECT c.member, m.id FROM short_term_memories m JOIN stm_chain_members c "
+                    "ON c.chain_id = m.chain_id AND c.first <= m.chain_version"
+                )
+                pending = await conn.fetch(PENDING_PURGES)
+            return list(rows), list(members), list(pending)
         finally:
             await conn.close()
 
-    rows, members = asyncio.run(read())
+    rows, members, pending = asyncio.run(read())
     contributors: dict[int, set[int]] = {}
     for user, memory_id in members:
         contributors.setdefault(memory_id, set()).add(user)
@@ -75,22 +90,8 @@ def database_state(url: str) -> tuple[Model, list[Identity]]:
     identities = [
         (key, scope, user, server, channel) for _, key, scope, user, server, channel, *_ in rows
     ]
-    return model, identities
-
-
-def pending_purges(url: str) -> list[dict[str, Any]]:
-    """The purges the database holds as pending, as the writer logs a purge."""
-
-    async def read() -> list[Any]:
-        import asyncpg
-
-        conn = await asyncpg.connect(url)
-        try:
-            return list(await conn.fetch(PENDING_PURGES))
-        finally:
-            await conn.close()
-
-    return [{"e": "purge", "user": user, "server": server} for user, server in asyncio.run(read())]
+    purges = [{"e": "purge", "user": user, "server": server} for user, server in pending]
+    return model, identities, purges
 
 
 @pytest.mark.slow
@@ -131,9 +132,8 @@ def test_sigkill_at_random_moments_on_postgres(
         history.events.extend(events)
         acks += sum(e["e"] == "ack" for e in events)
         deletes += sum(e["e"] in ("cleared", "purged") for e in events)
-        actual, identities = database_state(postgres_url)
+        actual, identities, pending = database_state(postgres_url)
         where = f"(seed {seed}, cycle {cycle}; replay with STM_SEED={seed})"
-        pending = pending_purges(postgres_url)
         carried = check_cycle(
             actual, identities, baseline, events, carried, pending, history, where
         )
@@ -141,8 +141,8 @@ def test_sigkill_at_random_moments_on_postgres(
     # A last open, not killed, with the writers' journal, finishes every pending purge.
     monkeypatch.setenv("XDG_STATE_HOME", env["XDG_STATE_HOME"])
     asyncio.run(_open_and_close(postgres_url))
-    assert pending_purges(postgres_url) == []
-    final, _ = database_state(postgres_url)
+    final, _, left = database_state(postgres_url)
+    assert left == []
     check_finished(final, baseline, carried)
     with capsys.disabled():
         print(

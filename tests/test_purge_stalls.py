@@ -243,3 +243,34 @@ async def test_a_purge_is_pending_until_the_last_page_of_its_ranges(
         assert purge.ranges is not None and len(purge.ranges) == sum(n for _, n in seen)
     finally:
         await memory.close()
+
+
+async def test_a_purge_resumed_at_start_takes_steps_of_the_starting_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A purge a stopped process left is resumed by the next one's writer in steps sized
+    as any other purge's: its first step takes the starting share of each kind's chunk,
+    not the full chunks."""
+    from stm.store.sqlite import SQLiteStore
+    from stm.writer import Writer
+
+    store = await SQLiteStore.open(":memory:")
+    asked: list[SweepPurge] = []
+    inner_run = store.run
+
+    async def spy(ops: Sequence[Op]) -> list[object]:
+        asked.extend(op for op in ops if isinstance(op, SweepPurge))
+        return await inner_run(ops)
+
+    monkeypatch.setattr(store, "run", spy)
+    writer = Writer(store, write_behind=3600, retry_delay=3600)
+    writer.start([71])  # no such purge: the step finds nothing and ends
+    try:
+        await writer.flush()
+        (first,) = asked
+        start = writer.purge_steps.start
+        assert start < 1.0
+        assert all(first.size_of(kind) == start for kind in ("seed", "page", "clear", "finish"))
+    finally:
+        await writer.close()
+        await store.close()

@@ -851,3 +851,21 @@ async def test_the_plans_of_finished_purges_go_with_the_feed(store: Any) -> None
     assert await store.purge_ranges(result.position) == ()
     assert await store.execute("SELECT count(*) FROM stm_purge_ranges") == [(0,)]
     assert await store.execute("SELECT count(*) FROM stm_purges") == [(0,)]
+
+
+def test_counting_the_distilled_rows_of_any_number_of_servers_takes_few_statement_texts() -> None:
+    """Every number of servers up to a statement's bound is counted with one of a few
+    statement texts (PostgreSQL prepares each text once), each server once."""
+    from stm.store import chains
+
+    texts: set[str] = set()
+    for count in range(1, chains.SERVERS_PER_COUNT + 1):
+        servers = list(range(1000, 1000 + count))
+        procedure = chains._distilled_in([*servers, None])
+        step = next(procedure)
+        texts.add(step.sql)
+        assert sorted(set(step.params.values())) == servers
+        with pytest.raises(StopIteration) as done:
+            procedure.send([(server, 1) for server in servers])
+        assert done.value.value == dict.fromkeys(servers, 1)
+    assert len(texts) <= 5

@@ -81,13 +81,14 @@ _T = TypeVar("_T")
 SWEEP_CHUNK = 60
 # Chains a purge's plan takes from the user's memberships per step, chains whose edges it
 # follows per step (each marked twice: costlier than a seed), and the steps it takes per
-# transaction: at most a chunk of each kind's work, seeds and follows counted together
-# (half a chunk of seeds and half of follows make one).
+# transaction: steps go on until a chunk's worth of work is spent, seeds and follows
+# counted together (half a chunk of seeds and half of follows make one), so a transaction
+# does less than two chunks' worth.
 SEED_CHUNK = 1000
 FOLLOW_CHUNK = 500
 PLAN_STEPS = 4
 # Ranges a purge of wide reach tells, with what they reach, per transaction (a full page
-# of 2,000 held the write lock 32-70 ms at a million rows; one of 500, 32-35 ms at most).
+# of 2,000 held the write lock 32-70 ms at a million rows; one of 500, 36 ms at most).
 REACH_PAGE = 500
 # Chains a purge finishes per transaction once their rows are cleared (three statements
 # each).
@@ -96,7 +97,8 @@ FINISH_CHUNK = 75
 COLLECT_CHUNK = 500
 # The share of the chunks above a purge's first transaction takes: a purge of a few
 # memberships still plans, clears and finishes in it; one of wide reach says where it
-# reaches sooner. Later steps take the share the writer asks for (``SweepPurge.size``).
+# reaches sooner. Later steps take the share the writer asks for each kind of work
+# (``SweepPurge.size_of``).
 FIRST_STEP_SIZE = 0.1
 
 
@@ -345,8 +347,11 @@ _DISTILLED_IN_SERVERS = (
     "SELECT server_id, count(*) FROM short_term_memories "
     "WHERE server_id IN ({servers}) AND chain_id IS NOT NULL GROUP BY server_id"
 )
-# Servers counted per statement at most.
+# Servers counted per statement at most, and the shorter lengths a statement's list is
+# padded to (its last server repeated): five statement texts, each prepared once by
+# PostgreSQL, rather than one per number of servers.
 SERVERS_PER_COUNT = 200
+_COUNT_LENGTHS = (1, 4, 16, 64)
 # Ended chains no row pins any more and no chain was written from: nothing can need them.
 _UNUSED = (
     "SELECT c.id FROM stm_chains c WHERE c.ended = 1 AND NOT EXISTS "
@@ -637,12 +642,12 @@ def _distilled_in(servers: Iterable[int | None]) -> Procedure[dict[int | None, i
     wanted = sorted({server_id for server_id in servers if server_id is not None})
     distilled: dict[int | None, int] = dict.fromkeys(wanted, 0)
     for start in range(0, len(wanted), SERVERS_PER_COUNT):
-        part = {
-            f"server{n}": server_id
-            for n, server_id in enumerate(wanted[start:][:SERVERS_PER_COUNT])
-        }
-        sql = _DISTILLED_IN_SERVERS.format(servers=", ".join(f":{name}" for name in part))
-        for server_id, count in (yield Step(sql, part, "all")):
+        part = wanted[start : start + SERVERS_PER_COUNT]
+        length = next((n for n in _COUNT_LENGTHS if n >= len(part)), SERVERS_PER_COUNT)
+        part += part[-1:] * (length - len(part))  # the same server again: counted once
+        names = {f"server{n}": server_id for n, server_id in enumerate(part)}
+        sql = _DISTILLED_IN_SERVERS.format(servers=", ".join(f":{name}" for name in names))
+        for server_id, count in (yield Step(sql, names, "all")):
             distilled[int(server_id)] = int(count)
     return distilled
 
