@@ -143,6 +143,8 @@ class ShortTermMemory:
         self.config = config
         self.store = store
         self.clock = clock
+        # The feed's changes are stamped by this clock too, as every other time is.
+        store.clock = clock
         self.intent_gate = intent_gate or IntentGate()
         self.scheduler = scheduler or LoopScheduler()
         self.cache = MemoryCache(
@@ -1062,10 +1064,10 @@ class ShortTermMemory:
             DeleteExpired(*self._reads.thresholds()), what="deleting expired rows"
         )
         # The feed's changes are kept long past the coherence bound (a follower that
-        # misses some drops its whole cache); times are the writers' clocks.
+        # misses some drops its whole cache); each change is stamped by its writer's
+        # memory clock (``Store.clock``), and this one's decides what is old.
         await self.store.prune_changes(
-            older_than=time.time()
-            - max(FEED_RETENTION_SECONDS, 100 * self.config.coherence_seconds)
+            older_than=now - max(FEED_RETENTION_SECONDS, 100 * self.config.coherence_seconds)
         )
         return len(expired)
 
