@@ -1065,9 +1065,13 @@ class ShortTermMemory:
         )
         # The feed's changes are kept long past the coherence bound (a follower that
         # misses some drops its whole cache); each change is stamped by its writer's
-        # memory clock (``Store.clock``), and this one's decides what is old.
+        # memory clock (``Store.clock``), and this one's decides what is old. Nothing this
+        # process's own follower has not read goes: when the clock jumps (a test's, a
+        # simulation's), pruning past it would make this process drop its own cache and
+        # refuse every upgrade of a turn that began before its next read.
         await self.store.prune_changes(
-            older_than=now - max(FEED_RETENTION_SECONDS, 100 * self.config.coherence_seconds)
+            older_than=now - max(FEED_RETENTION_SECONDS, 100 * self.config.coherence_seconds),
+            keep_after=self.follower.position,
         )
         return len(expired)
 

@@ -13,7 +13,7 @@ from helpers import StoreOpener, seed_for
 from stm import ShortTermMemory, STMConfig
 from stm.memory import FEED_RETENTION_SECONDS
 from stm.store.base import DeleteChannel
-from stm.testing import Clock
+from stm.testing import Clock, ctx, turn
 
 BOTH_STORES = True
 WRITERS = 4
@@ -81,6 +81,7 @@ async def test_the_feed_keeps_the_memorys_time_stamped_and_pruned_by_its_clock(
     try:
         await memory.set_user_opt_out(7, True)
         await memory.flush()
+        await memory.follower.catch_up()  # the janitor prunes only what it has read
         changes = (await memory.store.read_changes(0)).changes
         assert [(c.kind, c.at) for c in changes] == [("opt_out", clock.now)]
         clock.advance(FEED_RETENTION_SECONDS - 60)
@@ -92,6 +93,43 @@ async def test_the_feed_keeps_the_memorys_time_stamped_and_pruned_by_its_clock(
         clock.advance(120)  # now past the retention, by the memory's clock
         await memory.run_janitor()
         await memory.flush()
+        assert (await memory.store.read_changes(0)).fell_behind
+    finally:
+        await memory.close()
+
+
+async def test_the_janitor_keeps_what_its_own_follower_has_not_read(
+    config: STMConfig, store_kind: str
+) -> None:
+    """A clock that jumps past the feed's retention before this process's follower read
+    its own latest changes: the janitor leaves them, so the next turn's upgrade is not
+    refused and the follower does not drop the cache; once read, they are pruned."""
+    config = config.model_copy(update={"coherence_seconds": 300})  # the follower reads rarely
+    retention = max(FEED_RETENTION_SECONDS, 100 * config.coherence_seconds)
+    clock = Clock(start=1_000_000_000.0)
+    memory = await ShortTermMemory.open(config, clock=clock)
+    try:
+        opened = memory.follower.current_at
+        for _ in range(1000):  # its first read is done: then it waits a quarter bound
+            if memory.follower.current_at != opened:
+                break
+            await asyncio.sleep(0.01)
+        assert memory.follower.current_at != opened
+        await memory.capture(turn(ctx(), "first turn"))
+        assert (await memory.run_tool(ctx(), {"summary": "ONE"})).success
+        await memory.flush()
+        if store_kind == "sqlite":  # PostgreSQL's NOTIFY may wake it for its own commits
+            assert memory.follower.position < await memory.store.current_position()
+        clock.advance(retention + 60)
+        await memory.run_janitor()
+        assert not (await memory.store.read_changes(memory.follower.position)).fell_behind
+        later = ctx(user=2)
+        await memory.capture(turn(later, "a turn after the jump"))
+        assert (await memory.run_tool(later, {"summary": "TWO"})).success
+        await memory.follower.catch_up()
+        assert memory.follower.dropped_caches == 0
+        clock.advance(retention + 60)
+        await memory.run_janitor()
         assert (await memory.store.read_changes(0)).fell_behind
     finally:
         await memory.close()

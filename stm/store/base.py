@@ -696,10 +696,13 @@ class Store(Protocol):
         """The committed changes after position ``after``, oldest first, at most ``limit``."""
         ...
 
-    async def prune_changes(self, *, older_than: float, keep_last: int = 0) -> int:
+    async def prune_changes(
+        self, *, older_than: float, keep_last: int = 0, keep_after: int | None = None
+    ) -> int:
         """Delete changes stamped before ``older_than`` (in the writers' clocks), except
-        the newest ``keep_last``; return how many went. A follower that had not read
-        them learns it from :attr:`FeedPage.fell_behind`."""
+        the newest ``keep_last`` and every change after position ``keep_after`` (when
+        given); return how many went. A follower that had not read them learns it from
+        :attr:`FeedPage.fell_behind`."""
         ...
 
     async def poll_changed(self) -> bool:

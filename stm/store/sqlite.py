@@ -692,9 +692,11 @@ def read_changes(db: sqlite3.Connection, after: int, limit: int) -> FeedPage:
     return _read(db, change_feed.read(after, limit, SQLITE))
 
 
-def prune_changes(db: sqlite3.Connection, older_than: float, keep_last: int) -> int:
+def prune_changes(
+    db: sqlite3.Connection, older_than: float, keep_last: int, keep_after: int | None = None
+) -> int:
     """Delete old changes, remembering the newest position deleted (``feed.prune``)."""
-    return _exclusively(db, change_feed.prune(older_than, keep_last, SQLITE))
+    return _exclusively(db, change_feed.prune(older_than, keep_last, SQLITE, keep_after))
 
 
 def _exclusively(db: sqlite3.Connection, procedure: operations.Procedure[_T]) -> _T:
