@@ -485,6 +485,7 @@ class Upkeep:
         self.next_janitor = clock.now + self.janitor_seconds
         self.janitor_runs = 0
         self.janitor_ms: list[float] = []
+        self.expired_keys = 0  # cache entries the janitor found expired
         self.autovacuum = autovacuum
 
     def turn(self) -> None:
@@ -498,7 +499,7 @@ class Upkeep:
             self.next_janitor += self.janitor_seconds
             t0 = time.perf_counter()
             await self.memory.follower.catch_up()
-            await self.memory.run_janitor()
+            self.expired_keys += await self.memory.run_janitor()
             self.janitor_ms.append((time.perf_counter() - t0) * 1e3)
             self.janitor_runs += 1
         if self.autovacuum is not None:
@@ -513,6 +514,7 @@ class Upkeep:
             "simulated_hours": (self.clock.now - self.started) / 3600,
             "janitor_runs": self.janitor_runs,
             "janitor_ms": _p50_mean(self.janitor_ms),
+            "janitor_expired_keys": self.expired_keys,
         }
         if self.autovacuum is not None:
             out["autovacuum"] = self.autovacuum.report()
@@ -800,7 +802,7 @@ def _point_line(store: str, erasure: str, users: int, p: dict[str, Any]) -> str:
     return (
         f"{store} {erasure} {users} users, {p['turns']:,} turns ({p['seconds']:.1f} s; "
         f"{p.get('simulated_hours', 0):.1f} h simulated, {p.get('janitor_runs', 0)} janitor "
-        "passes"
+        f"passes, {p.get('janitor_expired_keys', 0)} keys expired"
         + (f", {vacuum['vacuums']} autovacuums" if vacuum else "")
         + f"): {p['distilled']} distilled, {p['provenance_rows_per_distilled']:.1f} prov rows "
         f"and {p['provenance_bytes_per_distilled']:,.0f} B per distilled, "
