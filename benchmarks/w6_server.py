@@ -45,7 +45,7 @@ callers, timed.
     python -m benchmarks.w6_server --store sqlite --erasure direct --users 400
     python -m benchmarks.w6_server --store postgresql --erasure complete --users 4000
     python -m benchmarks.w6_server --members 500 1500 5000
-    python -m benchmarks.w6_server --turn-seconds 0   # time stands still (wall-clock W6)
+    python -m benchmarks.w6_server --turn-seconds 0   # the wall clock, as W6 ran before
     python -m benchmarks.run --only W6        # every store, policy and size
 """
 
@@ -56,6 +56,7 @@ import asyncio
 import bisect
 import itertools
 import json
+import math
 import os
 import random
 import sqlite3
@@ -460,6 +461,28 @@ class Autovacuum:
             await self.conn.close()
 
 
+class WallClock:
+    """The memory's clock when time is not simulated (``--turn-seconds 0``): the wall
+    clock, which moves only by the seconds the run takes, as in W6 before it kept time."""
+
+    @property
+    def now(self) -> float:
+        return time.time()
+
+    def __call__(self) -> float:
+        return time.time()
+
+    def advance(self, seconds: float = 0.0) -> None:
+        """Turns take no simulated time."""
+
+
+def memory_clock(turn_seconds: float) -> Any:
+    """Simulated time from now, or the wall clock when turns take no time."""
+    from stm.testing import Clock
+
+    return Clock() if turn_seconds > 0 else WallClock()
+
+
 class Upkeep:
     """Simulated time and what runs on it between turns: the memory's clock moves
     ``turn_seconds`` per turn; every ``janitor_interval_minutes`` of it the janitor runs, as
@@ -482,7 +505,8 @@ class Upkeep:
         self.turn_seconds = turn_seconds
         self.started = clock.now
         self.janitor_seconds = memory.config.janitor_interval_minutes * 60
-        self.next_janitor = clock.now + self.janitor_seconds
+        # On the wall clock the memory's own scheduler keeps the janitor's hours.
+        self.next_janitor = clock.now + self.janitor_seconds if turn_seconds > 0 else math.inf
         self.janitor_runs = 0
         self.janitor_ms: list[float] = []
         self.expired_keys = 0  # cache entries the janitor found expired
@@ -511,7 +535,7 @@ class Upkeep:
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "simulated_hours": (self.clock.now - self.started) / 3600,
+            "simulated_hours": (self.clock.now - self.started) / 3600 if self.turn_seconds else 0.0,
             "janitor_runs": self.janitor_runs,
             "janitor_ms": _p50_mean(self.janitor_ms),
             "janitor_expired_keys": self.expired_keys,
@@ -728,16 +752,14 @@ async def run_server(
     turn_seconds: float = TURN_SECONDS,
     autovacuum: bool = True,
 ) -> dict[str, Any]:
-    from stm.testing import Clock
-
     world = World(users)
     started = time.perf_counter()
-    clock = Clock()  # simulated time, from now
+    clock = memory_clock(turn_seconds)
     async with memory_database(store, f"w6{erasure[0]}{users}") as database:
         memory = await open_memory(database, erasure=erasure, clock=clock)
         vacuum = (
             await Autovacuum.open(database, clock.now)
-            if autovacuum and store == "postgresql"
+            if autovacuum and store == "postgresql" and turn_seconds > 0
             else None
         )
         upkeep = Upkeep(memory, clock, turn_seconds, vacuum)
@@ -839,10 +861,9 @@ async def run_members(
     autovacuum: bool = True,
 ) -> dict[str, Any]:
     from stm import DialogueMessage, GenerationFinished, TurnContext
-    from stm.testing import Clock
 
     channels = 20
-    clock = Clock()  # simulated time: ``turn_seconds`` per turn, storms' turns included
+    clock = memory_clock(turn_seconds)  # ``turn_seconds`` per turn, storms' turns included
     server = 7
     rng = random.Random(members)
     refused = {True: 0, False: 0}  # upgrades applied (True) and refused, per phase
@@ -883,7 +904,7 @@ async def run_members(
         )
         vacuum = (
             await Autovacuum.open(database, clock.now)
-            if autovacuum and store == "postgresql"
+            if autovacuum and store == "postgresql" and turn_seconds > 0
             else None
         )
         # Its janitor and autovacuum run between the sequential turns, outside their timing,
@@ -1164,7 +1185,7 @@ def tables(results: list[dict[str, Any]]) -> list[str]:
 
 
 def _simulated(r: dict[str, Any], p: dict[str, Any]) -> str:
-    if "simulated_hours" not in p:
+    if "simulated_hours" not in p or not r.get("turn_seconds"):
         return "– (wall clock)"
     return f"{p['simulated_hours']:,.1f}, {r.get('turn_seconds', 0):g}"
 
@@ -1239,8 +1260,8 @@ def main(argv: list[str] | None = None) -> None:
         default=TURN_SECONDS,
         help=(
             "simulated seconds between turns: the memory's clock, the janitor's hours and "
-            "autovacuum's naptimes run on it (0: time stands still, as when W6 ran on the "
-            "wall clock)"
+            "autovacuum's naptimes run on it (0: no simulated time; the memory keeps the "
+            "wall clock and nothing runs between turns, as in W6 before)"
         ),
     )
     parser.add_argument(
