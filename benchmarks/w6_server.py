@@ -18,12 +18,20 @@ host calls it, on SQLite or PostgreSQL and under an erasure policy
   id) and the bot's reply (which repeats some of them). Inputs are built inside the
   clock.
 
+- **time**: simulated. The memory's clock (``ShortTermMemory.open(clock=)``) moves
+  ``--turn-seconds`` (3 s) per turn, so 20,000 turns span 16.7 hours and the TTLs
+  apply as they would; every ``janitor_interval_minutes`` of it the janitor runs, as
+  the memory's scheduler would run it, and on PostgreSQL every ``autovacuum_naptime``
+  autovacuum's rule picks the tables to ``VACUUM`` (``Autovacuum``). Turns are timed
+  with the real clock; the janitor and vacuums run outside their timing.
+
 At each checkpoint (after ``flush()``): distilled entries, provenance storage
 (rows of the chain tables, their bytes in the database, and the bytes of the
-cache's pins), database bytes per row, RSS, and per-turn cost since the last
-checkpoint. At the end, four purges in turn: the most active member of server 1,
-a median one, the one-message member (each in server 1), and a member of all
-three servers (everywhere). Before them, ``preview_purge`` of each, and of a
+cache's pins), database bytes per row, and by table (heap and indexes), the change
+feed's share, RSS, and per-turn cost since the last checkpoint. At the end, four
+purges in turn: the most active member of server 1, a median one, the one-message
+member (each in server 1), and a member of all three servers (everywhere); the
+simulated clock stands still meanwhile. Before them, ``preview_purge`` of each, and of a
 sample of the active members, gives the share of the server's distilled entries
 each would clear. While they run, an upgrader in a server of its own upgrades in
 a loop: the longest upgrade that overlapped a purge and its flush is the stall,
@@ -37,6 +45,7 @@ callers, timed.
     python -m benchmarks.w6_server --store sqlite --erasure direct --users 400
     python -m benchmarks.w6_server --store postgresql --erasure complete --users 4000
     python -m benchmarks.w6_server --members 500 1500 5000
+    python -m benchmarks.w6_server --turn-seconds 0   # the wall clock, as W6 ran before
     python -m benchmarks.run --only W6        # every store, policy and size
 """
 
@@ -47,6 +56,7 @@ import asyncio
 import bisect
 import itertools
 import json
+import math
 import os
 import random
 import sqlite3
@@ -75,6 +85,9 @@ QUIET = 99  # the upgrader's own server during purges
 ROAMERS = 10
 ONE_MESSAGE_AT = 500
 PROVENANCE_TABLES = ("stm_chains", "stm_chain_members", "stm_chain_edges", "stm_purge_ranges")
+FEED_TABLE = "stm_changes"
+# Simulated seconds between two turns (bot answers) by default: a busy server's pace.
+TURN_SECONDS = 3.0
 
 
 def _p50_mean(values: list[float]) -> dict[str, float]:
@@ -200,20 +213,27 @@ def sqlite_storage(path: str) -> dict[str, Any]:
             "OR categories != '{}'"
         ).fetchone()[0]
         by_table: dict[str, int] = {}
-        for table, size in db.execute(
-            "SELECT m.tbl_name, sum(d.pgsize) FROM dbstat d JOIN sqlite_master m "
-            "ON m.name = d.name GROUP BY m.tbl_name"
+        split: dict[str, dict[str, int]] = {}
+        for table, kind, size in db.execute(
+            "SELECT m.tbl_name, m.type, sum(d.pgsize) FROM dbstat d JOIN sqlite_master m "
+            "ON m.name = d.name GROUP BY m.tbl_name, m.type"
         ):
-            by_table[table] = int(size)
+            by_table[table] = by_table.get(table, 0) + int(size)
+            part = split.setdefault(table, {"heap": 0, "indexes": 0, "other": 0})
+            part["heap" if kind == "table" else "indexes"] += int(size)
         counts = {
             t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in PROVENANCE_TABLES
         }
+        feed_rows = db.execute(f"SELECT count(*) FROM {FEED_TABLE}").fetchone()[0]
         members = [n for (n,) in db.execute(
             "SELECT count(*) FROM stm_chain_members GROUP BY chain_id")]  # fmt: skip
+        free = db.execute("PRAGMA freelist_count").fetchone()[0]
+        free *= db.execute("PRAGMA page_size").fetchone()[0]
     finally:
         db.close()
     files = os.path.getsize(path)
-    return _storage(rows, distilled, by_table, counts, members, files)
+    out = _storage(rows, distilled, by_table, counts, members, files)
+    return out | {"table_split": split, "feed_rows": feed_rows, "free_bytes": free}
 
 
 async def postgres_compact(url: str) -> dict[str, Any]:
@@ -232,6 +252,7 @@ async def postgres_compact(url: str) -> dict[str, Any]:
         "compact_bytes": storage["database_bytes"],
         "compact_bytes_per_distilled": storage["database_bytes_per_distilled"],
         "compact_table_bytes": storage["table_bytes"],
+        "compact_table_split": storage["table_split"],
     }
 
 
@@ -248,14 +269,27 @@ async def postgres_storage(url: str) -> dict[str, Any]:
             "SELECT count(*) FROM short_term_memories WHERE summary IS NOT NULL "
             "OR categories <> '{}'"
         )
-        by_table = {
-            r[0]: int(r[1])
-            for r in await conn.fetch(
-                "SELECT relname, pg_total_relation_size(oid) FROM pg_class "
-                "WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace"
-            )
+        sizes = await conn.fetch(
+            "SELECT c.relname, pg_total_relation_size(c.oid) AS total, "
+            "pg_relation_size(c.oid) AS heap, pg_indexes_size(c.oid) AS indexes, "
+            "s.n_live_tup, s.n_dead_tup "
+            "FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
+            "WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace"
+        )
+        by_table = {r["relname"]: int(r["total"]) for r in sizes}
+        # Heap: the table's main fork; other: its TOAST table, free space and visibility maps.
+        split = {
+            r["relname"]: {
+                "heap": int(r["heap"]),
+                "indexes": int(r["indexes"]),
+                "other": int(r["total"]) - int(r["heap"]) - int(r["indexes"]),
+                "live_tuples": int(r["n_live_tup"] or 0),
+                "dead_tuples": int(r["n_dead_tup"] or 0),
+            }
+            for r in sizes
         }
         counts = {t: await conn.fetchval(f"SELECT count(*) FROM {t}") for t in PROVENANCE_TABLES}
+        feed_rows = await conn.fetchval(f"SELECT count(*) FROM {FEED_TABLE}")
         members = [
             r[0] for r in await conn.fetch(
                 "SELECT count(*) FROM stm_chain_members GROUP BY chain_id")
@@ -263,7 +297,8 @@ async def postgres_storage(url: str) -> dict[str, Any]:
         files = sum(by_table.values())
     finally:
         await conn.close()
-    return _storage(rows, distilled, by_table, counts, members, files)
+    out = _storage(rows, distilled, by_table, counts, members, files)
+    return out | {"table_split": split, "feed_rows": feed_rows}
 
 
 def _storage(
@@ -288,17 +323,236 @@ def _storage(
         "database_bytes": files,
         "database_bytes_per_row": files / rows if rows else 0.0,
         "database_bytes_per_distilled": files / distilled if distilled else 0.0,
+        "feed_bytes": by_table.get(FEED_TABLE, 0),
+        "feed_bytes_per_distilled": by_table.get(FEED_TABLE, 0) / distilled if distilled else 0.0,
         "table_bytes": by_table,
     }
 
 
+# -- simulated time: the memory's clock, its janitor, PostgreSQL's autovacuum ---------------
+class Autovacuum:
+    """What PostgreSQL's autovacuum daemon does, in simulated time: every naptime, a plain
+    ``VACUUM`` of each table past its threshold, on a connection of its own, while the load
+    goes on (the real daemon works in real time, which W6 compresses into seconds).
+
+    The rule is autovacuum's own (``autovacuum.c``, PostgreSQL 13 and later): a table is
+    vacuumed when its dead tuples exceed ``autovacuum_vacuum_threshold +
+    autovacuum_vacuum_scale_factor × reltuples`` (``pg_class.reltuples``, taken as 0 for a
+    table never vacuumed or analyzed), or its inserts since the last vacuum exceed
+    ``autovacuum_vacuum_insert_threshold + autovacuum_vacuum_insert_scale_factor ×
+    reltuples``; a table's own storage parameters override the server's settings, which
+    are read from ``pg_settings``, not assumed. Counts come from ``pg_stat_user_tables``,
+    which other backends update at most once a second (real time): at W6's pace a decision
+    may miss the last second of turns, as the daemon misses nothing at a real server's.
+    One worker, vacuuming tables one after another (the daemon has up to three); rounds
+    due while one still runs (in real time) are skipped. The daemon's cost-based
+    delay is a real-time budget and is not applied (a manual ``VACUUM`` has none)."""
+
+    SETTINGS = (
+        "autovacuum",
+        "autovacuum_naptime",
+        "autovacuum_vacuum_threshold",
+        "autovacuum_vacuum_scale_factor",
+        "autovacuum_vacuum_insert_threshold",
+        "autovacuum_vacuum_insert_scale_factor",
+    )
+
+    def __init__(self, conn: Any, settings: dict[str, str], start: float) -> None:
+        self.conn = conn
+        self.settings = settings
+        self.naptime = float(settings["autovacuum_naptime"])  # seconds (pg_settings' unit)
+        self.threshold = float(settings["autovacuum_vacuum_threshold"])
+        self.scale = float(settings["autovacuum_vacuum_scale_factor"])
+        self.insert_threshold = float(settings["autovacuum_vacuum_insert_threshold"])
+        self.insert_scale = float(settings["autovacuum_vacuum_insert_scale_factor"])
+        self.next_round = start + self.naptime
+        self.task: asyncio.Task[None] | None = None
+        self.rounds = 0  # rounds run
+        self.rounds_due = 0  # naptimes passed (a round due while one runs is skipped)
+        self.vacuums: dict[str, int] = {}
+        self.vacuums_for_inserts: dict[str, int] = {}
+        self.vacuum_seconds = 0.0
+        self.dead_seen = 0  # n_dead_tup of the tables vacuumed, when they were picked
+
+    @classmethod
+    async def open(cls, url: str, start: float) -> Autovacuum:
+        import asyncpg
+
+        conn = await asyncpg.connect(url)
+        rows = await conn.fetch(
+            "SELECT name, setting, unit FROM pg_settings WHERE name = ANY($1::text[])",
+            list(cls.SETTINGS),
+        )
+        settings = {r["name"]: r["setting"] for r in rows}
+        units = {r["name"]: r["unit"] for r in rows}
+        if units.get("autovacuum_naptime") not in ("s", None):
+            raise RuntimeError(f"autovacuum_naptime in {units['autovacuum_naptime']!r}, not s")
+        return cls(conn, settings, start)
+
+    def tick(self, now: float) -> None:
+        """Start a round when one is due (never awaited by a turn); while the last one
+        still runs, the rounds due meanwhile are skipped."""
+        if now < self.next_round:
+            return
+        while self.next_round <= now:
+            self.next_round += self.naptime
+            self.rounds_due += 1
+        if self.task is not None and not self.task.done():
+            return
+        self.task = asyncio.get_running_loop().create_task(self._round())
+
+    async def _round(self) -> None:
+        self.rounds += 1
+        rows = await self.conn.fetch(
+            "SELECT s.relname, s.n_dead_tup, s.n_ins_since_vacuum, c.reltuples, c.reloptions "
+            "FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid"
+        )
+        for row in rows:
+            options = dict(o.split("=", 1) for o in row["reloptions"] or ())
+            if options.get("autovacuum_enabled", "true") in ("false", "off"):
+                continue
+            tuples = max(0.0, float(row["reltuples"]))
+            limit = (
+                float(options.get("autovacuum_vacuum_threshold", self.threshold))
+                + float(options.get("autovacuum_vacuum_scale_factor", self.scale)) * tuples
+            )
+            insert_base = float(
+                options.get("autovacuum_vacuum_insert_threshold", self.insert_threshold)
+            )
+            insert_limit = (
+                insert_base
+                + float(options.get("autovacuum_vacuum_insert_scale_factor", self.insert_scale))
+                * tuples
+            )
+            name = row["relname"]
+            if row["n_dead_tup"] > limit:
+                self.vacuums[name] = self.vacuums.get(name, 0) + 1
+                self.dead_seen += int(row["n_dead_tup"])
+            elif insert_base >= 0 and row["n_ins_since_vacuum"] > insert_limit:
+                self.vacuums_for_inserts[name] = self.vacuums_for_inserts.get(name, 0) + 1
+            else:
+                continue
+            t0 = time.perf_counter()
+            await self.conn.execute(f'VACUUM "{name}"')
+            self.vacuum_seconds += time.perf_counter() - t0
+
+    async def settled(self) -> None:
+        """Wait for the round in flight (before a measurement)."""
+        if self.task is not None:
+            await self.task
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "settings": self.settings,
+            "rounds": self.rounds,
+            "rounds_due": self.rounds_due,
+            "vacuums": sum(self.vacuums.values()),
+            "vacuums_by_table": dict(sorted(self.vacuums.items())),
+            "vacuums_for_inserts": sum(self.vacuums_for_inserts.values()),
+            "vacuums_for_inserts_by_table": dict(sorted(self.vacuums_for_inserts.items())),
+            "dead_tuples_at_vacuum": self.dead_seen,
+            "vacuum_seconds": self.vacuum_seconds,
+        }
+
+    async def close(self) -> None:
+        try:
+            await self.settled()
+        finally:
+            await self.conn.close()
+
+
+class WallClock:
+    """The memory's clock when time is not simulated (``--turn-seconds 0``): the wall
+    clock, which moves only by the seconds the run takes, as in W6 before it kept time."""
+
+    @property
+    def now(self) -> float:
+        return time.time()
+
+    def __call__(self) -> float:
+        return time.time()
+
+    def advance(self, seconds: float = 0.0) -> None:
+        """Turns take no simulated time."""
+
+
+def memory_clock(turn_seconds: float) -> Any:
+    """Simulated time from now, or the wall clock when turns take no time."""
+    from stm.testing import Clock
+
+    return Clock() if turn_seconds > 0 else WallClock()
+
+
+class Upkeep:
+    """Simulated time and what runs on it between turns: the memory's clock moves
+    ``turn_seconds`` per turn; every ``janitor_interval_minutes`` of it the janitor runs, as
+    the memory's own scheduler would run it; on PostgreSQL, autovacuum (``Autovacuum``).
+
+    Before each janitor pass the feed's follower reads the feed: in real time it reads
+    every quarter of the coherence bound (0.5 s), so at a real server it is current when
+    an hour has passed; at W6's pace half a second is hundreds of turns, and the janitor,
+    which keeps what the follower has not read, would keep them."""
+
+    def __init__(
+        self,
+        memory: Any,
+        clock: Any,
+        turn_seconds: float,
+        autovacuum: Autovacuum | None = None,
+    ) -> None:
+        self.memory = memory
+        self.clock = clock
+        self.turn_seconds = turn_seconds
+        self.started = clock.now
+        self.janitor_seconds = memory.config.janitor_interval_minutes * 60
+        # On the wall clock the memory's own scheduler keeps the janitor's hours.
+        self.next_janitor = clock.now + self.janitor_seconds if turn_seconds > 0 else math.inf
+        self.janitor_runs = 0
+        self.janitor_ms: list[float] = []
+        self.expired_keys = 0  # cache entries the janitor found expired
+        self.autovacuum = autovacuum
+
+    def turn(self) -> None:
+        """One turn's worth of simulated time passes."""
+        self.clock.advance(self.turn_seconds)
+
+    async def tick(self) -> None:
+        """Run what is due at the clock's time (between turns, outside their timing)."""
+        now = self.clock.now
+        while now >= self.next_janitor:
+            self.next_janitor += self.janitor_seconds
+            t0 = time.perf_counter()
+            await self.memory.follower.catch_up()
+            self.expired_keys += await self.memory.run_janitor()
+            self.janitor_ms.append((time.perf_counter() - t0) * 1e3)
+            self.janitor_runs += 1
+        if self.autovacuum is not None:
+            self.autovacuum.tick(now)
+
+    async def settled(self) -> None:
+        if self.autovacuum is not None:
+            await self.autovacuum.settled()
+
+    def report(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "simulated_hours": (self.clock.now - self.started) / 3600 if self.turn_seconds else 0.0,
+            "janitor_runs": self.janitor_runs,
+            "janitor_ms": _p50_mean(self.janitor_ms),
+            "janitor_expired_keys": self.expired_keys,
+        }
+        if self.autovacuum is not None:
+            out["autovacuum"] = self.autovacuum.report()
+        return out
+
+
 # -- the simulation -----------------------------------------------------------------
 class Sim:
-    def __init__(self, memory: Any, world: World, seed: int = 11) -> None:
+    def __init__(self, memory: Any, world: World, upkeep: Upkeep, seed: int = 11) -> None:
         from stm import DialogueMessage, GenerationFinished, TurnContext
 
         self.memory = memory
         self.world = world
+        self.upkeep = upkeep
         self.rng = random.Random(seed)
         self.turn = 0
         self.turn_us: list[float] = []  # turns without an upgrade, whole turn
@@ -311,8 +565,11 @@ class Sim:
         DialogueMessage, GenerationFinished, TurnContext = self._types
         memory, rng, world = self.memory, self.rng, self.world
         clock = time.perf_counter
+        upkeep = self.upkeep
         while self.turn < until:
             self.turn += 1
+            upkeep.turn()
+            await upkeep.tick()
             m, server, channel = world.pick(rng, self.turn)
             upgrade = rng.random() < UPGRADE_P
             t0 = clock()
@@ -492,19 +749,29 @@ async def run_server(
     checkpoints: tuple[int, ...],
     sample: int = 40,
     compact: bool = False,
+    turn_seconds: float = TURN_SECONDS,
+    autovacuum: bool = True,
 ) -> dict[str, Any]:
     world = World(users)
     started = time.perf_counter()
+    clock = memory_clock(turn_seconds)
     async with memory_database(store, f"w6{erasure[0]}{users}") as database:
-        memory = await open_memory(database, erasure=erasure)
+        memory = await open_memory(database, erasure=erasure, clock=clock)
+        vacuum = (
+            await Autovacuum.open(database, clock.now)
+            if autovacuum and store == "postgresql" and turn_seconds > 0
+            else None
+        )
+        upkeep = Upkeep(memory, clock, turn_seconds, vacuum)
         try:
-            sim = Sim(memory, world)
+            sim = Sim(memory, world, upkeep)
             rss0 = rss_bytes()
             points = []
             for until in checkpoints:
                 t0 = time.perf_counter()
                 await sim.play(until)
                 played = time.perf_counter() - t0
+                await upkeep.settled()
                 await memory.flush()
                 settle()
                 storage = (
@@ -523,6 +790,7 @@ async def run_server(
                     "rss_mb": rss_bytes() / 2**20,
                     "rss_grown_mb": (rss_bytes() - rss0) / 2**20,
                     **sim.cost(),
+                    **upkeep.report(),
                 })  # fmt: skip
                 print(_point_line(store, erasure, users, points[-1]), file=sys.stderr, flush=True)
             purged = await purges(memory, world, sample)
@@ -533,11 +801,17 @@ async def run_server(
                 else sqlite_storage(database)
             )
         finally:
-            await memory.close()
+            try:
+                await memory.close()
+            finally:
+                if vacuum is not None:
+                    await vacuum.close()
     return {
         "store": store,
         "erasure": erasure,
         "users": users,
+        "turn_seconds": turn_seconds,
+        "autovacuum_emulated": vacuum is not None,
         "checkpoints": points,
         "purges": purged,
         "distilled_after_purges": after["distilled"],
@@ -546,13 +820,17 @@ async def run_server(
 
 
 def _point_line(store: str, erasure: str, users: int, p: dict[str, Any]) -> str:
+    vacuum = p.get("autovacuum")
     return (
-        f"{store} {erasure} {users} users, {p['turns']:,} turns ({p['seconds']:.1f} s): "
-        f"{p['distilled']} distilled, {p['provenance_rows_per_distilled']:.1f} prov rows "
+        f"{store} {erasure} {users} users, {p['turns']:,} turns ({p['seconds']:.1f} s; "
+        f"{p.get('simulated_hours', 0):.1f} h simulated, {p.get('janitor_runs', 0)} janitor "
+        f"passes, {p.get('janitor_expired_keys', 0)} keys expired"
+        + (f", {vacuum['vacuums']} autovacuums" if vacuum else "")
+        + f"): {p['distilled']} distilled, {p['provenance_rows_per_distilled']:.1f} prov rows "
         f"and {p['provenance_bytes_per_distilled']:,.0f} B per distilled, "
         f"{p['cache_provenance_bytes_per_distilled']:.0f} B cached, "
         f"{p['database_bytes_per_distilled']:,.0f} B db per distilled "
-        f"({p['database_bytes_per_row']:,.0f} per row"
+        f"(feed {_feed_per_distilled(p):,.0f}; {p['database_bytes_per_row']:,.0f} per row"
         + (
             f"; {p['compact_bytes_per_distilled']:,.0f} per distilled after VACUUM FULL"
             if "compact_bytes_per_distilled" in p
@@ -564,6 +842,14 @@ def _point_line(store: str, erasure: str, users: int, p: dict[str, Any]) -> str:
     )
 
 
+def _feed_per_distilled(p: dict[str, Any]) -> float:
+    """The change feed's bytes per distilled row (from the table sizes in older results)."""
+    if "feed_bytes_per_distilled" in p:
+        return float(p["feed_bytes_per_distilled"])
+    feed = p.get("table_bytes", {}).get(FEED_TABLE, 0)
+    return feed / p["distilled"] if p.get("distilled") else 0.0
+
+
 # -- cost against membership ------------------------------------------------------------
 async def run_members(
     store: str,
@@ -571,10 +857,13 @@ async def run_members(
     erasure: str = "direct",
     storm_callers: int = 40,
     cache_max_keys: int = 100,
+    turn_seconds: float = TURN_SECONDS,
+    autovacuum: bool = True,
 ) -> dict[str, Any]:
     from stm import DialogueMessage, GenerationFinished, TurnContext
 
     channels = 20
+    clock = memory_clock(turn_seconds)  # ``turn_seconds`` per turn, storms' turns included
     server = 7
     rng = random.Random(members)
     refused = {True: 0, False: 0}  # upgrades applied (True) and refused, per phase
@@ -590,6 +879,7 @@ async def run_members(
         )
 
     async def turn(memory: Any, user: int, upgrade: bool, tm: list[float]) -> None:
+        upkeep.turn()
         said = f"u{user} {_words(rng, 12)}"
         ctx = ctx_of(user)
         prompt = str(await memory.build_context(ctx))
@@ -609,16 +899,31 @@ async def run_members(
         )
 
     async with memory_database(store, f"w6m{members}") as database:
-        memory = await open_memory(database, erasure=erasure, cache_max_keys=cache_max_keys)
+        memory = await open_memory(
+            database, erasure=erasure, cache_max_keys=cache_max_keys, clock=clock
+        )
+        vacuum = (
+            await Autovacuum.open(database, clock.now)
+            if autovacuum and store == "postgresql" and turn_seconds > 0
+            else None
+        )
+        # Its janitor and autovacuum run between the sequential turns, outside their timing,
+        # and once after each storm (whose wall time is measured whole).
+        upkeep = Upkeep(memory, clock, turn_seconds, vacuum)
         try:
             t0 = time.perf_counter()
             fill: list[float] = []
             fill_turns: list[float] = []
+            upkept = 0.0
             for user in range(1, members + 1):  # each member says one thing, upgrades once
                 s = time.perf_counter()
                 await turn(memory, user, True, fill)
                 fill_turns.append((time.perf_counter() - s) * 1e6)
-            filled = time.perf_counter() - t0
+                s = time.perf_counter()
+                await upkeep.tick()
+                upkept += time.perf_counter() - s
+            filled = time.perf_counter() - t0 - upkept
+            await upkeep.settled()
             await memory.flush()
             settle()
             # Turns without an upgrade, by members already seen (inputs inside the clock).
@@ -628,10 +933,13 @@ async def run_members(
                 s = time.perf_counter()
                 await turn(memory, user, False, [])
                 plain.append((time.perf_counter() - s) * 1e6)
+                await upkeep.tick()
             # Sequential upgrades by members already seen.
             sequential: list[float] = []
             for _ in range(300):
                 await turn(memory, 1 + rng.randrange(members), True, sequential)
+                await upkeep.tick()
+            await upkeep.settled()
             before = dict(refused)
             # A storm: concurrent callers, each upgrading after its own prompt (at most 40:
             # each upgrade needs two keys in a cache of 100).
@@ -647,6 +955,8 @@ async def run_members(
             storm_s = time.perf_counter() - s
             storm_applied = refused[True] - before[True]
             storm_refused = refused[False] - before[False]
+            await upkeep.tick()
+            await upkeep.settled()
             # The same storm as W2's: run_tool alone (no prompt built: the upgrade credits
             # what one would have shown), summaries made before the clock starts.
             summaries = [text(f"s{i}", 1000) for i in range(1000)]
@@ -665,6 +975,10 @@ async def run_members(
             tool_s = time.perf_counter() - s
             tool_applied = refused[True] - before[True]
             tool_refused = refused[False] - before[False]
+            for _ in range(per_caller * storm_callers):  # its upgrades take simulated time too
+                upkeep.turn()
+            await upkeep.tick()
+            await upkeep.settled()
             await memory.flush()
             storage = (
                 await postgres_storage(database)
@@ -673,10 +987,16 @@ async def run_members(
             )
             rss = rss_bytes() / 2**20
         finally:
-            await memory.close()
+            try:
+                await memory.close()
+            finally:
+                if vacuum is not None:
+                    await vacuum.close()
     return {
         "store": store,
         "members": members,
+        "turn_seconds": turn_seconds,
+        **upkeep.report(),
         "fill_seconds": filled,
         "fill_upgrade_us": _p50_mean(fill),
         "fill_turn_us": _p50_mean(fill_turns),
@@ -718,34 +1038,58 @@ def tables(results: list[dict[str, Any]]) -> list[str]:
         lines += [
             "**W6 checkpoints** (busy server of N members, 40 channels, plus two small servers "
             "and DMs; every turn `build_context`, an upgrade with probability 1/5, `capture`; "
-            "after `flush()`; provenance: rows and bytes of the chain tables per distilled "
-            "entry; cache: bytes of the pins held per distilled entry; file bytes after a "
-            "checkpoint of the WAL; PostgreSQL: the tables' total relation size; turn: "
-            "p50 / mean since the previous checkpoint, inputs built inside the clock)",
+            "simulated time: the memory's clock moves the run's seconds per turn, the janitor "
+            "runs every hour of it and, on PostgreSQL, autovacuum's rule every naptime "
+            "(vacuums: how many ran so far); after `flush()`; provenance: rows and bytes of "
+            "the chain tables per distilled entry; cache: bytes of the pins held per "
+            "distilled entry; file bytes after a checkpoint of the WAL; PostgreSQL: the "
+            "tables' total relation size; feed: the change feed's part of it; turn: p50 / "
+            "mean since the previous checkpoint, inputs built inside the clock)",
             "",
             _row(
-                "store", "erasure", "members", "turns", "distilled entries",
+                "store", "erasure", "members", "turns", "simulated (h), s per turn",
+                "distilled entries",
                 "provenance rows per entry", "provenance bytes per entry (DB)",
                 "provenance bytes per entry (cache)", "members per chain p50 / max",
-                "DB bytes per row", "DB bytes per distilled row", "RSS MB",
+                "DB bytes per row", "DB bytes per distilled row",
+                "feed bytes per distilled row", "vacuums", "RSS MB",
                 "turn without upgrade p50 / mean (µs)", "run_tool p50 / mean (ms)",
             ),
-            _row(*["---"] * 14),
+            _row(*["---"] * 17),
         ]  # fmt: skip
         for r in servers:
             for p in r["checkpoints"]:
+                vacuum = p.get("autovacuum")
                 lines.append(
                     _row(
                         r["store"], r["erasure"], f"{r['users']:,}", f"{p['turns']:,}",
+                        _simulated(r, p),
                         f"{p['distilled']:,}", f"{p['provenance_rows_per_distilled']:.1f}",
                         f"{p['provenance_bytes_per_distilled']:,.0f}",
                         f"{p['cache_provenance_bytes_per_distilled']:.0f}",
                         f"{p['members_per_chain_p50']:.0f} / {p['members_per_chain_max']}",
                         f"{p['database_bytes_per_row']:,.0f}",
-                        f"{p['database_bytes_per_distilled']:,.0f}", f"{p['rss_mb']:.0f}",
+                        f"{p['database_bytes_per_distilled']:,.0f}",
+                        f"{_feed_per_distilled(p):,.0f}",
+                        f"{vacuum['vacuums']:,}" if vacuum else "–",
+                        f"{p['rss_mb']:.0f}",
                         _pm(p["turn_us"]), _pm(p["run_tool_us"], 1e-3, 1),
                     )
                 )  # fmt: skip
+        lines += [
+            "",
+            "**W6 storage by table** (at the last checkpoint, bytes per distilled row; "
+            "SQLite: pages of the table and of its indexes, `dbstat`, and the file's free "
+            "pages; PostgreSQL: `pg_relation_size` (heap), `pg_indexes_size`, the rest of "
+            "`pg_total_relation_size` (TOAST, free space and visibility maps), and live / "
+            "dead tuples from `pg_stat_user_tables`)",
+            "",
+            _row("store", "erasure", "members", "table", "total", "heap", "indexes", "other",
+                 "live / dead tuples"),
+            _row(*["---"] * 9),
+        ]  # fmt: skip
+        for r in servers:
+            lines += _table_rows(r)
         lines += [
             "",
             "**W6 purges** (at the last checkpoint; cleared: the shared entries of the busy "
@@ -840,6 +1184,42 @@ def tables(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _simulated(r: dict[str, Any], p: dict[str, Any]) -> str:
+    if "simulated_hours" not in p or not r.get("turn_seconds"):
+        return "– (wall clock)"
+    return f"{p['simulated_hours']:,.1f}, {r.get('turn_seconds', 0):g}"
+
+
+def _table_rows(r: dict[str, Any]) -> list[str]:
+    """One line per table at the last checkpoint (results without the split: totals)."""
+    p = r["checkpoints"][-1]
+    distilled = p["distilled"] or 1
+    split = p.get("table_split", {})
+    out = []
+    for table, total in sorted(p["table_bytes"].items(), key=lambda kv: -kv[1]):
+        part = split.get(table)
+        cells = ["–", "–", "–", "–"]
+        if part is not None:
+            cells = [
+                f"{part['heap'] / distilled:,.0f}",
+                f"{part['indexes'] / distilled:,.0f}",
+                f"{part['other'] / distilled:,.0f}",
+                f"{part['live_tuples']:,} / {part['dead_tuples']:,}"
+                if "live_tuples" in part
+                else "–",
+            ]
+        out.append(
+            _row(r["store"], r["erasure"], f"{r['users']:,}", table,
+                 f"{total / distilled:,.0f}", *cells)
+        )  # fmt: skip
+    if "free_bytes" in p:
+        out.append(
+            _row(r["store"], r["erasure"], f"{r['users']:,}", "(free pages)",
+                 f"{p['free_bytes'] / distilled:,.0f}", "–", "–", "–", "–")
+        )  # fmt: skip
+    return out
+
+
 # -- benchmarks.run ---------------------------------------------------------------------
 SYSTEMS: dict[str, Any] = {
     f"{store}-{erasure}-{users}": (store, erasure, users)
@@ -875,6 +1255,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--storm-callers", type=int, default=40)
     parser.add_argument("--cache-max-keys", type=int, default=100)
     parser.add_argument(
+        "--turn-seconds",
+        type=float,
+        default=TURN_SECONDS,
+        help=(
+            "simulated seconds between turns: the memory's clock, the janitor's hours and "
+            "autovacuum's naptimes run on it (0: no simulated time; the memory keeps the "
+            "wall clock and nothing runs between turns, as in W6 before)"
+        ),
+    )
+    parser.add_argument(
+        "--no-autovacuum",
+        action="store_true",
+        help="PostgreSQL: do not emulate autovacuum in simulated time",
+    )
+    parser.add_argument(
         "--compact",
         action="store_true",
         help=(
@@ -897,6 +1292,8 @@ def main(argv: list[str] | None = None) -> None:
                     n,
                     storm_callers=args.storm_callers,
                     cache_max_keys=args.cache_max_keys,
+                    turn_seconds=args.turn_seconds,
+                    autovacuum=not args.no_autovacuum,
                 )
             )
             for n in args.members
@@ -911,6 +1308,8 @@ def main(argv: list[str] | None = None) -> None:
                     tuple(args.turns),
                     args.sample,
                     compact=args.compact,
+                    turn_seconds=args.turn_seconds,
+                    autovacuum=not args.no_autovacuum,
                 )
             )
         ]

@@ -143,6 +143,8 @@ class ShortTermMemory:
         self.config = config
         self.store = store
         self.clock = clock
+        # The feed's changes are stamped by this clock too, as every other time is.
+        store.clock = clock
         self.intent_gate = intent_gate or IntentGate()
         self.scheduler = scheduler or LoopScheduler()
         self.cache = MemoryCache(
@@ -1062,10 +1064,14 @@ class ShortTermMemory:
             DeleteExpired(*self._reads.thresholds()), what="deleting expired rows"
         )
         # The feed's changes are kept long past the coherence bound (a follower that
-        # misses some drops its whole cache); times are the writers' clocks.
+        # misses some drops its whole cache); each change is stamped by its writer's
+        # memory clock (``Store.clock``), and this one's decides what is old. Nothing this
+        # process's own follower has not read goes: when the clock jumps (a test's, a
+        # simulation's), pruning past it would make this process drop its own cache and
+        # refuse every upgrade of a turn that began before its next read.
         await self.store.prune_changes(
-            older_than=time.time()
-            - max(FEED_RETENTION_SECONDS, 100 * self.config.coherence_seconds)
+            older_than=now - max(FEED_RETENTION_SECONDS, 100 * self.config.coherence_seconds),
+            keep_after=self.follower.position,
         )
         return len(expired)
 

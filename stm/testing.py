@@ -143,6 +143,15 @@ class FaultyStore:
     def empty_at_open(self) -> bool:
         return self.inner.empty_at_open
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The real store's clock (a memory sets it to its own)."""
+        return self.inner.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self.inner.clock = clock
+
     async def preview_aside(
         self, user_id: int, server_id: int | None, erasure: Erasure = "complete"
     ) -> PurgePreview:

@@ -398,6 +398,17 @@ async def test_pruning_tells_a_follower_that_fell_behind_and_never_reuses_positi
     assert [(c.position, c.channel_id) for c in page.changes] == [(5, 9)]
 
 
+async def test_pruning_keeps_every_change_after_keep_after(store: Any) -> None:
+    """``keep_after`` bounds the prune whatever the changes' age."""
+    await store.run([DeleteChannel(c) for c in range(1, 5)])
+    assert await store.prune_changes(older_than=time.time() + 60, keep_after=2) == 2
+    page = await store.read_changes(2)
+    assert not page.fell_behind
+    assert [c.channel_id for c in page.changes] == [3, 4]
+    assert await store.prune_changes(older_than=time.time() + 60, keep_after=0) == 0
+    assert await store.prune_changes(older_than=time.time() + 60, keep_after=4) == 2
+
+
 async def test_pruning_keeps_recent_changes(store: Any) -> None:
     await store.run([DeleteChannel(1)])
     assert await store.prune_changes(older_than=time.time() - 3600) == 0

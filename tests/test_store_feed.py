@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Any
 
 import pytest
 from helpers import StoreOpener, seed_for
 
+from stm import ShortTermMemory, STMConfig
+from stm.memory import FEED_RETENTION_SECONDS
 from stm.store.base import DeleteChannel
+from stm.testing import Clock, ctx, turn
 
 BOTH_STORES = True
 WRITERS = 4
@@ -66,6 +70,82 @@ async def test_wait_for_change_wakes_on_another_stores_commit(open_store_: Store
     assert await waiter
 
 
+async def test_the_feed_keeps_the_memorys_time_stamped_and_pruned_by_its_clock(
+    config: STMConfig,
+) -> None:
+    """A change's ``at`` is the memory's clock, not the wall clock, and the janitor prunes
+    by that clock: with a clock 25 years behind the wall, a change is kept until that
+    clock has moved past the feed's retention, then pruned."""
+    clock = Clock(start=1_000_000_000.0)  # 2001: any change stamped by the wall is "old"
+    memory = await ShortTermMemory.open(config, clock=clock)
+    try:
+        await memory.set_user_opt_out(7, True)
+        await memory.flush()
+        await memory.follower.catch_up()  # the janitor prunes only what it has read
+        changes = (await memory.store.read_changes(0)).changes
+        assert [(c.kind, c.at) for c in changes] == [("opt_out", clock.now)]
+        clock.advance(FEED_RETENTION_SECONDS - 60)
+        await memory.run_janitor()
+        await memory.flush()
+        kept = await memory.store.read_changes(0)
+        assert not kept.fell_behind
+        assert [c.position for c in kept.changes][:1] == [changes[0].position]
+        clock.advance(120)  # now past the retention, by the memory's clock
+        await memory.run_janitor()
+        await memory.flush()
+        assert (await memory.store.read_changes(0)).fell_behind
+    finally:
+        await memory.close()
+
+
+async def test_the_janitor_keeps_what_its_own_follower_has_not_read(
+    config: STMConfig, store_kind: str
+) -> None:
+    """A clock that jumps past the feed's retention before this process's follower read
+    its own latest changes: the janitor leaves them, so the next turn's upgrade is not
+    refused and the follower does not drop the cache; once read, they are pruned."""
+    config = config.model_copy(update={"coherence_seconds": 300})  # the follower reads rarely
+    retention = max(FEED_RETENTION_SECONDS, 100 * config.coherence_seconds)
+    clock = Clock(start=1_000_000_000.0)
+    memory = await ShortTermMemory.open(config, clock=clock)
+    try:
+        opened = memory.follower.current_at
+        for _ in range(1000):  # its first read is done: then it waits a quarter bound
+            if memory.follower.current_at != opened:
+                break
+            await asyncio.sleep(0.01)
+        assert memory.follower.current_at != opened
+        await memory.capture(turn(ctx(), "first turn"))
+        assert (await memory.run_tool(ctx(), {"summary": "ONE"})).success
+        await memory.flush()
+        if store_kind == "sqlite":  # PostgreSQL's NOTIFY may wake it for its own commits
+            assert memory.follower.position < await memory.store.current_position()
+        clock.advance(retention + 60)
+        await memory.run_janitor()
+        assert not (await memory.store.read_changes(memory.follower.position)).fell_behind
+        later = ctx(user=2)
+        await memory.capture(turn(later, "a turn after the jump"))
+        assert (await memory.run_tool(later, {"summary": "TWO"})).success
+        await memory.follower.catch_up()
+        assert memory.follower.dropped_caches == 0
+        clock.advance(retention + 60)
+        await memory.run_janitor()
+        assert (await memory.store.read_changes(0)).fell_behind
+    finally:
+        await memory.close()
+
+
+async def test_a_store_opened_without_a_memory_stamps_the_wall_clock(
+    open_store_: StoreOpener,
+) -> None:
+    """The command line opens stores alone: their changes are stamped ``time.time()``."""
+    store = await open_store_()
+    before = time.time()
+    await store.run([DeleteChannel(1)])
+    (change,) = (await store.read_changes(0)).changes
+    assert before <= change.at <= time.time()
+
+
 # -- PostgreSQL only ---------------------------------------------------------------------------
 @pytest.fixture
 async def pg(postgres_url: str) -> Any:
@@ -107,7 +187,9 @@ async def test_postgres_positions_cannot_commit_out_of_order(pg: Any) -> None:
         transaction = conn.transaction()
         await transaction.start()
         await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
-        await postgres._write_feed(conn, [("clear_channel", None, None, 1, None, None)], "slow")
+        await postgres._write_feed(
+            conn, [("clear_channel", None, None, 1, None, None)], "slow", time.time()
+        )
         later = asyncio.ensure_future(second.run([DeleteChannel(2)]))
         blocked = await _blocked_on_a_lock(second, later)
         page = await second.read_changes(0)
@@ -225,7 +307,7 @@ async def test_postgres_purge_sees_an_upgrade_committed_just_before_it(pg: Any) 
         transaction = conn.transaction()
         await transaction.start()
         await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
-        feed = postgres._Feed(conn, first.origin)
+        feed = postgres._Feed(conn, first.origin, time.time())
         await postgres._save_many(conn, [SaveDistilled(row, lineage=Lineage(frozenset({7})))], feed)
         await feed.flush()
         purge = asyncio.ensure_future(second.run([PurgeUser(7, None)]))

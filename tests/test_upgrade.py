@@ -231,3 +231,72 @@ async def test_a_failed_upgrade_releases_the_turn_for_a_retry(
     assert not (await memory.run_tool(c, {"summary": "LOST"})).success
     assert (await memory.run_tool(c, {"summary": "RETRIED"})).success
     await memory.close()
+
+
+async def test_two_upgrades_of_one_entry_that_both_fail_leave_neither_in_the_cache(
+    config: STMConfig, clock: Clock
+) -> None:
+    """Two turns upgrade the same entry at once and neither commit lands: the entry is back
+    to what was saved before both, whichever failure is handled first (the later upgrade's
+    "before" was the earlier one's content, which was never saved either)."""
+    memory, store = await faulty_memory(config, clock=clock)
+    try:
+        first = ctx(user=1)
+        await memory.capture(turn(first, "x"))
+        assert (await memory.run_tool(first, {"summary": "SAVED"})).success
+        first, second = ctx(user=1), ctx(user=2)  # new turns
+        await memory.capture(turn(first, "y"))
+        await memory.capture(turn(second, "z"))
+        store.hold()
+        one = asyncio.create_task(memory.run_tool(first, {"summary": "LOST-ONE"}))
+        await store.holding()
+        two = asyncio.create_task(memory.run_tool(second, {"summary": "LOST-TWO"}))
+        await asyncio.sleep(0.01)
+        store.broken = True
+        store.release()
+        results = await asyncio.gather(one, two)
+        store.broken = False
+        assert [r.success for r in results] == [False, False]
+        entry = await memory.get_entry("shortterm:server:100:10")
+        assert entry is not None and entry.summary == "SAVED"
+    finally:
+        store.broken = False
+        await memory.close()
+
+
+async def test_an_upgrade_refused_by_the_store_is_undone_before_the_next_one_snapshots(
+    config: STMConfig, clock: Clock
+) -> None:
+    """The store refuses an upgrade (its turn's feed position was pruned) and, before the
+    refused turn resumes, another turn upgrades the same entry and is refused too: the
+    entry holds what was saved before both, never the first refused summary (the second
+    one's "before")."""
+    config = config.model_copy(update={"coherence_seconds": 300})  # the follower reads rarely
+    memory, store = await faulty_memory(config, clock=clock)
+    try:
+        opened = memory.follower.current_at
+        for _ in range(1000):  # its first read is done: then it waits a quarter bound
+            if memory.follower.current_at != opened:
+                break
+            await asyncio.sleep(0.01)
+        saved = ctx(user=1)
+        await memory.capture(turn(saved, "x"))
+        assert (await memory.run_tool(saved, {"summary": "SAVED"})).success
+        first, second = ctx(user=1), ctx(user=2)
+        for c in (first, second):
+            await memory.build_context(c)  # both turns begin at the follower's old position
+            await memory.capture(turn(c, "y"))
+        await memory.flush()
+        await store.prune_changes(older_than=clock.now + 3600)  # what came after is unknown
+        store.hold()
+        one = asyncio.create_task(memory.run_tool(first, {"summary": "REFUSED-ONE"}))
+        await store.holding()
+        ran = store._ran
+        store.release()
+        await store.until(lambda: store._ran is not ran)  # woken before the first turn resumes
+        two = await memory.run_tool(second, {"summary": "REFUSED-TWO"})
+        assert [(await one).success, two.success] == [False, False]
+        entry = await memory.get_entry("shortterm:server:100:10")
+        assert entry is not None and entry.summary == "SAVED"
+    finally:
+        await memory.close()

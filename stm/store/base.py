@@ -61,7 +61,7 @@ What else the store gives a process that shares its database:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -628,7 +628,8 @@ class Change:
       not in the feed: crude text is never written to the database).
 
     ``origin`` is the :attr:`Store.origin` of the store that wrote it, so a
-    process skips its own changes; ``at`` is the writer's clock at the commit.
+    process skips its own changes; ``at`` is the writing store's :attr:`Store.clock`
+    (its memory's clock) as its batch began.
     Changes hold ids and keys, never memory text.
     """
 
@@ -676,10 +677,14 @@ class Store(Protocol):
     """A durable store. Every call of ``run`` is one transaction: all of it or none.
 
     ``origin`` is a random token naming this open store, written with every change
-    it makes to the feed.
+    it makes to the feed. ``clock`` (epoch seconds, ``time.time`` unless set) stamps
+    those changes' ``at``; a :class:`~stm.ShortTermMemory` sets it to its own clock
+    when it takes the store, so that the feed's times, like every other time it
+    keeps, are that clock's (and its janitor prunes by the same clock).
     """
 
     origin: str
+    clock: Callable[[], float]
 
     @property
     def empty_at_open(self) -> bool:
@@ -712,10 +717,13 @@ class Store(Protocol):
         """The committed changes after position ``after``, oldest first, at most ``limit``."""
         ...
 
-    async def prune_changes(self, *, older_than: float, keep_last: int = 0) -> int:
-        """Delete changes committed before ``older_than`` (the writer's clock), except
-        the newest ``keep_last``; return how many went. A follower that had not read
-        them learns it from :attr:`FeedPage.fell_behind`."""
+    async def prune_changes(
+        self, *, older_than: float, keep_last: int = 0, keep_after: int | None = None
+    ) -> int:
+        """Delete changes stamped before ``older_than`` (in the writers' clocks), except
+        the newest ``keep_last`` and every change after position ``keep_after`` (when
+        given); return how many went. A follower that had not read them learns it from
+        :attr:`FeedPage.fell_behind`."""
         ...
 
     async def poll_changed(self) -> bool:

@@ -79,14 +79,16 @@ def read(after: int, limit: int, dialect: Dialect) -> Procedure[FeedPage]:
     return FeedPage(changes, changes[-1].position if changes else after, more=len(changes) == limit)
 
 
-def prune(older_than: float, keep_last: int, dialect: Dialect) -> Procedure[int]:
+def prune(
+    older_than: float, keep_last: int, dialect: Dialect, keep_after: int | None = None
+) -> Procedure[int]:
     """Delete old changes, remembering the newest position deleted; returns how many.
 
     What goes is always a prefix of the feed (every position up to the newest change
-    older than ``older_than``): clocks of several processes disagree, positions do not.
-    The newest old change is found walking back from the newest position, through the
-    retained changes only, so ``at`` needs no index. Positions have no gaps, so the
-    newest deleted is ``through`` whenever any is."""
+    older than ``older_than``, none after ``keep_after``): clocks of several processes
+    disagree, positions do not. The newest old change is found walking back from the
+    newest position, through the retained changes only, so ``at`` needs no index.
+    Positions have no gaps, so the newest deleted is ``through`` whenever any is."""
     newest = yield Step(dialect.position_locked, {}, "one")
     newest_position = 0 if newest is None or newest[0] is None else int(newest[0])
     old = yield Step(
@@ -95,6 +97,8 @@ def prune(older_than: float, keep_last: int, dialect: Dialect) -> Procedure[int]
         "one",
     )
     through = min(int(old[0] or 0), newest_position - keep_last)
+    if keep_after is not None:
+        through = min(through, keep_after)
     gone = yield Step(
         "DELETE FROM stm_changes WHERE position <= :through", {"through": through}, "count"
     )

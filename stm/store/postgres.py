@@ -36,7 +36,7 @@ import contextlib
 import functools
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
@@ -90,6 +90,8 @@ class PostgresStore(ProcedureStore):
         self.dialect = POSTGRES
         self.closed = False
         self.origin = secrets.token_hex(8)
+        # What stamps the feed's changes (Store.clock): a memory sets its own.
+        self.clock: Callable[[], float] = time.time
         # A shared server: another process may always hold rows this one does not know.
         self.empty_at_open = False
         self._seen_position = 0
@@ -167,7 +169,7 @@ class PostgresStore(ProcedureStore):
             if any(_writes(op) for op in ops):
                 # Before anything else: see the module's docstring.
                 await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
-            feed = _Feed(conn, self.origin)
+            feed = _Feed(conn, self.origin, self.clock())
             results = await _Session(conn, feed).run(operations.batch(ops, feed, POSTGRES))
             await feed.flush()
         return results
@@ -460,9 +462,9 @@ class _Feed(Changes):
     """The changes of one batch, written in op order: together at the end, except where an
     operation needs its own change's position now (a purge records its ranges by it)."""
 
-    def __init__(self, conn: Any, origin: str) -> None:
+    def __init__(self, conn: Any, origin: str, at: float) -> None:
         super().__init__(origin)
-        self.conn = conn
+        self.conn, self.at = conn, at
 
     async def now(self, change: Pending) -> int:
         """Write what is pending and ``change``; return ``change``'s position."""
@@ -474,7 +476,7 @@ class _Feed(Changes):
         if not self.pending:
             return 0
         pending, self.pending = self.pending, []
-        return await _write_feed(self.conn, pending, self.origin)
+        return await _write_feed(self.conn, pending, self.origin, self.at)
 
 
 class _Session:
@@ -550,7 +552,7 @@ def _statement(sql: str) -> tuple[str, tuple[str, ...]]:
     return text, tuple(names)
 
 
-async def _write_feed(conn: Any, changes: list[Pending], origin: str) -> int:
+async def _write_feed(conn: Any, changes: list[Pending], origin: str, at: float) -> int:
     last = int(
         await conn.fetchval(
             "UPDATE stm_feed SET position = position + $1 WHERE id = 1 RETURNING position",
@@ -558,7 +560,6 @@ async def _write_feed(conn: Any, changes: list[Pending], origin: str) -> int:
         )
     )
     first = last - len(changes) + 1
-    at = time.time()
     await conn.executemany(
         "INSERT INTO stm_changes (position, kind, key, version, channel_id, user_id, "
         "server_id, origin, at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)",

@@ -78,10 +78,15 @@ class ProcedureStore:
             raise ValueError("limit must be at least 1")
         return await self._snapshot(change_feed.read(after, limit, self.dialect))
 
-    async def prune_changes(self, *, older_than: float, keep_last: int = 0) -> int:
-        """Delete changes committed before ``older_than``, except the newest ``keep_last``
-        (always a prefix of the feed: clocks disagree, positions do not)."""
-        return await self._exclusive(change_feed.prune(older_than, max(0, keep_last), self.dialect))
+    async def prune_changes(
+        self, *, older_than: float, keep_last: int = 0, keep_after: int | None = None
+    ) -> int:
+        """Delete changes stamped before ``older_than``, except the newest ``keep_last`` and
+        those after position ``keep_after`` (always a prefix of the feed: clocks disagree,
+        positions do not)."""
+        return await self._exclusive(
+            change_feed.prune(older_than, max(0, keep_last), self.dialect, keep_after)
+        )
 
     async def purge_ranges(self, position: int) -> tuple[Range, ...] | None:
         """The ranges the purge at feed ``position`` cleared; None while it is planned."""

@@ -134,6 +134,8 @@ class SQLiteStore(ProcedureStore):
         self.dialect = SQLITE
         self.closed = False
         self.origin = secrets.token_hex(8)
+        # What stamps the feed's changes (Store.clock): a memory sets its own.
+        self.clock: Callable[[], float] = time.time
         # See Store.empty_at_open: this open created the schema, or the file is private.
         self.empty_at_open = False
         self._data_version = 0
@@ -201,7 +203,13 @@ class SQLiteStore(ProcedureStore):
         if ops and all(isinstance(op, Scrub) for op in ops):
             await self.checkpointed()  # an erasure would find the WAL busy with it
         results = await self._call(
-            run_batch, self._db, ops, self.path != ":memory:", self.origin, self._known
+            run_batch,
+            self._db,
+            ops,
+            self.path != ":memory:",
+            self.origin,
+            self._known,
+            self.clock(),
         )
         self._checkpoint_if_due()
         return results
@@ -490,17 +498,19 @@ def run_batch(
     checkpoint: bool = True,
     origin: str = "",
     known: KnownKeys | None = None,
+    at: float | None = None,
 ) -> list[object]:
     """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op.
 
-    The changes they make go to the feed in the same transaction, in op order. A batch of
+    The changes they make go to the feed in the same transaction, in op order, stamped
+    ``at`` (the store's clock, read by the caller; default ``time.time()``). A batch of
     only ``Scrub`` erases instead, outside any transaction. ``known``, kept from batch to
     batch on ``db``, saves upgrades reading the keys of rows they upgraded before."""
     if ops and all(isinstance(op, Scrub) for op in ops):
         if checkpoint and _on_disk(db):
             _erase(db)
         return [None] * len(ops)
-    feed = _Feed(db, origin, time.time())
+    feed = _Feed(db, origin, time.time() if at is None else at)
     db.execute("BEGIN IMMEDIATE")
     try:
         keeps_keys = all(isinstance(op, operations.KEEPS_KEYS) for op in ops)
@@ -682,9 +692,11 @@ def read_changes(db: sqlite3.Connection, after: int, limit: int) -> FeedPage:
     return _read(db, change_feed.read(after, limit, SQLITE))
 
 
-def prune_changes(db: sqlite3.Connection, older_than: float, keep_last: int) -> int:
+def prune_changes(
+    db: sqlite3.Connection, older_than: float, keep_last: int, keep_after: int | None = None
+) -> int:
     """Delete old changes, remembering the newest position deleted (``feed.prune``)."""
-    return _exclusively(db, change_feed.prune(older_than, keep_last, SQLITE))
+    return _exclusively(db, change_feed.prune(older_than, keep_last, SQLITE, keep_after))
 
 
 def _exclusively(db: sqlite3.Connection, procedure: operations.Procedure[_T]) -> _T:

@@ -109,6 +109,13 @@ class _Snapshot:
         """True when the content as it was before is exactly these objects."""
         return self.summary is summary and self.categories is categories
 
+    def inherit(self, earlier: _Snapshot) -> None:
+        """``earlier``'s upgrade, whose content this one replaced, did not commit: undoing
+        this one gives back what was there before ``earlier``."""
+        self.summary, self.categories, self.pin = earlier.summary, earlier.categories, earlier.pin
+        self.turns_since_refresh = earlier.turns_since_refresh
+        self.last_refreshed_turn = earlier.last_refreshed_turn
+
     def restore(self, cache: MemoryCache) -> None:
         """Undo the upgrade, unless the entry changed again or was deleted since."""
         entry = self.entry
@@ -143,9 +150,16 @@ class _InFlight:
             held.remove(snapshot)
         if not held:
             self._by_key.pop(key, None)
-        if pin is None or snapshot.wrote is None:
+        if snapshot.wrote is None:
             return
         summary, categories = snapshot.wrote
+        if pin is None:
+            # Not committed: a later upgrade that replaced this content must not give it
+            # back when it is undone in turn.
+            for later in held:
+                if later.holds(summary, categories):
+                    later.inherit(snapshot)
+            return
         entry = snapshot.entry
         if not entry.deleted and entry.summary is summary and entry.categories is categories:
             cache.set_pin(entry, pin)
@@ -460,6 +474,10 @@ class Upgrades:
             for snapshot, result in zip(snapshots, results, strict=True):
                 pin = result.pin if isinstance(result, Saved) else None
                 self._in_flight.done(snapshot, self.cache, pin)
+                if isinstance(result, Overtaken):
+                    # Undone at once: an upgrade that snapshots the entry before this turn
+                    # resumes must not take the refused content for what was there.
+                    snapshot.restore(self.cache)
 
         written = writer.submit_all(saves, what=f"upgrade of {entries[0].key}", on_result=committed)
         try:
@@ -475,8 +493,6 @@ class Upgrades:
                 "Nothing was stored; you may try again later.",
             )
         if any(isinstance(result, Overtaken) for result in results):
-            for snapshot in snapshots:
-                snapshot.restore(self.cache)
             return _refused(
                 f"{TOOL_NAME} was not applied: this conversation's memory was "
                 "cleared during the turn. Nothing was saved."
