@@ -81,6 +81,9 @@ class Follower:
         self.applied = 0
         self.dropped_caches = 0
         self._failing = False
+        # One read of the feed at a time: two interleaved would apply changes twice and
+        # could move ``position`` back to where the slower began.
+        self._reading = asyncio.Lock()
         # Purges applied to the cache whose ranges could not be read yet, by position.
         self._unplanned: dict[int, Purge] = {}
         # Message ids deleted or edited lately (the facade's), for captures in flight.
@@ -105,7 +108,12 @@ class Follower:
             ctx._feed_position = self.position
 
     async def catch_up(self) -> int:
-        """Read and apply every change committed so far; returns how many were applied."""
+        """Read and apply every change committed so far; returns how many were applied. A
+        call made while another reads waits for it, then reads what came after."""
+        async with self._reading:
+            return await self._catch_up()
+
+    async def _catch_up(self) -> int:
         started = self._monotonic()
         applied = 0
         await self._planned()

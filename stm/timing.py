@@ -106,7 +106,7 @@ class StepSizer:
 @dataclass
 class PurgeSteps:
     """How large each kind of work of a purge's next step may be: a :class:`StepSizer` per
-    kind (``stm.store.PURGE_PHASES``), since a unit of each costs differently (a chain
+    kind (``stm.store.base.PurgePhase``), since a unit of each costs differently (a chain
     followed more than one seeded, a row cleared more than a range told). A kind's first
     step takes ``start`` of its chunks, not the size another kind ended at; a step that did
     several kinds counts against each of them. ``start`` is a quarter: a full chunk of

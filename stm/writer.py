@@ -106,11 +106,10 @@ class Writer:
             self._push(
                 Queued(self._next(), op, what=_describe(op), journal_id=pending.id, journaled=True)
             )
-        steps = self.purge_steps
         for position in sweeps:
             # A purge whose later chunks a stopped process left: finish it first, its steps
             # sized as any other purge's.
-            sweep = SweepPurge(position, steps.start, steps.sizes())
+            sweep = self._sweep(position)
             self._push(Queued(self._next(), sweep, what=_describe(sweep)))
         self._task = asyncio.get_running_loop().create_task(self._run(), name="stm-writer")
         self._task.add_done_callback(self._stopped)
@@ -452,13 +451,18 @@ class Writer:
     def _continue(self, item: Queued, position: int) -> None:
         """Queue the next chunk of the purge ``item`` is (or continues), behind what is
         queued: a purge of many rows never holds other work up for long."""
-        steps = self.purge_steps
-        sweep = SweepPurge(position, steps.start, steps.sizes())
+        sweep = self._sweep(position)
         self._continuations += 1
         origin = item.origin or item.seq
         # The purge's caller hears of each step too (its ``SweepStep``).
         more = Queued(self._next(), sweep, what=item.what, on_result=item.on_result, origin=origin)
         self._push(more)
+
+    def _sweep(self, position: int) -> SweepPurge:
+        """The next step of the purge at ``position``, each kind of its work sized by how
+        long the last steps of that kind took."""
+        steps = self.purge_steps
+        return SweepPurge(position, steps.start, steps.sizes())
 
     def _next_batch(self) -> list[Queued]:
         """The items of the next transaction, in order. A purge's step is a transaction of

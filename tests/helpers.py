@@ -4,6 +4,7 @@ too live in ``stm.testing``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import zlib
 from collections.abc import Awaitable, Callable
@@ -33,3 +34,14 @@ def seed_for(name: str) -> int:
     if chosen:
         return int(chosen)
     return zlib.crc32(name.encode())
+
+
+async def follower_read_once(memory: ShortTermMemory) -> None:
+    """Wait until ``memory``'s follower has done its first read of the feed (it then waits
+    a quarter of the coherence bound before the next)."""
+    opened = memory.follower.current_at
+    for _ in range(1000):
+        if memory.follower.current_at != opened:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the follower never read the feed")

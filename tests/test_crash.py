@@ -112,35 +112,6 @@ def apply_event(model: Model, event: dict[str, Any], attempt: dict[str, Any] | N
                 del model[key]
 
 
-def expected_states(baseline: Model, events: list[dict[str, Any]]) -> list[Model]:
-    """The states the database may be in: all completed operations applied, and the one in
-    flight at the kill either applied or not."""
-    model = {k: Row(r.summary, set(r.contributors), r.server) for k, r in baseline.items()}
-    pending: dict[str, Any] | None = None
-    for event in events:
-        kind = event["e"]
-        if kind in ("attempt", "clear", "purge"):
-            pending = event
-        elif kind in ("ack", "cleared", "purged"):
-            apply_event(model, event, pending)
-            pending = None
-        elif kind == "refused":
-            pending = None
-    if pending is None:
-        return [model]
-    applied = {k: Row(r.summary, set(r.contributors), r.server) for k, r in model.items()}
-    if pending["e"] == "attempt":
-        for key in pending["keys"]:
-            old = applied.get(key)
-            server = int(key.split(":")[2]) if key.startswith("shortterm:server:") else None
-            if old is not None:
-                server = old.server
-            applied[key] = Row(pending["text"], set(), server)
-    else:
-        apply_event(applied, pending, None)
-    return [model, applied]
-
-
 # Purges the database still holds as pending: the first transaction committed, not every
 # later step. The next process to open the database resumes them (``pending_sweeps``).
 PENDING_PURGES = (
@@ -195,6 +166,16 @@ def state_bounds(
             apply_event(applied, pending, None)
     bounds.append((applied_most, applied_least))
     return bounds
+
+
+def expected_states(baseline: Model, events: list[dict[str, Any]]) -> list[Model]:
+    """The states the database may be in when nothing is left pending from an earlier kill:
+    all completed operations applied, and the one in flight at the kill either applied or
+    not (the two ends of ``state_bounds``, which then name whole states)."""
+    states: list[Model] = []
+    for most, least in state_bounds(baseline, events, []):
+        states += [m for m in (most, least) if all(summaries(m) != summaries(s) for s in states)]
+    return states
 
 
 def within(actual: Model, most: Model, least: Model) -> bool:

@@ -169,3 +169,38 @@ async def test_the_keys_of_rows_another_process_purged_are_dropped_at_once(
     await a.flush()
     assert await b.follower.catch_up() == 1
     assert b.store.held_keys == 0
+
+
+async def test_two_reads_of_the_feed_at_once_never_move_the_position_back(
+    open_memory: Opener,
+) -> None:
+    """A read of the feed that began before a change was committed and ends after another
+    read applied it (a test's ``catch_up`` beside the background follower's) neither
+    applies it twice nor leaves the position before it: reads take turns."""
+    a = await open_memory()
+    b = await paused(await open_memory())
+    store = b.store
+    read = store.read_changes
+    gate = asyncio.Event()
+    first = True
+
+    async def slow_first_read(after: int, limit: int = 500) -> object:
+        nonlocal first
+        page = await read(after, limit)
+        if first:
+            first = False
+            await gate.wait()  # the page read before A's clear, handed back after it
+        return page
+
+    store.read_changes = slow_first_read  # type: ignore[method-assign]
+    stale = asyncio.create_task(b.follower.catch_up())
+    await asyncio.sleep(0.05)
+    await a.clear_short_term_memory_for_channel(10)
+    await a.flush()
+    fresh = asyncio.create_task(b.follower.catch_up())
+    await asyncio.sleep(0.05)
+    gate.set()
+    applied = await stale + await fresh
+    newest = await store.current_position()
+    assert b.follower.position == newest
+    assert applied == 1  # A's clear, once

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from helpers import StoreOpener, seed_for
+from helpers import StoreOpener, follower_read_once, seed_for
 
 from stm import ShortTermMemory, STMConfig
 from stm.memory import FEED_RETENTION_SECONDS
@@ -109,12 +109,7 @@ async def test_the_janitor_keeps_what_its_own_follower_has_not_read(
     clock = Clock(start=1_000_000_000.0)
     memory = await ShortTermMemory.open(config, clock=clock)
     try:
-        opened = memory.follower.current_at
-        for _ in range(1000):  # its first read is done: then it waits a quarter bound
-            if memory.follower.current_at != opened:
-                break
-            await asyncio.sleep(0.01)
-        assert memory.follower.current_at != opened
+        await follower_read_once(memory)
         await memory.capture(turn(ctx(), "first turn"))
         assert (await memory.run_tool(ctx(), {"summary": "ONE"})).success
         await memory.flush()

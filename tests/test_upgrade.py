@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-from helpers import Opener
+from helpers import Opener, follower_read_once
 
 from stm import Category, ShortTermMemory, STMConfig
 from stm.store.shred import readable
@@ -274,11 +274,7 @@ async def test_an_upgrade_refused_by_the_store_is_undone_before_the_next_one_sna
     config = config.model_copy(update={"coherence_seconds": 300})  # the follower reads rarely
     memory, store = await faulty_memory(config, clock=clock)
     try:
-        opened = memory.follower.current_at
-        for _ in range(1000):  # its first read is done: then it waits a quarter bound
-            if memory.follower.current_at != opened:
-                break
-            await asyncio.sleep(0.01)
+        await follower_read_once(memory)
         saved = ctx(user=1)
         await memory.capture(turn(saved, "x"))
         assert (await memory.run_tool(saved, {"summary": "SAVED"})).success

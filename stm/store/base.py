@@ -71,7 +71,6 @@ from ..lineage import Erasure, Lineage, Pin, Range
 __all__ = [
     "MESSAGE_KINDS",
     "PROVENANCE_TABLES",
-    "PURGE_PHASES",
     "Change",
     "ChangeKind",
     "CheckReport",
@@ -439,7 +438,6 @@ class PurgeResult:
 # ranges a page at a time, clear their rows, finish their chains. A unit of each costs
 # differently, so the writer sizes each kind on its own (``SweepPurge.sizes``).
 PurgePhase = Literal["seed", "follow", "page", "clear", "finish"]
-PURGE_PHASES: tuple[PurgePhase, ...] = ("seed", "follow", "page", "clear", "finish")
 
 
 class SweepStep(NamedTuple):
