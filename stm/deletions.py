@@ -110,7 +110,10 @@ def add_reach(total: PurgePreview | None, page: PurgePreview) -> PurgePreview:
         shared[server] = shared.get(server, 0) + count
     # Each page counts the distilled rows of the servers it reaches: the latest stands.
     distilled = {**total.distilled_by_server, **page.distilled_by_server}
-    return PurgePreview(0, total.shared + page.shared, shared, distilled)
+    counted = page.distilled_by_server
+    kept = (s for s in total.distilled_at_least if s not in counted)
+    at_least = frozenset(kept) | page.distilled_at_least
+    return PurgePreview(0, total.shared + page.shared, shared, distilled, at_least)
 
 
 def with_own(
@@ -124,7 +127,8 @@ def with_own(
         for server, count in reach.distilled_by_server.items()
         if server in reach.shared_by_server
     }
-    return replace(reach, own=own, distilled_by_server=distilled)
+    at_least = frozenset(s for s in reach.distilled_at_least if s in distilled)
+    return replace(reach, own=own, distilled_by_server=distilled, distilled_at_least=at_least)
 
 
 # A deletion as the log holds it: a channel clear, or messages deleted or edited on

@@ -755,6 +755,7 @@ class ShortTermMemory:
             preview.shared,
             dict(preview.shared_by_server),
             dict(preview.distilled_by_server),
+            preview.distilled_at_least,
         )
 
     async def purge(
@@ -780,6 +781,7 @@ class ShortTermMemory:
             purge.cleared,
             dict(reach.shared_by_server) if reach else {},
             dict(reach.distilled_by_server) if reach else {},
+            reach.distilled_at_least if reach else frozenset(),
         )
 
     def recent_purges(self, server_id: int) -> RecentPurges:

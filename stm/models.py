@@ -103,7 +103,9 @@ class PurgeImpact:
     ``distilled_by_server`` count, per server (None: DMs), the shared notes it clears
     and all the distilled entries the server holds (before it), so that whoever purges
     sees what share of a server's memory goes; after a purge, as the store counted them
-    when it planned the purge."""
+    when it planned the purge. A server's distilled entries are counted up to ten times
+    what the purge clears there (and a thousand more): a server in ``distilled_at_least``
+    holds at least its count, and the purge clears under a tenth of it."""
 
     user_id: int
     server_id: int | None
@@ -112,9 +114,11 @@ class PurgeImpact:
     shared: int
     shared_by_server: dict[int | None, int] = field(default_factory=dict)
     distilled_by_server: dict[int | None, int] = field(default_factory=dict)
+    distilled_at_least: frozenset[int] = frozenset()
 
     def share_of(self, server_id: int) -> float:
-        """The share (0 to 1) of the server's distilled entries whose notes it clears."""
+        """The share (0 to 1) of the server's distilled entries whose notes it clears (at
+        most this, for a server in ``distilled_at_least``)."""
         total = self.distilled_by_server.get(server_id, 0)
         return self.shared_by_server.get(server_id, 0) / total if total else 0.0
 

@@ -542,7 +542,9 @@ def test_purge_user_with_yes_and_json(db: Path) -> None:
         "erasure": "direct",
         "own": 3,
         "shared": 3,
-        "by_server": [{"server_id": 100, "shared": 3, "distilled": 5, "share": 0.6}],
+        "by_server": [
+            {"server_id": 100, "shared": 3, "distilled": 5, "share": 0.6, "at_least": False}
+        ],
     }
     assert data["preview"] == expected and data["erased"] == expected
     assert data["commits"] >= 1

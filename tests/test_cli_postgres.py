@@ -124,7 +124,9 @@ def test_purges_and_janitor(pg: str, tmp_path: Path) -> None:
         "erasure": "direct",
         "own": 3,
         "shared": 3,
-        "by_server": [{"server_id": 100, "shared": 3, "distilled": 5, "share": 0.6}],
+        "by_server": [
+            {"server_id": 100, "shared": 3, "distilled": 5, "share": 0.6, "at_least": False}
+        ],
     }
     assert data["preview"] == expected and data["erased"] == expected
     left = rows(pg)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cogs.short_term_memory.describe import (
     describe_forget_done,
     describe_forget_preview,
@@ -27,6 +29,29 @@ def test_a_forget_preview_in_a_server_splits_this_server_from_elsewhere() -> Non
     assert "**1** in this server (under 1% of what the bot remembers here); **4** elsewhere" in text
     assert "written while those words were shown" in text  # the direct policy's rule
     assert text.endswith("Nothing is erased until you press **Confirm** (within 2 minutes).")
+
+
+def test_a_server_counted_only_up_to_a_bound_is_said_as_the_most_the_purge_clears() -> None:
+    """A server held more distilled entries than were counted: its share is an upper
+    bound, and said so; a server counted whole is said plainly."""
+    base = impact(2, {HERE: 120, THERE: 3}, {HERE: 2_200, THERE: 6})
+    bounded = replace(base, distilled_at_least=frozenset({HERE}))
+    text = describe_forget_preview(bounded, here=HERE, seconds=120)
+    assert "**120** in this server (at most 5% of what the bot remembers here)" in text
+    plain = describe_forget_preview(base, here=HERE, seconds=120)
+    assert "**120** in this server (5% of what the bot remembers here)" in plain
+
+
+def test_impact_lines_say_when_a_server_was_counted_only_up_to_a_bound() -> None:
+    from stm.cli.view import impact_json, impact_lines
+
+    base = impact(0, {HERE: 12, THERE: 3}, {HERE: 1_200, THERE: 6})
+    bounded = replace(base, distilled_at_least=frozenset({HERE}))
+    lines = impact_lines(bounded, "direct")
+    assert f"    server {HERE}: 12 of at least 1200 distilled entries (at most 1%)" in lines
+    assert f"    server {THERE}: 3 of its 6 distilled entries (50%)" in lines
+    by_server = {s["server_id"]: s for s in impact_json(bounded, "direct")["by_server"]}
+    assert by_server[HERE]["at_least"] and not by_server[THERE]["at_least"]
 
 
 def test_a_forget_preview_in_a_dm_counts_everything_and_nothing_shared_is_said() -> None:

@@ -19,7 +19,7 @@ from stm.testing import Clock, ctx, faulty_memory, turn
 
 BOTH_STORES = True
 SERVER, ELSEWHERE = 100, 300
-ALICE, BOB, CAROL = 1, 2, 3
+ALICE, BOB, CAROL, DAVE = 1, 2, 3, 4
 CHANNELS = range(20, 32)
 
 
@@ -210,6 +210,30 @@ async def test_a_wide_reach_counted_a_page_at_a_time_adds_up(
     for channel in CHANNELS:
         entry = await memory.get_entry(f"shortterm:server:{SERVER}:{channel}")
         assert entry is None or entry.summary is None
+
+
+@pytest.mark.usefixtures("slow_plans")
+async def test_a_server_counted_a_page_at_a_time_is_bounded_by_what_the_purge_clears(
+    open_memory: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge told a page at a time and a server counted only up to its bound: the
+    answer says the server holds at least the count, which is at least COUNT_BEYOND times
+    what the purge cleared there (so its share is at most 1 / COUNT_BEYOND)."""
+    monkeypatch.setattr(chains, "REACH_PAGE", 2)
+    monkeypatch.setattr(chains, "COUNT_BEYOND", 1)
+    monkeypatch.setattr(chains, "COUNT_FLOOR", 0)
+    memory = await open_memory()
+    for channel in range(50, 62):  # notes of the server no purge of Alice reaches
+        dave = ctx(user=DAVE, channel=channel, server=SERVER)
+        await memory.capture(turn(dave, f"dave in {channel}"))
+        assert (await memory.run_tool(dave, {"summary": f"dave's {channel}"})).success
+    await _alice_everywhere(memory)
+    done = await memory.purge(ALICE, SERVER)
+    shared = done.shared_by_server[SERVER]
+    assert shared > 2 * chains.REACH_PAGE  # counted over several pages
+    assert done.distilled_at_least == {SERVER}
+    assert shared <= done.distilled_by_server[SERVER] < 2 * (len(CHANNELS) + 12)
+    assert done.share_of(SERVER) <= 1 / chains.COUNT_BEYOND
 
 
 async def test_a_purge_is_pending_until_the_last_page_of_its_ranges(

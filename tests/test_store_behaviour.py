@@ -853,6 +853,74 @@ async def test_the_ranges_of_a_wide_purge_are_told_a_page_at_a_time(
     assert len(told) == len(keys) and shared == len(keys)
 
 
+async def _wide_purge_in_a_larger_server(store: Any, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Ten rows of server 100 written from a prompt that showed user 7, thirty more that
+    did not; distilled rows counted up to twice a purge's reach there, told three ranges
+    a page. The position of user 7's purge there, planned."""
+    from stm.store import chains
+
+    monkeypatch.setattr(chains, "SWEEP_CHUNK", 2)
+    monkeypatch.setattr(chains, "REACH_PAGE", 3)
+    monkeypatch.setattr(chains, "COUNT_BEYOND", 2)
+    monkeypatch.setattr(chains, "COUNT_FLOOR", 0)
+    for channel in range(10, 20):
+        await store.run(saves(row(server_key(100, channel)), shown=(7,)))
+    for channel in range(20, 50):
+        await store.run(saves(row(server_key(100, channel)), shown=(8,)))
+    (result,) = await store.run([PurgeUser(7, 100, "direct")])
+    assert result.ranges is None and result.more
+    return int(result.position)
+
+
+@pytest.mark.parametrize(
+    ("beyond", "told"),
+    [
+        (2, [(3, 6, True), (6, 12, True), (9, 18, True), (10, 20, True)]),
+        (5, [(3, 15, True), (6, 30, True), (9, 40, False), (10, 40, False)]),
+    ],
+)
+async def test_a_wide_purge_counts_a_server_on_from_where_its_last_page_stopped(
+    store: Any, monkeypatch: pytest.MonkeyPatch, beyond: int, told: list[Any]
+) -> None:
+    """Each page of a wide purge says how many distilled rows the servers it reaches hold,
+    counted on from where the purge's last page stopped, as far as ``beyond`` times what
+    its pages have reached there so far: no page counts more than that many times its
+    own reach, however large the server; once the count reaches the server's end, it is
+    whole (40 rows: 10 reached, 30 not)."""
+    from stm.store import chains
+
+    position = await _wide_purge_in_a_larger_server(store, monkeypatch)
+    monkeypatch.setattr(chains, "COUNT_BEYOND", beyond)
+    seen: list[tuple[int, int, bool]] = []
+    reached = 0
+    while True:
+        (step,) = await store.run([SweepPurge(position)])
+        if step.ranges is not None:
+            reach = step.reach
+            reached += reach.shared
+            held = reach.distilled_by_server[100]
+            seen.append((reached, held, 100 in reach.distilled_at_least))
+        if step.told:
+            break
+    assert seen == told
+
+
+async def test_a_preview_counts_a_server_up_to_twice_its_reach_there(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preview counts a server's distilled rows up to the bound of what it reaches there:
+    a lower bound when the server holds more; the exact number when it holds fewer."""
+    from stm.store import chains
+
+    await _wide_purge_in_a_larger_server(store, monkeypatch)
+    (preview,) = await store.run([PreviewPurge(8, 100, "direct")])
+    assert preview.shared_by_server == {100: 30}
+    assert preview.distilled_by_server == {100: 40} and not preview.distilled_at_least
+    monkeypatch.setattr(chains, "COUNT_BEYOND", 1)
+    (preview,) = await store.run([PreviewPurge(8, 100, "direct")])
+    assert preview.distilled_by_server == {100: 32} and preview.distilled_at_least == {100}
+
+
 async def test_the_plans_of_finished_purges_go_with_the_feed(store: Any) -> None:
     """Once the feed no longer holds a finished purge, neither do its plan and ranges."""
     await _three_channels(store)
@@ -872,11 +940,37 @@ def test_counting_the_distilled_rows_of_any_number_of_servers_takes_few_statemen
     texts: set[str] = set()
     for count in range(1, chains.SERVERS_PER_COUNT + 1):
         servers = list(range(1000, 1000 + count))
-        procedure = chains._distilled_in([*servers, None])
+        procedure = chains._distilled_in({**dict.fromkeys(servers, 1), None: 1})
         step = next(procedure)
         texts.add(step.sql)
+        assert isinstance(step.params, dict)
+        cap = step.params.pop("cap")
+        assert cap == chains._bound(1)
         assert sorted(set(step.params.values())) == servers
         with pytest.raises(StopIteration) as done:
             procedure.send([(server, 1) for server in servers])
-        assert done.value.value == dict.fromkeys(servers, 1)
+        assert done.value.value == (dict.fromkeys(servers, 1), frozenset())
     assert len(texts) <= 5
+
+
+def test_a_server_is_counted_only_as_far_as_the_purge_reaches_there() -> None:
+    """Each server is counted up to its own bound (servers reached alike share a
+    statement), and a count that reaches its bound is a lower bound."""
+    from stm.store import chains
+
+    reached = {1: 1, 2: 1, 3: 300, None: 5}
+    procedure = chains._distilled_in(reached)
+    caps = []
+    step = next(procedure)
+    try:
+        while True:
+            assert isinstance(step.params, dict)
+            cap = step.params["cap"]
+            caps.append(cap)
+            servers = {v for k, v in step.params.items() if k != "cap"}
+            step = procedure.send([(server, cap if server == 2 else 7) for server in servers])
+    except StopIteration as done:
+        counts, at_least = done.value
+    assert caps == [chains._bound(1), chains._bound(300)]
+    assert chains._bound(300) >= chains.COUNT_BEYOND * 300 + chains.COUNT_FLOOR
+    assert counts == {1: 7, 2: chains._bound(1), 3: 7} and at_least == {2}

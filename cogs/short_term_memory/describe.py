@@ -172,8 +172,12 @@ def _entries(texts: Texts, count: int, *, bold: bool = False, shared: bool = Fal
     return texts.count("purge.shared_entries" if shared else "purge.entries", count, shown=shown)
 
 
-def _share(texts: Texts, share: float) -> str:
-    return texts("purge.under_one_percent") if 0 < share < 0.01 else f"{share:.0%}"
+def _share(texts: Texts, share: float, *, at_most: bool = False) -> str:
+    """``share`` as a percentage; ``at_most``: the server was counted only far enough to
+    tell the share is at most this (a purge of few of a large server's entries)."""
+    if 0 < share < 0.01:
+        return texts("purge.under_one_percent")
+    return texts("purge.at_most", share=f"{share:.0%}") if at_most else f"{share:.0%}"
 
 
 def _duration(texts: Texts, seconds: float) -> str:
@@ -192,7 +196,11 @@ def _shared_parts(texts: Texts, impact: PurgeImpact, here: int | None) -> str:
         return texts("purge.shared_in_all", n=impact.shared)
     in_here = impact.shared_by_server.get(here, 0)
     parts = [
-        texts("purge.shared_here", n=in_here, share=_share(texts, impact.share_of(here)))
+        texts(
+            "purge.shared_here",
+            n=in_here,
+            share=_share(texts, impact.share_of(here), at_most=here in impact.distilled_at_least),
+        )
         if in_here
         else texts("purge.shared_none_here")
     ]

@@ -201,6 +201,9 @@ def impact_json(impact: PurgePreview | PurgeImpact, erasure: str) -> dict[str, A
                 "shared": shared,
                 "distilled": distilled,
                 "share": round(shared / distilled, 4) if distilled else None,
+                # Counted only up to a bound: the server holds at least "distilled", and
+                # "share" is the most the purge clears.
+                "at_least": server in impact.distilled_at_least,
             }
             for server, shared, distilled in _by_server(impact)
         ],
@@ -217,6 +220,11 @@ def impact_lines(impact: PurgePreview | PurgeImpact, erasure: str) -> list[str]:
     for server, shared, distilled in _by_server(impact):
         if server is None:
             lines.append(f"    in DMs: {shared}")
+        elif distilled and server in impact.distilled_at_least:
+            lines.append(
+                f"    server {server}: {shared} of at least {distilled} distilled entries "
+                f"(at most {shared / distilled:.0%})"
+            )
         elif distilled:
             lines.append(
                 f"    server {server}: {shared} of its {distilled} distilled entries "

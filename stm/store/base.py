@@ -489,12 +489,17 @@ class PreviewPurge:
 @dataclass(frozen=True, slots=True)
 class PurgePreview:
     """The user's own rows, and the other rows whose notes a purge would clear, by server
-    (None: DMs)."""
+    (None: DMs), and the distilled rows each such server holds: counted only up to a
+    bound proportional to what the purge clears there (``chains.COUNT_BEYOND`` times it),
+    so that a purge of a few entries does not count a server of millions; past it, the
+    count is a lower bound and the server is in ``distilled_at_least`` (the purge clears
+    under ``1 / COUNT_BEYOND`` of its memory)."""
 
     own: int
     shared: int
     shared_by_server: dict[int | None, int] = field(default_factory=dict)
     distilled_by_server: dict[int | None, int] = field(default_factory=dict)
+    distilled_at_least: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

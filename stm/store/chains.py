@@ -183,10 +183,12 @@ _ADD_EDGE = (
 # "+scope" keeps SQLite's planner off stm_by_group, whose leading scope column would match
 # half the table; the user's own index finds the few rows.
 _OWN_ROWS = "DELETE FROM short_term_memories WHERE +scope = 'user' AND user_id = :user"
-# (grouped by server once ``_in_server`` has added its condition)
+# (grouped by server once ``_in_server`` has added its condition). "+chain_id" keeps
+# SQLite off stm_distilled_by_server, which would read every distilled row of the server
+# (its server_id and chain_id match a purge in one server); the user's index finds the few.
 _OWN_DISTILLED = (
     "SELECT server_id, count(*) FROM short_term_memories WHERE +scope = 'user' "
-    "AND user_id = :user AND chain_id IS NOT NULL"
+    "AND user_id = :user AND +chain_id IS NOT NULL"
 )
 _SEEDS = (
     "SELECT m.chain_id, m.first FROM stm_chain_members m JOIN stm_chains c ON c.id = m.chain_id "
@@ -340,18 +342,37 @@ _COUNT_IN_RANGE = (
     "(scope = 'user' AND user_id = :user) GROUP BY server_id"
 )
 _COUNT_OWN = "SELECT count(*) FROM short_term_memories WHERE +scope = 'user' AND user_id = :user"
-# From stm_distilled_by_server alone: both scopes of each of a few servers, in one
-# statement (a page of a purge of wide reach reaches dozens; a statement each was a round
-# trip each).
-_DISTILLED_IN_SERVERS = (
-    "SELECT server_id, count(*) FROM short_term_memories "
-    "WHERE server_id IN ({servers}) AND chain_id IS NOT NULL GROUP BY server_id"
+# How many distilled rows each of a few servers holds, from stm_distilled_by_server alone,
+# each counted up to :cap (a statement per page of a purge of wide reach, which reaches
+# dozens of servers: a statement each was a round trip each).
+_DISTILLED_UP_TO = (
+    "WITH s(server_id) AS (VALUES {servers}) SELECT s.server_id, (SELECT count(*) FROM "
+    "(SELECT 1 FROM short_term_memories m WHERE m.server_id = s.server_id "
+    "AND m.chain_id IS NOT NULL LIMIT :cap) AS few) FROM s"
 )
 # Servers counted per statement at most, and the shorter lengths a statement's list is
 # padded to (its last server repeated): five statement texts, each prepared once by
 # PostgreSQL, rather than one per number of servers.
 SERVERS_PER_COUNT = 200
 _COUNT_LENGTHS = (1, 4, 16, 64)
+# A server's distilled rows are counted up to COUNT_BEYOND times what a purge clears
+# there and COUNT_FLOOR more (a preview's bound is rounded up to a power of two: few
+# statement texts): past that, whoever purges is told the purge clears at most a tenth
+# of the server's memory. Counting all of them cost each page of a purge of wide reach a
+# scan of the server's whole index, however few rows the page cleared there.
+COUNT_BEYOND = 10
+COUNT_FLOOR = 1000
+# What the pages of a purge have counted so far, by server (JSON, see _counted_by_pages).
+_COUNTED = "SELECT counted FROM stm_purges WHERE position = :position"
+_SAVE_COUNTED = "UPDATE stm_purges SET counted = :counted WHERE position = :position"
+# A server's distilled rows after (chain, id), in stm_distilled_by_server's order: the
+# one :skip rows on (where a count of :skip + 1 more stops), and how many are left.
+_AFTER = (
+    "FROM short_term_memories WHERE server_id = :server AND chain_id IS NOT NULL "
+    "AND (chain_id, id) > (:chain, :id)"
+)
+_COUNT_ON = f"SELECT chain_id, id {_AFTER} ORDER BY chain_id, id LIMIT 1 OFFSET :skip"
+_COUNT_REST = f"SELECT count(*) {_AFTER}"
 # Ended chains no row pins any more and no chain was written from: nothing can need them.
 _UNUSED = (
     "SELECT c.id FROM stm_chains c WHERE c.ended = 1 AND NOT EXISTS "
@@ -605,16 +626,17 @@ def reach(position: int, user: int) -> Procedure[PurgePreview]:
         _COUNT_PLANNED.format(page=""), {"position": position, "user": user}, "all"
     )
     by_server = {_server(server_id): int(count) for server_id, count in counted}
-    distilled = yield from _distilled_in(by_server)
-    return PurgePreview(0, sum(by_server.values()), by_server, distilled)
+    distilled, at_least = yield from _distilled_in(by_server)
+    return PurgePreview(0, sum(by_server.values()), by_server, distilled, at_least)
 
 
 def _page(position: int, user: int, after: int, size: float = 1.0) -> Procedure[SweepStep]:
     """The next ``REACH_PAGE`` (scaled by ``size``) ranges of the planned purge at
     ``position`` (those of chains after ``after``) and what they reach, as ``reach`` counts
     it: the pages add up to its ranges and its reach. Each page also counts the distilled
-    rows of the servers it reaches rows in, as ``reach`` does (a server reached by several
-    pages is counted by each: the latest count stands)."""
+    rows of the servers it reaches rows in, as ``reach`` does, against what the pages so
+    far reached there: a server is counted again only when the purge's reach there has
+    outgrown the bound of its last count (the latest count stands)."""
     page_size = scaled(REACH_PAGE, size)
     params = {"position": position, "after": after, "limit": page_size}
     rows = yield Step(_PAGE, params, "all")
@@ -627,29 +649,86 @@ def _page(position: int, user: int, after: int, size: float = 1.0) -> Procedure[
         by_server = {_server(server_id): int(count) for server_id, count in counted}
     told = ranges[-1].chain if len(ranges) == page_size else _TOLD_REACH
     yield Step(_TOLD, {"position": position, "told": told}, "exec")
-    distilled = yield from _distilled_in(by_server)
-    reach = PurgePreview(0, sum(by_server.values()), by_server, distilled)
+    distilled, at_least = yield from _counted_by_pages(position, by_server)
+    reach = PurgePreview(0, sum(by_server.values()), by_server, distilled, at_least)
     return SweepStep(0, True, ranges, reach, told == _TOLD_REACH, ("page",))
+
+
+def _counted_by_pages(
+    position: int, by_server: Mapping[int | None, int]
+) -> Procedure[tuple[dict[int | None, int], frozenset[int]]]:
+    """What ``_distilled_in`` tells, for a page of the purge at ``position`` that reached
+    ``by_server``: each server's distilled rows are counted on from where the purge's
+    earlier pages stopped (in index order), as far as the bound of what its pages have
+    reached there so far, so that no page counts more than ``COUNT_BEYOND`` times what
+    it reached itself (and ``COUNT_FLOOR`` once), however large the server."""
+    row = yield Step(_COUNTED, {"position": position}, "one")
+    # server -> [rows its pages reached, distilled rows counted, whether that is all of
+    # them, and the (chain, id) the count stopped at]
+    counted: dict[str, list[int]] = json.loads(row[0]) if row and row[0] else {}
+    for server_id, shared in by_server.items():
+        if server_id is None:
+            continue
+        state = counted.setdefault(str(server_id), [0, 0, 0, -1, -1])
+        state[0] += shared
+        wanted = COUNT_BEYOND * state[0] + COUNT_FLOOR - state[1]
+        if state[2] or wanted <= 0:
+            continue
+        at = {"server": server_id, "chain": state[3], "id": state[4]}
+        last = yield Step(_COUNT_ON, {**at, "skip": wanted - 1}, "one")
+        if last is not None:
+            state[1:] = [state[1] + wanted, 0, int(last[0]), int(last[1])]
+        else:  # fewer than wanted are left: the count is whole
+            rest = yield Step(_COUNT_REST, at, "one")
+            state[1:3] = [state[1] + int(rest[0]), 1]
+    if by_server:
+        params = {"position": position, "counted": json.dumps(counted, sort_keys=True)}
+        yield Step(_SAVE_COUNTED, params, "exec")
+    mine = [(s, counted[str(s)]) for s in by_server if s is not None]
+    return (
+        {server_id: state[1] for server_id, state in mine},
+        frozenset(server_id for server_id, state in mine if not state[2]),
+    )
 
 
 def _server(server_id: Any) -> int | None:
     return None if server_id is None else int(server_id)
 
 
-def _distilled_in(servers: Iterable[int | None]) -> Procedure[dict[int | None, int]]:
-    """How many distilled entries each of ``servers`` holds (DMs are no server: left out),
-    ``SERVERS_PER_COUNT`` servers a statement."""
-    wanted = sorted({server_id for server_id in servers if server_id is not None})
-    distilled: dict[int | None, int] = dict.fromkeys(wanted, 0)
-    for start in range(0, len(wanted), SERVERS_PER_COUNT):
-        part = wanted[start : start + SERVERS_PER_COUNT]
-        length = next((n for n in _COUNT_LENGTHS if n >= len(part)), SERVERS_PER_COUNT)
-        part += part[-1:] * (length - len(part))  # the same server again: counted once
-        names = {f"server{n}": server_id for n, server_id in enumerate(part)}
-        sql = _DISTILLED_IN_SERVERS.format(servers=", ".join(f":{name}" for name in names))
-        for server_id, count in (yield Step(sql, names, "all")):
-            distilled[int(server_id)] = int(count)
-    return distilled
+def _distilled_in(
+    reached: Mapping[int | None, int],
+) -> Procedure[tuple[dict[int | None, int], frozenset[int]]]:
+    """How many distilled entries each server of ``reached`` (the shared rows a purge
+    reaches there) holds, counted up to ``_bound`` of its reach (DMs are no server: left
+    out); and the servers whose count stopped at its bound (they hold at least that).
+    ``SERVERS_PER_COUNT`` servers of one bound a statement."""
+    by_bound: dict[int, list[int]] = {}
+    for server_id, shared in reached.items():
+        if server_id is not None:
+            by_bound.setdefault(_bound(shared), []).append(server_id)
+    distilled: dict[int | None, int] = {}
+    at_least: set[int] = set()
+    for cap, servers in sorted(by_bound.items()):
+        wanted = sorted(set(servers))
+        for start in range(0, len(wanted), SERVERS_PER_COUNT):
+            part = wanted[start : start + SERVERS_PER_COUNT]
+            length = next((n for n in _COUNT_LENGTHS if n >= len(part)), SERVERS_PER_COUNT)
+            part += part[-1:] * (length - len(part))  # the same server again: counted once
+            names = {f"server{n}": server_id for n, server_id in enumerate(part)}
+            values = ", ".join(f"(CAST(:{name} AS BIGINT))" for name in names)
+            sql = _DISTILLED_UP_TO.format(servers=values)
+            for server_id, count in (yield Step(sql, {**names, "cap": cap}, "all")):
+                distilled[int(server_id)] = int(count)
+                if int(count) >= cap:
+                    at_least.add(int(server_id))
+    return distilled, frozenset(at_least)
+
+
+def _bound(shared: int) -> int:
+    """How far a server's distilled rows are counted for a purge that clears ``shared``
+    of them: ``COUNT_BEYOND`` times that, rounded up to a power of two (few distinct
+    statements' bounds), and ``COUNT_FLOOR`` more."""
+    return COUNT_BEYOND * (1 << max(0, shared - 1).bit_length()) + COUNT_FLOOR
 
 
 def sweep(position: int, size: float | Sizing = 1.0) -> Procedure[SweepStep]:
@@ -778,12 +857,13 @@ def preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgeP
     by_server = {_server(s): int(n) for s, n in counts}
     for drop in (_DROP_PLAN, _DROP_PURGE):
         yield Step(drop, {"position": _SCRATCH}, "exec")
-    distilled = yield from _distilled_in(by_server)
+    distilled, at_least = yield from _distilled_in(by_server)
     return PurgePreview(
         own=int(own[0]) if own else 0,
         shared=sum(by_server.values()),
         shared_by_server=by_server,
         distilled_by_server=distilled,
+        distilled_at_least=at_least,
     )
 
 
@@ -792,7 +872,7 @@ def preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgeP
 PREVIEW_TABLES = (
     "CREATE TEMP TABLE stm_purges (position BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, "
     "server_id BIGINT, erasure TEXT NOT NULL, planned INTEGER NOT NULL, cursor BIGINT NOT NULL, "
-    "servers TEXT)"
+    "servers TEXT, counted TEXT)"
     "{end}",
     "CREATE TEMP TABLE stm_purge_ranges (position BIGINT NOT NULL, chain_id BIGINT NOT NULL, "
     "from_version BIGINT NOT NULL, done INTEGER NOT NULL DEFAULT 0, "
@@ -811,8 +891,9 @@ def inspect_preview(user: int, server: int | None, erasure: Erasure) -> Procedur
         for server_id, count in (yield Step(_COUNT_IN_RANGE, found, "all")):
             key = _server(server_id)
             by_server[key] = by_server.get(key, 0) + int(count)
-    distilled = yield from _distilled_in(by_server)
-    return PurgePreview(int(own[0]) if own else 0, sum(by_server.values()), by_server, distilled)
+    distilled, at_least = yield from _distilled_in(by_server)
+    own_rows = int(own[0]) if own else 0
+    return PurgePreview(own_rows, sum(by_server.values()), by_server, distilled, at_least)
 
 
 _IN_RANGE = (

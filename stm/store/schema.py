@@ -43,6 +43,15 @@ _MEMBER_SERVERS = """
         (SELECT c.server_id FROM stm_chains c WHERE c.id = stm_chain_members.chain_id);
     CREATE INDEX stm_members_by_server ON stm_chain_members (member, server_id);
     """
+# What the pages of a purge have counted of the servers they reach (see
+# ``chains._counted_by_pages``): each page counts on from where the last stopped, in the
+# order of an index that holds all a count reads.
+_PURGE_COUNTS = """
+    ALTER TABLE stm_purges ADD COLUMN counted TEXT;
+    DROP INDEX stm_distilled_by_server;
+    CREATE INDEX stm_distilled_by_server ON short_term_memories (server_id, chain_id, id)
+        WHERE chain_id IS NOT NULL;
+    """
 
 # -- SQLite (its second migration, crypto-shredding's, is in shred.py) --------------------
 SQLITE_MIGRATIONS: tuple[str, ...] = (
@@ -177,6 +186,7 @@ SQLITE_MIGRATIONS: tuple[str, ...] = (
     """,
     _PURGE_STEPS,
     _MEMBER_SERVERS,
+    _PURGE_COUNTS,
 )
 
 
@@ -345,6 +355,7 @@ POSTGRES_MIGRATIONS: tuple[str, ...] = (
     """,
     _PURGE_STEPS,
     _MEMBER_SERVERS,
+    _PURGE_COUNTS,
 )
 # The migration after which rows an earlier version stored in the clear are sealed.
 POSTGRES_SEALING = 2
