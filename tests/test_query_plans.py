@@ -167,6 +167,18 @@ def test_a_purge_of_many_versions_finds_them_through_indexes(db: sqlite3.Connect
         assert scans(db, sql) == [], sql
 
 
+def test_a_purge_in_one_server_finds_the_users_rows_by_the_user(db: sqlite3.Connection) -> None:
+    """A statement of a purge in one server that looks for the user's own rows searches
+    the user's index: the server's index of distilled rows would read all of the
+    server's (a server of millions)."""
+    issued = statements_of(db, PurgeUser(7, 1))
+    mine = [sql for sql in issued if "user_id = " in sql and "short_term_memories" in sql]
+    assert mine
+    for sql in mine:
+        plan = " ".join(d for *_, d in db.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall())
+        assert "stm_distilled_by_server" not in plan, sql
+
+
 def test_a_search_by_scope_alone_is_caught(db: sqlite3.Connection) -> None:
     """The check fails on a search that only narrows by scope (half the table)."""
     assert scans(db, "DELETE FROM short_term_memories WHERE scope = 'user' AND user_id = 7")
