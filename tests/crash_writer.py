@@ -3,7 +3,8 @@
     python tests/crash_writer.py DATABASE LOG SEED
 
 Runs captures, upgrades, channel clears and user purges one after another,
-forever, and appends one JSON line per event to LOG:
+forever, and appends one JSON line per event to LOG (with half the seeds, every purge
+in the smallest steps: a kill then often lands in the middle of one):
 
 - ``attempt`` before an upgrade, ``ack`` once run_tool answered success (with
   the keys written and their contributors: whose words the prompts of the version
@@ -28,6 +29,7 @@ import sys
 from typing import Any
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
+from stm.store import chains
 
 USERS = (1, 2, 3, 4)
 SERVERS = {100: (10, 11, 12, 13), 200: (20, 21, 22)}
@@ -69,8 +71,15 @@ async def work(database: str, log: Log, seed: int) -> None:
     config = STMConfig(
         database=database, write_behind_seconds=0.01, delete_retry_seconds=0.05, erasure="direct"
     )
+    small = rng.random() < 0.5
+    if small:
+        # Every purge in steps of one membership, chain, range or row each: many
+        # transactions, so that a kill often lands between two of them and the next open
+        # must finish what the killed process left.
+        for name in ("SEED_CHUNK", "FOLLOW_CHUNK", "SWEEP_CHUNK", "REACH_PAGE", "FINISH_CHUNK"):
+            setattr(chains, name, 1)
     memory = await ShortTermMemory.open(config)
-    log.write({"e": "start", "seed": seed}, sync=True)
+    log.write({"e": "start", "seed": seed, "small_steps": small}, sync=True)
     n = 0
     while True:
         n += 1
@@ -114,7 +123,10 @@ async def work(database: str, log: Log, seed: int) -> None:
         else:
             user = rng.choice(USERS)
             server = rng.choice([None, *SERVERS])
-            log.write({"e": "purge", "user": user, "server": server})
+            # "at": where in the run it began (summaries written later are "SUMMARY-" with a
+            # later seed, or the same seed and a later n): a purge clears only what was
+            # written before it.
+            log.write({"e": "purge", "user": user, "server": server, "at": [seed, n]})
             await memory.clear_short_term_memory_for_user(user, server)
             await memory.flush()
             log.write({"e": "purged", "user": user, "server": server}, sync=True)
