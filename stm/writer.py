@@ -9,11 +9,12 @@ with any commit that happens anyway.
 
 Reads of rows the cache does not hold (``store.base.READS``) go through the
 same queue, so a read is answered after every delete queued before it. A read
-is not a commit that happens anyway: reads at the head of the queue are a batch
-of their own, which the store runs as a read transaction, and the write-behind
-does not ride along with it. Only the dirty entries whose rows the read reads
-are queued just ahead of it (``WriteBehind.take_read_by``), so that what it
-reads holds their counters; the other dirty entries wait for their own batch.
+is not a commit that happens anyway: when only reads are queued, their batch is
+one the store runs as a read transaction, and the write-behind does not ride
+along with it (when writes are queued too, everything shares their commit).
+Only the dirty entries whose rows the read reads are queued just ahead of it
+(``WriteBehind.take_read_by``), so that what it reads holds their counters; the
+other dirty entries wait for their own batch.
 
 When a batch fails, callers waiting for an answer get the error at once
 (their write is not acknowledged), while deletes and write-behind stay at
@@ -350,10 +351,17 @@ class Writer:
             what = describe(dirty)
             self._push(Queued(self._next(), None, dirty=dirty, what=what, for_read=True))
 
+    def _reads_ahead(self) -> bool:
+        """True when everything queued is reads (with the write-behind of what they read):
+        a batch that commits nothing else. When writes wait behind them, the reads share
+        their commit, as everything queued does (an upgrade storm makes one round trip)."""
+        queue = self._queue
+        return bool(queue) and all(_light(item) for item in queue)
+
     def _reading(self, now: float) -> bool:
-        """True when the next batch is reads (with the write-behind of what they read) and
-        the write-behind is not due: the other dirty entries do not ride along with it."""
-        if not self._queue or not _light(self._queue[0]):
+        """True when the next batch is reads (``_reads_ahead``) and the write-behind is not
+        due: the other dirty entries do not ride along with it."""
+        if not self._reads_ahead():
             return False
         due = self.write_behind.due_at()
         return not due or due > now
@@ -501,16 +509,10 @@ class Writer:
     def _next_batch(self) -> list[Queued]:
         """The items of the next transaction, in order. A purge's step is a transaction of
         its own: what was queued before it commits without waiting for it, and what comes
-        after waits for one bounded step at most. Reads at the head of the queue (and the
-        write-behind of the entries they read) are a batch of their own, which the store
-        runs as a read when it holds nothing else: it does not wait for a write queued
-        behind them."""
+        after waits for one bounded step at most."""
         items: list[Queued] = []
         limit = 1 if self.bisection.isolating else MAX_BATCH
-        reading = bool(self._queue) and _light(self._queue[0])
         for item in self._queue:
-            if reading and not _light(item):
-                break
             if isinstance(item.op, PurgeUser | SweepPurge):
                 if not items:
                     items.append(item)
