@@ -165,6 +165,7 @@ class ShortTermMemory:
             scheduler=self.scheduler,
             journal=Journal.for_config(config),
             touch_guard=self._touch_guard,
+            held=self._held,
         )
         self._tally = Tally()
         self.purge_watch = PurgeWatch()
@@ -303,6 +304,10 @@ class ShortTermMemory:
             self.config.janitor_interval_minutes * 60, self.run_janitor, "stm-janitor"
         )
         self._background.forever(self.follower.run(), "stm-follower")
+
+    def _held(self, entry: Entry) -> bool:
+        """Whether the cache holds this very entry (not evicted, dropped or replaced)."""
+        return self.cache.peek(entry.key) is entry
 
     def _touch_guard(self) -> tuple[int | None, float, float]:
         """What a write-behind batch is checked against: the feed position the cache is

@@ -34,6 +34,9 @@ class Queued:
     on_result: Callable[[Any], None] | None = None
     # The item whose work this continues (a purge's later chunks): flush() waits for it.
     origin: int = 0
+    # A write-behind batch of the dirty entries whose rows the read queued right behind it
+    # reads: it goes in that read's batch, and the other dirty entries do not.
+    for_read: bool = False
 
     @property
     def retried(self) -> bool:

@@ -6,6 +6,8 @@ entry created by a capture before its row was read is *not hydrated*: its row
 once per process by reading its newest rows. Every read goes through the
 writer's queue, so it is ordered after every earlier delete, and the deletions
 made while it was in flight are applied to what it returns (the deletion log).
+A read does not wait for the write-behind: only the dirty entries whose rows it
+reads are written, just ahead of it, and reads alone are a read transaction.
 While the table was empty at open and nothing has left the cache except by a
 delete, a key the cache does not hold has no row, and the read is skipped.
 """
@@ -356,8 +358,9 @@ class ReadThrough:
         self, op: LoadRows | LoadRecent, keys: list[str]
     ) -> Coroutine[Any, Any, list[StoredRow] | None]:
         """Queue a read through the writer now (so it is ordered after every earlier delete
-        and shares a round trip with what is queued with it); await the result for its rows,
-        with the deletions made while it was in flight applied."""
+        and shares a round trip with the reads queued with it, without carrying the
+        write-behind of other keys); await the result for its rows, with the deletions made
+        while it was in flight applied."""
         since = self.deletions.seq
         future = self._writer.submit(op, what="read of " + ", ".join(keys[:3]))
         return self._read_result(future, since, keys)

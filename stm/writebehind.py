@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 
 from .cache import Entry
 from .convert import row_of
-from .store.base import Touch
+from .store.base import LoadChannelKeys, LoadRecent, LoadRows, Touch
 from .timing import Scheduler
 
 __all__ = ["TouchGuard", "WriteBehind", "describe"]
@@ -21,10 +21,18 @@ class WriteBehind:
     """The dirty entries not queued yet, since when they wait, and the ``Touch`` that writes
     a batch of them: one job, apart from the queue."""
 
-    def __init__(self, delay: float, scheduler: Scheduler, guard: TouchGuard | None) -> None:
+    def __init__(
+        self,
+        delay: float,
+        scheduler: Scheduler,
+        guard: TouchGuard | None,
+        held: Callable[[Entry], bool] | None = None,
+    ) -> None:
         self.delay = delay
         self.scheduler = scheduler
         self.guard = guard
+        # Whether the cache holds this very entry (see ``take_read_by``); None: it may not.
+        self.held = held
         self._dirty: dict[str, Entry] = {}
         self._since = 0.0
 
@@ -44,6 +52,36 @@ class WriteBehind:
         """Do not write these keys behind (they were deleted)."""
         for key in keys:
             self._dirty.pop(key, None)
+
+    def take_read_by(self, op: LoadRows | LoadRecent | LoadChannelKeys) -> dict[str, Entry]:
+        """The dirty entries whose rows ``op`` reads, taken out of the batch ({}: none), to
+        be written just ahead of it: what it reads then holds their counters.
+
+        Only entries whose counters are known: one not hydrated yet writes no counters,
+        and its own hydration must not read back what it writes. A recall group's rows
+        (``LoadRecent``) and a channel's keys (``LoadChannelKeys``) are used only for
+        entries the cache does not hold, so only the dirty entries it no longer holds
+        (evicted) are taken for them; a key's row (``LoadRows``) is used either way."""
+        dirty = self._dirty
+        if not dirty:
+            return {}
+        match op:
+            case LoadRows(keys):
+                read = [dirty[key] for key in keys if key in dirty]
+            case LoadRecent():
+                group = (op.scope, op.owner_id, op.server_id, op.persona_id)
+                read = [e for e in dirty.values() if e.group == group and not self._held(e)]
+            case LoadChannelKeys(channel_id):
+                read = [
+                    e for e in dirty.values() if e.channel_id == channel_id and not self._held(e)
+                ]
+        taken = {e.key: e for e in read if e.hydrated and not e.deleted}
+        for key in taken:
+            del dirty[key]
+        return taken
+
+    def _held(self, entry: Entry) -> bool:
+        return self.held is not None and self.held(entry)
 
     def take(self) -> dict[str, Entry]:
         """The dirty entries, to queue as one batch ({}: none); none are left dirty."""

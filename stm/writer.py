@@ -4,7 +4,17 @@ Every durable operation goes through one FIFO queue. The writer takes all
 that is queued, runs it as one transaction, then answers each caller, so
 concurrent upgrades share a commit and a caller hears "saved" only after its
 commit. Entries changed by captures are only marked dirty; their identity
-and counters are written behind, in batches (``WriteBehind``).
+and counters are written behind, in batches (``WriteBehind``), which ride along
+with any commit that happens anyway.
+
+Reads of rows the cache does not hold (``store.base.READS``) go through the
+same queue, so a read is answered after every delete queued before it. A read
+is not a commit that happens anyway: when only reads are queued, their batch is
+one the store runs as a read transaction, and the write-behind does not ride
+along with it (when writes are queued too, everything shares their commit).
+Only the dirty entries whose rows the read reads are queued just ahead of it
+(``WriteBehind.take_read_by``), so that what it reads holds their counters; the
+other dirty entries wait for their own batch.
 
 When a batch fails, callers waiting for an answer get the error at once
 (their write is not acknowledged), while deletes and write-behind stay at
@@ -44,8 +54,12 @@ from .poison import Bisection
 from .queued import Queued
 from .retrying import Retrying
 from .store.base import (
+    READS,
     DeleteChannel,
     DeleteExpired,
+    LoadChannelKeys,
+    LoadRecent,
+    LoadRows,
     Op,
     PurgeResult,
     PurgeUser,
@@ -75,13 +89,15 @@ class Writer:
         scheduler: Scheduler | None = None,
         journal: Journal | None = None,
         touch_guard: TouchGuard | None = None,
+        held: Callable[[Entry], bool] | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler or LoopScheduler()
         # Its jobs, each built inert, before the one that needs it.
         self.counters = WriterCounters()
         self.retrying = Retrying(retry_delay)
-        self.write_behind = WriteBehind(write_behind, self.scheduler, touch_guard)
+        # ``held``: whether the cache holds this very entry (``WriteBehind.take_read_by``).
+        self.write_behind = WriteBehind(write_behind, self.scheduler, touch_guard, held)
         self.pending_deletes = PendingDeletes(journal)
         self.bisection = Bisection(self.counters)
         self.erasures = Erasures(store, scrub_delay, retry_delay)
@@ -137,6 +153,8 @@ class Writer:
             # Nothing would ever answer it: the caller hears at once that it was not saved.
             future.set_exception(DurabilityError([f"{what}: {refusal}"]))
             return future
+        if isinstance(op, READS):
+            self._queue_read_by(op)
         self._push(Queued(self._next(), op, future=future, what=what))
         if self.retrying.due_at:
             # Deletes ahead wait out a backoff (up to MAX_BACKOFF) and nothing may overtake
@@ -326,6 +344,28 @@ class Writer:
         if dirty := self.write_behind.take():
             self._push(Queued(self._next(), None, dirty=dirty, what=describe(dirty)))
 
+    def _queue_read_by(self, op: LoadRows | LoadRecent | LoadChannelKeys) -> None:
+        """Queue the dirty entries whose rows ``op`` reads, just ahead of it (it is queued
+        next): the rows it reads hold their counters. The other dirty entries stay dirty."""
+        if dirty := self.write_behind.take_read_by(op):
+            what = describe(dirty)
+            self._push(Queued(self._next(), None, dirty=dirty, what=what, for_read=True))
+
+    def _reads_ahead(self) -> bool:
+        """True when everything queued is reads (with the write-behind of what they read):
+        a batch that commits nothing else. When writes wait behind them, the reads share
+        their commit, as everything queued does (an upgrade storm makes one round trip)."""
+        queue = self._queue
+        return bool(queue) and all(_light(item) for item in queue)
+
+    def _reading(self, now: float) -> bool:
+        """True when the next batch is reads (``_reads_ahead``) and the write-behind is not
+        due: the other dirty entries do not ride along with it."""
+        if not self._reads_ahead():
+            return False
+        due = self.write_behind.due_at()
+        return not due or due > now
+
     async def _run(self) -> None:
         while True:
             now = self.scheduler.now()
@@ -345,8 +385,10 @@ class Writer:
             if self._scrub_due(now):
                 await self._scrub()
                 continue
-            # Write-behind rides along with any commit that happens anyway.
-            self._swap_dirty()
+            # Write-behind rides along with any commit that happens anyway; a read's batch
+            # is no such commit: it would wait for, and sync, a write transaction.
+            if not self._reading(now):
+                self._swap_dirty()
             await self._cycle()
 
     def _scrub_due(self, now: float) -> bool:
@@ -507,6 +549,11 @@ class Writer:
         # What waits behind the batch is named too: a purge is a batch of its own.
         behind = [item for item in self._queue if item not in kept]
         self.retrying.retry(kept, first, self.scheduler.now(), behind)
+
+
+def _light(item: Queued) -> bool:
+    """A read, or the write-behind of the entries a read reads (``Writer._queue_read_by``)."""
+    return item.for_read or (item.more is None and isinstance(item.op, READS))
 
 
 def _per_item(items: list[Queued], results: list[object]) -> list[object]:

@@ -75,3 +75,24 @@ async def test_cold_key_and_group_share_one_round_trip(open_memory: Opener) -> N
     shown = str(await memory.build_context(ctx(channel=10)))
     assert "HERE-SUMMARY" in shown and "THERE-SUMMARY" in shown
     assert memory.stats["round_trips"] == 1
+
+
+async def test_an_evicted_dirty_entry_is_read_back_with_its_counters(
+    open_memory: Opener,
+) -> None:
+    """An entry evicted before its counters were written behind is read back with them
+    (its write-behind goes just ahead of the read), so the nudge it was due still shows;
+    the other dirty entries are not written with that read."""
+    memory = await open_memory(cache_max_keys=2, write_behind_seconds=3600)
+    dm = ctx(channel=1, server=None)
+    cadence = memory.settings_for(None).refresh_cadence
+    for n in range(cadence):
+        await memory.capture(turn(dm, f"hi {n}"))
+    for channel in (2, 3):  # two more DM keys push the first one out, still dirty
+        await memory.capture(turn(ctx(channel=channel, server=None), "hi"))
+    assert memory.cache.peek(user_key(1, 1)) is None
+    context = await memory.build_context(ctx(channel=1, server=None))
+    assert context.nudge is not None
+    entry = memory.cache.peek(user_key(1, 1))
+    assert entry is not None and entry.turns_since_refresh == cadence
+    assert await memory.store.row(user_key(1, 3)) is None  # still only dirty

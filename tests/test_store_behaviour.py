@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import sqlite3
 import time
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -30,6 +34,7 @@ from stm.store.base import (
     SweepStep,
     Touch,
 )
+from stm.store.sqlite import SQLiteStore
 
 BOTH_STORES = True
 NOW = time.time()
@@ -974,3 +979,47 @@ def test_a_server_is_counted_only_as_far_as_the_purge_reaches_there() -> None:
     assert caps == [chains._bound(1), chains._bound(300)]
     assert chains._bound(300) >= chains.COUNT_BEYOND * 300 + chains.COUNT_FLOOR
     assert counts == {1: 7, 2: chains._bound(1), 3: 7} and at_least == {2}
+
+
+async def test_a_read_waits_for_no_writer(store: Any) -> None:
+    """A batch of reads alone runs as a read: it completes while another connection holds
+    the write lock (SQLite's, PostgreSQL's feed row); a read that must delete expired rows
+    still waits for it, and deletes them once it is free."""
+    kept = row(server_key(1, 1))
+    old = row(server_key(1, 2), summary=None, updated_at=NOW - 13 * HOUR)
+    await store.run([SaveDistilled(kept), Touch((old,))])
+    async with _write_lock(store):
+        reads = [LoadRows((kept.key,), FAR, FAR), LoadRecent("server", 1, None, None, 5, FAR, FAR)]
+        found, recent = await asyncio.wait_for(store.run(reads), 2.0)
+        assert [r.key for r in found] == [kept.key] and len(recent) == 2
+        expiring = asyncio.ensure_future(
+            store.run([LoadRows((old.key,), NOW - 12 * HOUR, NOW - 24 * HOUR)])
+        )
+        await asyncio.sleep(0.2)
+        assert not expiring.done()
+    assert await asyncio.wait_for(expiring, 5.0) == [[]]
+    assert await kinds(store) == [("upgrade", kept.key, None, None, None),
+                                  ("expire", old.key, None, None, None)]  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def _write_lock(store: Any) -> AsyncIterator[None]:
+    """Hold the store's write lock from another connection."""
+    if isinstance(store, SQLiteStore):
+        other = sqlite3.connect(store.path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        return
+    import asyncpg
+
+    other = await asyncpg.connect(store._dsn)
+    try:
+        async with other.transaction():
+            await other.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
+            yield
+    finally:
+        await other.close()

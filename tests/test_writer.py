@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from stm import DurabilityError, ShortTermMemory, STMConfig
+from stm.cache import Entry
+from stm.keys import server_key
 from stm.store.base import DeleteChannel as DeleteChannelOp
+from stm.store.base import LoadRecent, LoadRows
 from stm.testing import Clock, FaultyStore, ManualScheduler, ctx, faulty_memory, turn
+from stm.window import EMPTY
+from stm.writer import Writer
 
 
 @pytest.fixture
@@ -209,3 +217,76 @@ async def test_a_writer_that_dies_answers_every_waiter(
     assert "writer stopped" in caplog.text
     with pytest.raises(DurabilityError):
         await asyncio.wait_for(memory.close(), 10)
+
+
+# -- reads through the writer's queue -------------------------------------------------------
+def _dirty_entry(channel: int, turns: int) -> Entry:
+    """A hydrated entry of server 1 whose counters are ``turns``."""
+    entry = Entry(
+        key=server_key(1, channel),
+        scope="server",
+        server_id=1,
+        user_id=None,
+        channel_id=channel,
+        persona_id=None,
+        messages=EMPTY,
+        updated_at=time.time(),
+    )
+    entry.turns_since_refresh = turns
+    return entry
+
+
+@pytest.fixture
+async def reader(store: Any) -> AsyncIterator[Writer]:
+    """A writer whose write-behind is never due during the test."""
+    writer = Writer(store, write_behind=3600, retry_delay=3600)
+    writer.start()
+    yield writer
+    await writer.close()
+
+
+def _load(*keys: str) -> LoadRows:
+    return LoadRows(keys, 0.0, 0.0)
+
+
+async def test_a_read_does_not_carry_the_write_behind_of_other_keys(
+    reader: Writer, store: Any
+) -> None:
+    """A read commits nothing: the dirty entries of other keys stay dirty, unwritten."""
+    other = _dirty_entry(2, turns=4)
+    reader.mark_dirty(other)
+    assert await reader.submit(_load(server_key(1, 1))) == []
+    assert await store.row(other.key) is None
+    assert len(reader.write_behind) == 1 and reader.commits == 1  # the read alone
+    await reader.flush()
+    written = await store.row(other.key)
+    assert written is not None and written.turns_since_refresh == 4
+
+
+async def test_a_read_of_a_dirty_key_sees_its_counters(reader: Writer, store: Any) -> None:
+    """The dirty entry a read covers is written just ahead of it (and only that one)."""
+    read, other = _dirty_entry(1, turns=3), _dirty_entry(2, turns=4)
+    reader.mark_dirty(read)
+    reader.mark_dirty(other)
+    (row,) = await reader.submit(_load(read.key))
+    assert row.turns_since_refresh == 3
+    assert await store.row(other.key) is None
+    assert len(reader.write_behind) == 1
+    # A recall group's read sees the group's dirty entries the same way.
+    recent = await reader.submit(LoadRecent("server", 1, None, None, 5, 0.0, 0.0))
+    assert {r.key: r.turns_since_refresh for r in recent} == {read.key: 3, other.key: 4}
+
+
+async def test_a_read_after_a_delete_sees_the_delete(reader: Writer, store: Any) -> None:
+    """A read queued behind a delete is answered after it, even when the delete has a
+    dirty entry of its channel to write before it and the read is queued at once."""
+    gone, kept = _dirty_entry(1, turns=2), _dirty_entry(2, turns=5)
+    reader.mark_dirty(gone)
+    reader.mark_dirty(kept)
+    await reader.flush()
+    gone.turns_since_refresh = 7
+    reader.mark_dirty(gone)
+    reader.submit_delete(DeleteChannelOp(1), what="clearing channel 1")
+    rows = await reader.submit(_load(gone.key, kept.key))
+    assert [r.key for r in rows] == [kept.key]
+    assert await store.row(gone.key) is None

@@ -71,6 +71,7 @@ from ..lineage import Erasure, Lineage, Pin, Range
 __all__ = [
     "MESSAGE_KINDS",
     "PROVENANCE_TABLES",
+    "READS",
     "Change",
     "ChangeKind",
     "CheckReport",
@@ -108,6 +109,7 @@ __all__ = [
     "UserHoldings",
     "deleted_since",
     "overtaking",
+    "reads_only",
 ]
 
 
@@ -591,6 +593,17 @@ Op = (
     | ServerChannels
     | ForgetServer
 )
+
+# The operations that only read memory rows (the read-through's). A batch of nothing else
+# is a read: a store runs it without taking the write lock (``LoadRows`` starts it again as
+# a write when it finds expired rows to delete), and the writer does not make it carry the
+# write-behind of other keys.
+READS = (LoadRows, LoadRecent, LoadChannelKeys)
+
+
+def reads_only(ops: Sequence[Op]) -> bool:
+    """True for a batch of reads alone (``READS``)."""
+    return bool(ops) and all(isinstance(op, READS) for op in ops)
 
 
 ChangeKind = Literal[

@@ -12,6 +12,8 @@ only a store can answer, each a small class below:
 - :class:`Sealing` and :class:`Write`: an upgrade's rows written, their text
   encrypted under their own keys (``shred.py``), read once per run;
 - :class:`Dropped`: rows deleted (a store that remembers their keys forgets them);
+- :class:`Writing`: the operation is about to write (a batch of reads alone, which a store
+  runs as a read, is then run again as a write);
 - ``feed.Position``: the position of a change, written now.
 
 Each store answers them with its own connection (``SQLiteStore``'s thread,
@@ -71,6 +73,7 @@ __all__ = [
     "Rows",
     "Sealing",
     "Write",
+    "Writing",
     "apply",
     "batch",
     "categories_json",
@@ -126,7 +129,14 @@ class Dropped:
     keys: tuple[str, ...]
 
 
-Request = Step | Rows | Many | Sealing | Write | Dropped | Position
+@dataclass(frozen=True, slots=True)
+class Writing:
+    """A read is about to write (``LoadRows`` found expired rows to delete). A store that
+    runs a batch of reads alone (``base.reads_only``) as a read transaction starts it
+    again as a write transaction; inside a write transaction the answer is None."""
+
+
+Request = Step | Rows | Many | Sealing | Write | Dropped | Writing | Position
 Procedure = Generator[Request, Any, _T]
 
 # Operations that change no row's key (upgrades follow the keys they change themselves);
@@ -319,8 +329,16 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
         case LoadRows(keys, crude_before, summary_before):
             if not keys:
                 return []
-            yield from _expire(keys, crude_before, summary_before, feed, dialect)
             where, named = dialect.in_list("key", "keys", keys, "text[]")
+            # Looked for first, so that a read that finds none (most) writes nothing.
+            expired = yield Step(
+                f"SELECT key FROM short_term_memories WHERE {where} AND {dialect.expired()}",
+                {"crude": crude_before, "summary": summary_before, **named},
+                "all",
+            )
+            if expired:
+                yield Writing()
+                yield from _expire(keys, crude_before, summary_before, feed, dialect)
             return (yield Rows(f"WHERE {where}", named))
         case LoadRecent():
             return (yield _recent(op, dialect))

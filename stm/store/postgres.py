@@ -20,7 +20,9 @@ before it, and a guarded upgrade (``base.Guard``) sees every delete. The cost is
 that writes of different processes do not overlap; each process still groups
 its own concurrent writes into one commit. Batches that write anything at all
 (identity rows and counters too) take the lock, so two of them never wait for
-each other's rows (no deadlock); batches that only read do not.
+each other's rows (no deadlock); batches that only read do not (they run in a
+read-only transaction, and a read that finds expired rows to delete is rolled back
+and run again as a write).
 
 Wake-ups. Each batch that writes the feed sends ``NOTIFY stm_changes`` with its
 last position, delivered at commit. A follower listens on one dedicated
@@ -58,6 +60,7 @@ from .base import (
     SaveDistilled,
     Scrub,
     StoredRow,
+    reads_only,
     row_from_columns,
 )
 from .chains import Step
@@ -157,7 +160,9 @@ class PostgresStore(ProcedureStore):
 
     async def run(self, ops: Sequence[Op]) -> list[object]:
         """Run ``ops`` in order in one transaction; one result per op. A batch of only
-        ``Scrub`` vacuums the key table instead, outside any transaction."""
+        ``Scrub`` vacuums the key table instead, outside any transaction; a batch of reads
+        alone (``base.reads_only``) runs in a read-only transaction, without the feed's
+        lock."""
         self._check_open()
         if ops and all(isinstance(op, Scrub) for op in ops):
             async with self._acquire() as conn:
@@ -165,13 +170,25 @@ class PostgresStore(ProcedureStore):
                 # lock that writers wait for. What it leaves is in docs/guarantees.md.
                 await conn.execute("VACUUM stm_keys")
             return [None] * len(ops)
-        async with self._acquire() as conn, transaction(conn):
-            if any(_writes(op) for op in ops):
-                # Before anything else: see the module's docstring.
-                await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
-            feed = _Feed(conn, self.origin, self.clock())
-            results = await _Session(conn, feed).run(operations.batch(ops, feed, POSTGRES))
-            await feed.flush()
+        at = self.clock()
+        async with self._acquire() as conn:
+            if reads_only(ops):
+                # A read takes no lock, so it waits for no other process's writes; one that
+                # finds expired rows to delete is rolled back and run again as a write.
+                try:
+                    async with transaction(conn, readonly=True):
+                        feed = _Feed(conn, self.origin, at)
+                        procedure = operations.batch(ops, feed, POSTGRES)
+                        return await _Session(conn, feed, reading=True).run(procedure)
+                except _Writes:
+                    pass
+            async with transaction(conn):
+                if any(_writes(op) for op in ops):
+                    # Before anything else: see the module's docstring.
+                    await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
+                feed = _Feed(conn, self.origin, at)
+                results = await _Session(conn, feed).run(operations.batch(ops, feed, POSTGRES))
+                await feed.flush()
         return results
 
     @property
@@ -479,14 +496,20 @@ class _Feed(Changes):
         return await _write_feed(self.conn, pending, self.origin, self.at)
 
 
+class _Writes(Exception):
+    """A batch run as a read is about to write (``ops.Writing``)."""
+
+
 class _Session:
     """Runs the shared procedures (``chains``, ``ops``, ``feed``, ``operator``) on this
     connection, answering what only the store can: rows decrypted, rows sealed and
     written, a change's position."""
 
-    def __init__(self, conn: Any, feed: _Feed | None = None) -> None:
+    def __init__(self, conn: Any, feed: _Feed | None = None, *, reading: bool = False) -> None:
         self.conn, self.feed = conn, feed
         self.keys = _Keys()
+        # A batch run as a read: a procedure about to write stops it (``_Writes``).
+        self.reading = reading
 
     async def run(self, procedure: operations.Procedure[_T]) -> _T:
         conn = self.conn
@@ -515,6 +538,10 @@ class _Session:
                     result = None
                 elif isinstance(request, operations.Dropped):
                     result = None  # no key outlives its transaction here
+                elif isinstance(request, operations.Writing):
+                    if self.reading:
+                        raise _Writes
+                    result = None
                 else:
                     assert self.feed is not None, "a change's position is asked outside a batch"
                     result = await self.feed.now(request.change)

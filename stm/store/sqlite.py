@@ -11,7 +11,9 @@ The functions below the class run on that thread (and take a plain
 
 A whole batch runs there as one function: one hop between the event loop and
 the thread per transaction, whatever its number of statements (one await per
-statement costs several times more under an upgrade storm). aiosqlite's
+statement costs several times more under an upgrade storm). A batch of reads
+alone (an evicted entry read back) runs in a read transaction: it neither takes
+the write lock nor syncs the WAL at its end. aiosqlite's
 public methods each run one statement; they are all built on
 ``Connection._execute(fn, *args)``, which runs any function on the
 connection's thread in queue order, and this store uses it the same way
@@ -61,6 +63,7 @@ from .base import (
     PurgePreview,
     Scrub,
     StoredRow,
+    reads_only,
     row_from_columns,
 )
 from .chains import Step
@@ -197,9 +200,9 @@ class SQLiteStore(ProcedureStore):
         return await on_thread(fn, *args)
 
     async def run(self, ops: Sequence[Op]) -> list[object]:
-        """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction; one result per op.
-        Then, when the WAL has grown past ``CHECKPOINT_BYTES``, checkpoint it in the
-        background."""
+        """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction (a batch of reads
+        alone in a read transaction, see ``run_batch``); one result per op. Then, when the
+        WAL has grown past ``CHECKPOINT_BYTES``, checkpoint it in the background."""
         if ops and all(isinstance(op, Scrub) for op in ops):
             await self.checkpointed()  # an erasure would find the WAL busy with it
         results = await self._call(
@@ -504,13 +507,23 @@ def run_batch(
 
     The changes they make go to the feed in the same transaction, in op order, stamped
     ``at`` (the store's clock, read by the caller; default ``time.time()``). A batch of
-    only ``Scrub`` erases instead, outside any transaction. ``known``, kept from batch to
-    batch on ``db``, saves upgrades reading the keys of rows they upgraded before."""
+    only ``Scrub`` erases instead, outside any transaction. A batch of reads alone
+    (``base.reads_only``) runs in a read transaction, which neither waits for the write
+    lock nor syncs anything at its end; should one of its reads find expired rows to
+    delete, it is rolled back, having written nothing, and run again as a write.
+    ``known``, kept from batch to batch on ``db``, saves upgrades reading the keys of
+    rows they upgraded before (a read leaves it as it is: it changes no key)."""
     if ops and all(isinstance(op, Scrub) for op in ops):
         if checkpoint and _on_disk(db):
             _erase(db)
         return [None] * len(ops)
-    feed = _Feed(db, origin, time.time() if at is None else at)
+    at = time.time() if at is None else at
+    if reads_only(ops):
+        try:
+            return _read_batch(db, ops, origin, at)
+        except _Writes:
+            pass  # a read found expired rows to delete: run it as a write
+    feed = _Feed(db, origin, at)
     db.execute("BEGIN IMMEDIATE")
     try:
         keeps_keys = all(isinstance(op, operations.KEEPS_KEYS) for op in ops)
@@ -524,6 +537,25 @@ def run_batch(
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
+    return results
+
+
+class _Writes(Exception):
+    """A batch run as a read is about to write (``ops.Writing``)."""
+
+
+def _read_batch(db: sqlite3.Connection, ops: Sequence[Op], origin: str, at: float) -> list[object]:
+    """Run a batch of reads alone in one read transaction: it neither waits for nor holds
+    the write lock, and its commit writes nothing (no fsync). Raises ``_Writes``, having
+    written nothing, when an operation is about to write."""
+    feed = _Feed(db, origin, at)
+    db.execute("BEGIN")  # deferred: a read transaction, one snapshot for every statement
+    try:
+        results = _Session(db, feed, reading=True).run(operations.batch(ops, feed, SQLITE))
+        assert not feed.pending, "a read added a change to the feed"
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK")  # nothing to keep: it wrote nothing
     return results
 
 
@@ -558,10 +590,17 @@ class _Session:
     written, remembered keys forgotten, a change's position."""
 
     def __init__(
-        self, db: sqlite3.Connection, feed: _Feed | None = None, known: KnownKeys | None = None
+        self,
+        db: sqlite3.Connection,
+        feed: _Feed | None = None,
+        known: KnownKeys | None = None,
+        *,
+        reading: bool = False,
     ) -> None:
         self.db, self.feed, self.known = db, feed, known
         self.sealer: shred.Sealer | None = None
+        # A batch run as a read: a procedure about to write stops it (``_Writes``).
+        self.reading = reading
 
     def run(self, procedure: operations.Procedure[_T]) -> _T:
         db = self.db
@@ -584,6 +623,10 @@ class _Session:
                     if self.known is not None:
                         for key in request.keys:
                             self.known.keys.pop(key, None)
+                    result = None
+                elif isinstance(request, operations.Writing):
+                    if self.reading:
+                        raise _Writes
                     result = None
                 else:
                     assert self.feed is not None, "a change's position is asked outside a batch"
