@@ -426,5 +426,11 @@ def write_report(report: dict[str, Any], folder: Path) -> str:
     """Write results.md and results.png into ``folder``; return the markdown."""
     text = markdown(report)
     (folder / "results.md").write_text(text + "\n")
-    chart(report, folder / "results.png")
+    try:
+        import matplotlib  # noqa: F401
+    except ModuleNotFoundError:
+        # The results are written; only the picture needs the benchmark extras.
+        print("results.png not drawn: matplotlib is missing (pip install -e '.[dev,bench]')")
+    else:
+        chart(report, folder / "results.png")
     return text
