@@ -34,17 +34,25 @@ class WriteBehind:
         # Whether the cache holds this very entry (see ``take_read_by``); None: it may not.
         self.held = held
         self._dirty: dict[str, Entry] = {}
+        # Entries evicted before they were written, whose key a new entry took since: the
+        # turns they counted are nowhere else (the new entry counts from zero until its
+        # row is read, and the row lacks them), so they are written all the same, ahead of
+        # the new entry's read or in the next batch.
+        self._displaced: dict[str, Entry] = {}
         self._since = 0.0
 
     def __len__(self) -> int:
-        return len(self._dirty)
+        return len(self._dirty) + len(self._displaced)
 
     def mark(self, entry: Entry) -> bool:
         """Write ``entry``'s identity and counters behind; True when it is the first dirty
         entry (the writer must wake to write it ``delay`` from now)."""
-        first = not self._dirty
+        first = not self._dirty and not self._displaced
         if first:
             self._since = self.scheduler.now()
+        old = self._dirty.get(entry.key)
+        if old is not None and old is not entry and old.hydrated and not old.deleted:
+            self._displaced[entry.key] = old
         self._dirty[entry.key] = entry
         return first
 
@@ -52,6 +60,7 @@ class WriteBehind:
         """Do not write these keys behind (they were deleted)."""
         for key in keys:
             self._dirty.pop(key, None)
+            self._displaced.pop(key, None)
 
     def take_read_by(self, op: LoadRows | LoadRecent | LoadChannelKeys) -> dict[str, Entry]:
         """The dirty entries whose rows ``op`` reads, taken out of the batch ({}: none), to
@@ -63,11 +72,13 @@ class WriteBehind:
         entries the cache does not hold, so only the dirty entries it no longer holds
         (evicted) are taken for them; a key's row (``LoadRows``) is used either way."""
         dirty = self._dirty
-        if not dirty:
+        if not dirty and not self._displaced:
             return {}
         match op:
             case LoadRows(keys):
                 read = [dirty[key] for key in keys if key in dirty]
+                # An evicted entry's counters, ahead of the read of its successor's row.
+                read += [self._displaced.pop(key) for key in keys if key in self._displaced]
             case LoadRecent():
                 group = (op.scope, op.owner_id, op.server_id, op.persona_id)
                 read = [e for e in dirty.values() if e.group == group and not self._held(e)]
@@ -76,21 +87,29 @@ class WriteBehind:
                     e for e in dirty.values() if e.channel_id == channel_id and not self._held(e)
                 ]
         taken = {e.key: e for e in read if e.hydrated and not e.deleted}
-        for key in taken:
-            del dirty[key]
+        for key, entry in taken.items():
+            if dirty.get(key) is entry:
+                del dirty[key]
         return taken
 
     def _held(self, entry: Entry) -> bool:
         return self.held is not None and self.held(entry)
 
     def take(self) -> dict[str, Entry]:
-        """The dirty entries, to queue as one batch ({}: none); none are left dirty."""
+        """The dirty entries, to queue as one batch ({}: none); none are left dirty. An
+        evicted entry goes in place of the new entry of its key while that one's row is
+        not read yet (it has no counters to write; once read, it is marked again)."""
         dirty, self._dirty = self._dirty, {}
+        displaced, self._displaced = self._displaced, {}
+        for key, old in displaced.items():
+            new = dirty.get(key)
+            if new is None or not new.hydrated:
+                dirty[key] = old
         return dirty
 
     def due_at(self) -> float:
         """When the dirty entries are to be written (0: none are dirty)."""
-        return self._since + self.delay if self._dirty else 0.0
+        return self._since + self.delay if self._dirty or self._displaced else 0.0
 
     def touch(self, dirty: dict[str, Entry]) -> Touch:
         """The operation that writes a batch. Built when it runs, not when marked: the

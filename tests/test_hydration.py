@@ -96,3 +96,24 @@ async def test_an_evicted_dirty_entry_is_read_back_with_its_counters(
     entry = memory.cache.peek(user_key(1, 1))
     assert entry is not None and entry.turns_since_refresh == cadence
     assert await memory.store.row(user_key(1, 3)) is None  # still only dirty
+
+
+async def test_a_capture_after_eviction_keeps_the_evicted_entrys_counters(
+    open_memory: Opener,
+) -> None:
+    """A capture that finds its entry evicted before its counters were written behind
+    makes a new entry of the key: the evicted one is still written (ahead of the new
+    one's read), so the turns it counted still count and the nudge it was due shows."""
+    memory = await open_memory(cache_max_keys=2, write_behind_seconds=3600)
+    dm = ctx(channel=1, server=None)
+    cadence = memory.settings_for(None).refresh_cadence
+    for n in range(cadence - 1):
+        await memory.capture(turn(dm, f"hi {n}"))
+    for channel in (2, 3):  # two more DM keys push the first one out, still dirty
+        await memory.capture(turn(ctx(channel=channel, server=None), "hi"))
+    assert memory.cache.peek(user_key(1, 1)) is None
+    await memory.capture(turn(dm, "back again"))  # a new entry of the evicted key
+    context = await memory.build_context(dm)
+    entry = memory.cache.peek(user_key(1, 1))
+    assert entry is not None and entry.turns_since_refresh == cadence
+    assert context.nudge is not None

@@ -27,10 +27,11 @@ def test_the_first_dirty_entry_makes_a_batch_due_after_the_delay() -> None:
     scheduler = ManualScheduler(start=100.0)
     behind = WriteBehind(5.0, scheduler, None)
     assert behind.due_at() == 0.0 and len(behind) == 0
-    assert behind.mark(entry(1))
+    first = entry(1)
+    assert behind.mark(first)
     scheduler.advance(3.0)
     assert not behind.mark(entry(2))
-    assert not behind.mark(entry(1))  # marked again: still one entry
+    assert not behind.mark(first)  # marked again: still one entry
     assert behind.due_at() == 105.0 and len(behind) == 2
 
 

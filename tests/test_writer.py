@@ -290,3 +290,16 @@ async def test_a_read_after_a_delete_sees_the_delete(reader: Writer, store: Any)
     rows = await reader.submit(_load(gone.key, kept.key))
     assert [r.key for r in rows] == [kept.key]
     assert await store.row(gone.key) is None
+
+
+async def test_an_entry_displaced_before_its_write_is_written(reader: Writer, store: Any) -> None:
+    """An evicted entry still waiting for its write, whose key a new entry (not read yet)
+    took: its counters are written in the next batch all the same, not lost."""
+    evicted = _dirty_entry(1, turns=4)
+    reader.mark_dirty(evicted)
+    successor = _dirty_entry(1, turns=1)
+    successor.hydrated = False
+    reader.mark_dirty(successor)
+    await reader.flush()
+    written = await store.row(evicted.key)
+    assert written is not None and written.turns_since_refresh == 4
