@@ -112,3 +112,30 @@ async def test_a_database_of_an_earlier_version_is_sealed_when_opened(postgres_u
         assert stored.startswith("stm1:") and "PLAIN-OLD-NOTES" not in stored
     finally:
         await conn.close()
+
+
+async def test_an_erasure_does_not_wait_for_another_transaction_on_the_key_table(
+    postgres_url: str,
+) -> None:
+    """The vacuum that erases destroyed keys gives no pages back, so it never asks for the
+    key table alone: while another connection's transaction holds a lock on it (another
+    process's upgrade writing a key), the erasure still ends at once. Asking would wait up
+    to 5 s, and this process's writer with it."""
+    from stm.store.base import Scrub
+    from stm.store.postgres import PostgresStore
+
+    store = await PostgresStore.open(postgres_url)
+    other = await _connect(postgres_url)
+    try:
+        await other.execute(
+            "INSERT INTO stm_keys (key) SELECT decode(md5(i::text) || md5(i::text), 'hex') "
+            "FROM generate_series(1, 4000) AS i"
+        )
+        # The table's end is empty: a plain VACUUM would give those pages back.
+        await other.execute("DELETE FROM stm_keys WHERE slot > 1000")
+        async with other.transaction():
+            await other.execute("LOCK TABLE stm_keys IN ROW EXCLUSIVE MODE")
+            await asyncio.wait_for(store.run([Scrub()]), timeout=3.0)
+    finally:
+        await other.close()
+        await store.close()
