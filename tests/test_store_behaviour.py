@@ -910,6 +910,39 @@ async def test_a_wide_purge_counts_a_server_on_from_where_its_last_page_stopped(
     assert seen == told
 
 
+async def test_the_servers_a_page_reaches_first_are_counted_together(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page that reaches servers its purge has not counted yet counts them together
+    (a statement per few hundred servers, not one or two each: on PostgreSQL each is a
+    round trip, inside the step other work waits for), and says each one's count."""
+    from stm.store import chains
+
+    monkeypatch.setattr(chains, "SWEEP_CHUNK", 2)
+    servers = range(100, 105)
+    for server in servers:
+        for channel in (10, 11):
+            await store.run(saves(row(server_key(server, channel)), shown=(7,)))
+    (result,) = await store.run([PurgeUser(7, None, "direct")])
+    assert result.more
+    counting = chains._distilled_in
+    calls: list[set[Any]] = []
+
+    def counted(reached: Any, **options: Any) -> Any:
+        calls.append(set(reached))
+        return counting(reached, **options)
+
+    monkeypatch.setattr(chains, "_distilled_in", counted)
+    told = None
+    while told is None:
+        (step,) = await store.run([SweepPurge(result.position)])
+        if step.ranges is not None:
+            told = step.reach
+    assert calls == [set(servers)]
+    assert told.distilled_by_server == dict.fromkeys(servers, 2)
+    assert not told.distilled_at_least
+
+
 async def test_a_preview_counts_a_server_up_to_twice_its_reach_there(
     store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

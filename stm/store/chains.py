@@ -658,29 +658,46 @@ def _counted_by_pages(
     position: int, by_server: Mapping[int | None, int]
 ) -> Procedure[tuple[dict[int | None, int], frozenset[int]]]:
     """What ``_distilled_in`` tells, for a page of the purge at ``position`` that reached
-    ``by_server``: each server's distilled rows are counted on from where the purge's
-    earlier pages stopped (in index order), as far as the bound of what its pages have
-    reached there so far, so that no page counts more than ``COUNT_BEYOND`` times what
-    it reached itself (and ``COUNT_FLOOR`` once), however large the server."""
+    ``by_server``: the servers the purge reaches for the first time are counted together,
+    as ``_distilled_in`` counts them; a server counted before, whose count no longer
+    bounds the purge's share there, is counted on from where its last count stopped (in
+    index order), as far as the bound of what the pages have reached there so far. No
+    page counts more than ``COUNT_BEYOND`` times what it reached itself and
+    ``COUNT_FLOOR`` per server it reaches first, however large the servers."""
     row = yield Step(_COUNTED, {"position": position}, "one")
     # server -> [rows its pages reached, distilled rows counted, whether that is all of
-    # them, and the (chain, id) the count stopped at]
-    counted: dict[str, list[int]] = json.loads(row[0]) if row and row[0] else {}
+    # them, the (chain, id) the count stopped at (None: not known, counted from the start)]
+    counted: dict[str, list[Any]] = json.loads(row[0]) if row and row[0] else {}
+    first: dict[int | None, int] = {
+        s: n for s, n in by_server.items() if s is not None and str(s) not in counted
+    }
+    if first:
+        fresh, at_least = yield from _distilled_in(first, tight=True)
+        for new, shared in first.items():
+            exact = int(new not in at_least)
+            counted[str(new)] = [shared, fresh[new], exact, None, None]
     for server_id, shared in by_server.items():
-        if server_id is None:
+        if server_id is None or server_id in first:
             continue
-        state = counted.setdefault(str(server_id), [0, 0, 0, -1, -1])
+        state = counted[str(server_id)]
         state[0] += shared
-        wanted = COUNT_BEYOND * state[0] + COUNT_FLOOR - state[1]
+        wanted = _need(state[0]) - state[1]
         if state[2] or wanted <= 0:
             continue
-        at = {"server": server_id, "chain": state[3], "id": state[4]}
-        last = yield Step(_COUNT_ON, {**at, "skip": wanted - 1}, "one")
+        # From where the last count stopped, or from the start, past what it counted.
+        start = state[3] is None
+        at = {
+            "server": server_id,
+            "chain": -1 if start else state[3],
+            "id": -1 if start else state[4],
+        }
+        skip = (state[1] if start else 0) + wanted - 1
+        last = yield Step(_COUNT_ON, {**at, "skip": skip}, "one")
         if last is not None:
             state[1:] = [state[1] + wanted, 0, int(last[0]), int(last[1])]
         else:  # fewer than wanted are left: the count is whole
             rest = yield Step(_COUNT_REST, at, "one")
-            state[1:3] = [state[1] + int(rest[0]), 1]
+            state[1:3] = [(0 if start else state[1]) + int(rest[0]), 1]
     if by_server:
         params = {"position": position, "counted": json.dumps(counted, sort_keys=True)}
         yield Step(_SAVE_COUNTED, params, "exec")
@@ -696,22 +713,24 @@ def _server(server_id: Any) -> int | None:
 
 
 def _distilled_in(
-    reached: Mapping[int | None, int],
+    reached: Mapping[int | None, int], *, tight: bool = False
 ) -> Procedure[tuple[dict[int | None, int], frozenset[int]]]:
     """How many distilled entries each server of ``reached`` (the shared rows a purge
     reaches there) holds, counted up to ``_bound`` of its reach (DMs are no server: left
     out); and the servers whose count stopped at its bound (they hold at least that).
-    ``SERVERS_PER_COUNT`` servers of one bound a statement."""
+    ``SERVERS_PER_COUNT`` servers of one bound a statement; ``tight``: a statement counts
+    only as far as the most its servers need (``_need``), not their bound."""
     by_bound: dict[int, list[int]] = {}
     for server_id, shared in reached.items():
         if server_id is not None:
             by_bound.setdefault(_bound(shared), []).append(server_id)
     distilled: dict[int | None, int] = {}
     at_least: set[int] = set()
-    for cap, servers in sorted(by_bound.items()):
+    for bound, servers in sorted(by_bound.items()):
         wanted = sorted(set(servers))
         for start in range(0, len(wanted), SERVERS_PER_COUNT):
             part = wanted[start : start + SERVERS_PER_COUNT]
+            cap = max(_need(reached[s]) for s in part) if tight else bound
             length = next((n for n in _COUNT_LENGTHS if n >= len(part)), SERVERS_PER_COUNT)
             part += part[-1:] * (length - len(part))  # the same server again: counted once
             names = {f"server{n}": server_id for n, server_id in enumerate(part)}
@@ -724,11 +743,18 @@ def _distilled_in(
     return distilled, frozenset(at_least)
 
 
+def _need(shared: int) -> int:
+    """How many of a server's distilled rows tell the share of a purge that clears
+    ``shared`` of them well enough: ``COUNT_BEYOND`` times that, and ``COUNT_FLOOR``
+    more (a server holding fewer is counted whole)."""
+    return COUNT_BEYOND * shared + COUNT_FLOOR
+
+
 def _bound(shared: int) -> int:
     """How far a server's distilled rows are counted for a purge that clears ``shared``
-    of them: ``COUNT_BEYOND`` times that, rounded up to a power of two (few distinct
-    statements' bounds), and ``COUNT_FLOOR`` more."""
-    return COUNT_BEYOND * (1 << max(0, shared - 1).bit_length()) + COUNT_FLOOR
+    of them: ``_need`` of that rounded up to a power of two (few distinct statements'
+    bounds)."""
+    return _need(1 << max(0, shared - 1).bit_length())
 
 
 def sweep(position: int, size: float | Sizing = 1.0) -> Procedure[SweepStep]:
