@@ -12,8 +12,9 @@ only a store can answer, each a small class below:
 - :class:`Sealing` and :class:`Write`: an upgrade's rows written, their text
   encrypted under their own keys (``shred.py``), read once per run;
 - :class:`Dropped`: rows deleted (a store that remembers their keys forgets them);
-- :class:`Writing`: the operation is about to write (a batch of reads alone, which a store
-  runs as a read, is then run again as a write);
+- :class:`Reading`: whether the batch runs as a read (a batch of reads alone), and
+  :class:`Writing`: the operation is about to write (such a batch is then run again as a
+  write);
 - ``feed.Position``: the position of a change, written now.
 
 Each store answers them with its own connection (``SQLiteStore``'s thread,
@@ -69,6 +70,7 @@ __all__ = [
     "Dropped",
     "Many",
     "Procedure",
+    "Reading",
     "Request",
     "Rows",
     "Sealing",
@@ -130,13 +132,19 @@ class Dropped:
 
 
 @dataclass(frozen=True, slots=True)
+class Reading:
+    """Whether the batch runs as a read transaction (``base.reads_only``): True or False.
+    A read looks before it writes only then; in a write transaction it just writes."""
+
+
+@dataclass(frozen=True, slots=True)
 class Writing:
     """A read is about to write (``LoadRows`` found expired rows to delete). A store that
     runs a batch of reads alone (``base.reads_only``) as a read transaction starts it
     again as a write transaction; inside a write transaction the answer is None."""
 
 
-Request = Step | Rows | Many | Sealing | Write | Dropped | Writing | Position
+Request = Step | Rows | Many | Sealing | Write | Dropped | Reading | Writing | Position
 Procedure = Generator[Request, Any, _T]
 
 # Operations that change no row's key (upgrades follow the keys they change themselves);
@@ -330,14 +338,18 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
             if not keys:
                 return []
             where, named = dialect.in_list("key", "keys", keys, "text[]")
-            # Looked for first, so that a read that finds none (most) writes nothing.
-            expired = yield Step(
-                f"SELECT key FROM short_term_memories WHERE {where} AND {dialect.expired()}",
-                {"crude": crude_before, "summary": summary_before, **named},
-                "all",
-            )
-            if expired:
-                yield Writing()
+            # In a write transaction the expired rows are deleted at once; a read looks
+            # for them first, so that one that finds none (most) writes nothing.
+            reading = yield Reading()
+            if reading:
+                expired = yield Step(
+                    f"SELECT key FROM short_term_memories WHERE {where} AND {dialect.expired()}",
+                    {"crude": crude_before, "summary": summary_before, **named},
+                    "all",
+                )
+                if expired:
+                    yield Writing()  # raises: the batch is run again as a write
+            else:
                 yield from _expire(keys, crude_before, summary_before, feed, dialect)
             return (yield Rows(f"WHERE {where}", named))
         case LoadRecent():

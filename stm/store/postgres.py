@@ -547,6 +547,8 @@ class _Session:
                     result = None
                 elif isinstance(request, operations.Dropped):
                     result = None  # no key outlives its transaction here
+                elif isinstance(request, operations.Reading):
+                    result = self.reading
                 elif isinstance(request, operations.Writing):
                     if self.reading:
                         raise _Writes

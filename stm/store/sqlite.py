@@ -624,6 +624,8 @@ class _Session:
                         for key in request.keys:
                             self.known.keys.pop(key, None)
                     result = None
+                elif isinstance(request, operations.Reading):
+                    result = self.reading
                 elif isinstance(request, operations.Writing):
                     if self.reading:
                         raise _Writes
