@@ -11,6 +11,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from stm import ShortTermMemory
+from stm.cache import Entry
+from stm.keys import server_key
+from stm.window import EMPTY
 
 Opener = Callable[..., Awaitable[ShortTermMemory]]
 """The ``open_memory`` fixture: open a memory on the test's database (again: a restart)."""
@@ -45,3 +48,20 @@ async def follower_read_once(memory: ShortTermMemory) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the follower never read the feed")
+
+
+def server_entry(channel: int, *, updated_at: float = 0.0, turns: int = 0) -> Entry:
+    """A hydrated cache entry of channel ``channel`` of server 1, no messages, its turn
+    counter at ``turns``."""
+    entry = Entry(
+        key=server_key(1, channel),
+        scope="server",
+        server_id=1,
+        user_id=None,
+        channel_id=channel,
+        persona_id=None,
+        messages=EMPTY,
+        updated_at=updated_at,
+    )
+    entry.turns_since_refresh = turns
+    return entry

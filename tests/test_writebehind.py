@@ -3,23 +3,15 @@ that writes a batch of them (built when it runs, never for a deleted entry)."""
 
 from __future__ import annotations
 
+from helpers import server_entry
+
 from stm.cache import Entry
 from stm.testing import ManualScheduler
-from stm.window import EMPTY
 from stm.writebehind import WriteBehind, describe
 
 
 def entry(channel: int) -> Entry:
-    return Entry(
-        key=f"shortterm:server:1:{channel}",
-        scope="server",
-        server_id=1,
-        user_id=None,
-        channel_id=channel,
-        persona_id=None,
-        messages=EMPTY,
-        updated_at=0.0,
-    )
+    return server_entry(channel)
 
 
 def test_the_first_dirty_entry_makes_a_batch_due_after_the_delay() -> None:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from helpers import server_entry
 
 from stm import DurabilityError, ShortTermMemory, STMConfig
 from stm.cache import Entry
@@ -16,7 +17,6 @@ from stm.keys import server_key
 from stm.store.base import DeleteChannel as DeleteChannelOp
 from stm.store.base import LoadRecent, LoadRows
 from stm.testing import Clock, FaultyStore, ManualScheduler, ctx, faulty_memory, turn
-from stm.window import EMPTY
 from stm.writer import Writer
 
 
@@ -222,18 +222,7 @@ async def test_a_writer_that_dies_answers_every_waiter(
 # -- reads through the writer's queue -------------------------------------------------------
 def _dirty_entry(channel: int, turns: int) -> Entry:
     """A hydrated entry of server 1 whose counters are ``turns``."""
-    entry = Entry(
-        key=server_key(1, channel),
-        scope="server",
-        server_id=1,
-        user_id=None,
-        channel_id=channel,
-        persona_id=None,
-        messages=EMPTY,
-        updated_at=time.time(),
-    )
-    entry.turns_since_refresh = turns
-    return entry
+    return server_entry(channel, updated_at=time.time(), turns=turns)
 
 
 @pytest.fixture
