@@ -56,19 +56,25 @@ class Proxy:
         self._flowing.set()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self._flowing.wait()
+        # Held from the start: a stop while it waits (frozen, or connecting upstream) cuts
+        # it too, and whatever ends it (a stop, the end of the test's loop) closes both ends.
+        self._links.add(writer)
+        up_writer: asyncio.StreamWriter | None = None
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self._target)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._links.update((writer, up_writer))
-        try:
+            await self._flowing.wait()
+            try:
+                up_reader, up_writer = await asyncio.open_connection(*self._target)
+            except OSError:
+                return
+            if writer not in self._links:  # stopped meanwhile
+                return
+            self._links.add(up_writer)
             await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
         finally:
             for end in (writer, up_writer):
-                self._links.discard(end)
-                end.transport.abort()
+                if end is not None:
+                    self._links.discard(end)
+                    end.transport.abort()
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
