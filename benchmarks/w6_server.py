@@ -928,12 +928,18 @@ async def run_members(
             settle()
             # Turns without an upgrade, by members already seen (inputs inside the clock).
             plain: list[float] = []
+            reads = memory.writer.round_trips
             for _ in range(3000):
                 user = 1 + rng.randrange(members)
                 s = time.perf_counter()
                 await turn(memory, user, False, [])
                 plain.append((time.perf_counter() - s) * 1e6)
                 await upkeep.tick()
+                # Between turns the loop runs what they left in the background (reads
+                # of evicted entries' rows), as a bot's loop does between messages.
+                await asyncio.sleep(0)
+            await memory.flush()
+            plain_round_trips = memory.writer.round_trips - reads
             # Sequential upgrades by members already seen.
             sequential: list[float] = []
             for _ in range(300):
@@ -1001,6 +1007,8 @@ async def run_members(
         "fill_upgrade_us": _p50_mean(fill),
         "fill_turn_us": _p50_mean(fill_turns),
         "turn_us": _p50_mean(plain),
+        # Store round trips per turn without an upgrade, their background reads included.
+        "turn_round_trips": plain_round_trips / len(plain),
         "upgrade_us": _p50_mean(sequential),
         "storm_callers": storm_callers,
         "cache_max_keys": cache_max_keys,
@@ -1156,12 +1164,13 @@ def tables(results: list[dict[str, Any]]) -> list[str]:
             "upgrades refused before the storms, in the storm of turns, in that of run_tool)",
             "",
             _row("store", "cache_max_keys", "members", "first turns, with their upgrade (ms)",
-                 "turn without upgrade (µs)", "sequential run_tool (ms)",
+                 "turn without upgrade (µs)", "its store round trips",
+                 "sequential run_tool (ms)",
                  "storm of turns: µs per upgrade", "storm of run_tool alone (as W2): µs per "
                  "upgrade", "refused",
                  "provenance bytes per entry",
                  "DB bytes per distilled row", "RSS MB"),
-            _row(*["---"] * 12),
+            _row(*["---"] * 13),
         ]  # fmt: skip
         sweeps = [r for r in sweeps if "tool_storm_us_per_upgrade" in r]
         for r in sweeps:
@@ -1172,6 +1181,7 @@ def tables(results: list[dict[str, Any]]) -> list[str]:
                                            if r.get("storm_callers", 40) != 40 else ""),
                     _pm(r["fill_turn_us"], 1e-3, 1),
                     _pm(r["turn_us"], 1, 1),
+                    f"{r['turn_round_trips']:.3f}" if "turn_round_trips" in r else "–",
                     _pm(r["upgrade_us"], 1e-3, 2), f"{r['storm_us_per_upgrade']:,.0f}",
                     f"{r['tool_storm_us_per_upgrade']:,.0f}",
                     f"{r['refused_before_storm']} + {r['storm_refused']} + "

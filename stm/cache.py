@@ -1,4 +1,12 @@
-"""The in-process cache of scope entries: bounded, least recently used evicted, clock passed in.
+"""The in-process cache of scope entries: bounded, clock passed in.
+
+Past its cap it evicts as 2Q does (Johnson and Shasha, 1994): a key seen for the first time
+waits in a first-in, first-out part of a quarter of the cap, where being used again does
+not keep it; a key asked for again after it left that part (its hash is remembered for a
+while) is kept in the rest of the cache, least recently used evicted. So the memory every
+turn of a busy channel reads (the channel's entry) is not pushed out by the thousands of
+members' own entries, each used for one turn now and then: with plain LRU, a capped cache
+in a busy server read the channel's entry back from the store on a tenth of the turns.
 
 Pure data structure: no database, no event loop. It keeps the indexes the
 facade needs so that no per-turn or per-delete operation scans every key:
@@ -228,7 +236,17 @@ class MemoryCache:
         self.expiry = Expiry.hours(crude_ttl_hours, summary_ttl_hours)
         self._shortest_ttl = min(self.expiry)
         self.clock = clock
+        # Every key is in one of two parts: ``_fresh``, keys seen once, first in first out
+        # (a plain dict keeps insertion order), evicted first once past ``_fresh_max``; and
+        # ``_entries``, keys asked for again after they left ``_fresh`` (``_ghosts``), least
+        # recently used first.
         self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self._fresh: dict[str, Entry] = {}
+        self._fresh_max = max(1, max_keys // 4)
+        # Hashes of keys evicted from ``_fresh``, oldest first, at most half the cap: a
+        # wrong match (two keys of one hash) only keeps a key a little longer.
+        self._ghosts: dict[int, None] = {}
+        self._ghosts_max = max(1, max_keys // 2)
         self._by_channel: _Index = {}
         self._by_user: _Index = {}
         # The entries that pin a version of each chain: what a purge's ranges clear.
@@ -248,13 +266,24 @@ class MemoryCache:
         self.expired_drops = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) + len(self._fresh)
 
     def __contains__(self, key: str) -> bool:
-        return key in self._entries
+        return key in self._fresh or key in self._entries
 
     def __iter__(self) -> Iterator[Entry]:
-        return iter(list(self._entries.values()))
+        return iter([*self._fresh.values(), *self._entries.values()])
+
+    def _held(self, key: str) -> Entry | None:
+        """The entry under ``key`` in either part."""
+        entry = self._fresh.get(key)
+        return self._entries.get(key) if entry is None else entry
+
+    def _used(self, key: str) -> None:
+        """``key`` was used: the most recently used of the kept part (in ``_fresh`` being
+        used again does not count)."""
+        if key not in self._fresh:
+            self._entries.move_to_end(key)
 
     def is_expired(self, entry: Entry, now: float | None = None) -> bool:
         """True when ``entry`` has been inactive for its TTL."""
@@ -265,12 +294,12 @@ class MemoryCache:
         return self.expiry.expired(entry.updated_at, bool(entry.summary or entry.categories), now)
 
     def peek(self, key: str) -> Entry | None:
-        """The entry under ``key``, expired or not, without touching LRU order."""
-        return self._entries.get(key)
+        """The entry under ``key``, expired or not, without counting it as used."""
+        return self._held(key)
 
     def _unexpired(self, key: str, now: float | None) -> Entry | None:
         """The entry under ``key``; an expired one is dropped and None returned."""
-        entry = self._entries.get(key)
+        entry = self._held(key)
         if entry is not None and self.is_expired(entry, now):
             self.remove(key)
             self.expired_drops += 1
@@ -281,16 +310,24 @@ class MemoryCache:
         """The live entry under ``key``; an expired one is dropped and None returned."""
         entry = self._unexpired(key, now)
         if entry is not None:
-            self._entries.move_to_end(key)
+            self._used(key)
         return entry
 
     def put(self, entry: Entry, *, touched: bool = True) -> list[Entry]:
         """Hold ``entry``; return the entries evicted to stay under the cap."""
-        old = self._entries.get(entry.key)
-        if old is not None and old is not entry:
-            self.remove(entry.key)
-        self._entries[entry.key] = entry
-        self._entries.move_to_end(entry.key)
+        key = entry.key
+        old = self._held(key)
+        if old is entry:
+            self._used(key)
+        else:
+            # A new entry of a held key takes its place in the same part.
+            kept = key in self._entries or self._asked_again(key)
+            if old is not None:
+                self.remove(key)
+            if kept:
+                self._entries[key] = entry
+            else:
+                self._fresh[key] = entry
         _index_add(self._by_channel, entry.channel_id, entry.key)
         self.index_users(entry, entry.window_users())
         if entry.pin is not None:
@@ -307,13 +344,38 @@ class MemoryCache:
                     group.cold = {}
                 group.cold[entry.key] = entry
         evicted = []
-        while len(self._entries) > self.max_keys:
-            key, victim = next(iter(self._entries.items()))
-            self.remove(key)
+        while len(self._entries) + len(self._fresh) > self.max_keys:
+            victim = self._victim(key)
+            self.remove(victim.key)
             self.warmed.discard(victim.group)
             evicted.append(victim)
             self.evicted += 1
         return evicted
+
+    def _asked_again(self, key: str) -> bool:
+        """True when ``key`` was evicted from ``_fresh`` lately (and forget that it was)."""
+        ghosts = self._ghosts
+        if not ghosts:
+            return False
+        try:
+            del ghosts[hash(key)]
+        except KeyError:
+            return False
+        return True
+
+    def _victim(self, newest: str) -> Entry:
+        """The entry to evict next, never ``newest`` (the one just put): the first of
+        ``_fresh`` once it is past its share (its hash is remembered), else the least
+        recently used of the kept part."""
+        fresh, kept = self._fresh, self._entries
+        if fresh and (len(fresh) > self._fresh_max or not kept or next(iter(kept)) == newest):
+            victim = next(iter(fresh.values()))
+            ghosts = self._ghosts
+            ghosts[hash(victim.key)] = None
+            if len(ghosts) > self._ghosts_max:
+                del ghosts[next(iter(ghosts))]
+            return victim
+        return next(iter(kept.values()))
 
     def get_touched(self, key: str, now: float) -> Entry | None:
         """``get(key, now)`` then ``touch`` of what it found (every capture's)."""
@@ -366,11 +428,11 @@ class MemoryCache:
             self._unindex_scrolled(entry)
 
     def touch(self, entry: Entry, now: float) -> None:
-        """Mark ``entry`` active now: newest in its recall group and in LRU order."""
+        """Mark ``entry`` active now: newest in its recall group, and used."""
         entry.updated_at = now
         if entry.scrolled is not None:
             self._unindex_scrolled(entry)
-        self._entries.move_to_end(entry.key)
+        self._used(entry.key)
         self._make_live(entry)
         self._keep_open(entry)
 
@@ -397,7 +459,9 @@ class MemoryCache:
 
     def remove(self, key: str) -> Entry | None:
         """Drop ``key`` and its index entries; return what was held."""
-        entry = self._entries.pop(key, None)
+        entry = self._fresh.pop(key, None)
+        if entry is None:
+            entry = self._entries.pop(key, None)
         if entry is None:
             return None
         self._open.pop(key, None)
@@ -426,7 +490,8 @@ class MemoryCache:
     def index_sizes(self) -> dict[str, int]:
         """How many items each structure holds (each is bounded by ``max_keys``)."""
         return {
-            "entries": len(self._entries),
+            "entries": len(self),
+            "remembered_evictions": len(self._ghosts),
             "channels": len(self._by_channel),
             "users": len(self._by_user),
             "chains": len(self._by_chain),
@@ -450,7 +515,7 @@ class MemoryCache:
         old = entry.pin
         if old == pin:
             return
-        held = self._entries.get(entry.key) is entry
+        held = self._held(entry.key) is entry
         if old is not None and held:
             _index_discard(self._by_chain, old.chain, entry.key)
         entry.pin = pin
@@ -522,7 +587,7 @@ class MemoryCache:
         for held in self._by_chain.values():
             if type(held) is not str:
                 total += sys.getsizeof(held)
-        for entry in self._entries.values():
+        for entry in self:
             pin = entry.pin
             if pin is None or id(pin) in seen:
                 continue
@@ -532,4 +597,4 @@ class MemoryCache:
 
     def expired_keys(self, now: float) -> list[str]:
         """Keys whose entries have expired (the janitor drops them)."""
-        return [e.key for e in self._entries.values() if self.is_expired(e, now)]
+        return [e.key for e in self if self.is_expired(e, now)]
