@@ -1,12 +1,15 @@
 """The in-process cache of scope entries: bounded, clock passed in.
 
-Past its cap it evicts as 2Q does (Johnson and Shasha, 1994): a key seen for the first time
-waits in a first-in, first-out part of a quarter of the cap, where being used again does
-not keep it; a key asked for again after it left that part (its hash is remembered for a
-while) is kept in the rest of the cache, least recently used evicted. So the memory every
-turn of a busy channel reads (the channel's entry) is not pushed out by the thousands of
-members' own entries, each used for one turn now and then: with plain LRU, a capped cache
-in a busy server read the channel's entry back from the store on a tenth of the turns.
+Past its cap it evicts as a segmented LRU does: a new key waits in a probation part,
+and a key used again while held moves to a protected part of at most half the cap (its
+least recently used key going back to probation when it is full). Half, not the usual
+four fifths: probation must hold the new keys of every turn in flight until their
+upgrades are saved. Eviction
+takes the longest-waiting key of probation first. So the memory every turn of a busy
+channel reads (the channel's entry) is not pushed out by thousands of members' own
+entries, each used for one turn now and then: with plain LRU, a capped cache in a busy
+server read the channel's entry back from the store on one turn in ten, and lost the
+channel's recent messages with it.
 
 Pure data structure: no database, no event loop. It keeps the indexes the
 facade needs so that no per-turn or per-delete operation scans every key:
@@ -236,17 +239,13 @@ class MemoryCache:
         self.expiry = Expiry.hours(crude_ttl_hours, summary_ttl_hours)
         self._shortest_ttl = min(self.expiry)
         self.clock = clock
-        # Every key is in one of two parts: ``_fresh``, keys seen once, first in first out
-        # (a plain dict keeps insertion order), evicted first once past ``_fresh_max``; and
-        # ``_entries``, keys asked for again after they left ``_fresh`` (``_ghosts``), least
-        # recently used first.
+        # Every key is in one of two parts: ``_fresh`` (probation), keys not used since
+        # they came, longest waiting first (a plain dict keeps insertion order); and
+        # ``_entries`` (protected), keys used again while held, least recently used first,
+        # at most ``_kept_max``.
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._fresh: dict[str, Entry] = {}
-        self._fresh_max = max(1, max_keys // 4)
-        # Hashes of keys evicted from ``_fresh``, oldest first, at most half the cap: a
-        # wrong match (two keys of one hash) only keeps a key a little longer.
-        self._ghosts: dict[int, None] = {}
-        self._ghosts_max = max(1, max_keys // 2)
+        self._kept_max = max(1, max_keys // 2)
         self._by_channel: _Index = {}
         self._by_user: _Index = {}
         # The entries that pin a version of each chain: what a purge's ranges clear.
@@ -280,10 +279,18 @@ class MemoryCache:
         return self._entries.get(key) if entry is None else entry
 
     def _used(self, key: str) -> None:
-        """``key`` was used: the most recently used of the kept part (in ``_fresh`` being
-        used again does not count)."""
-        if key not in self._fresh:
-            self._entries.move_to_end(key)
+        """``key`` (held) was used: it is the most recently used of the protected part,
+        which it joins if it was on probation (its least recently used key then goes back
+        to probation, as the newest there, when the part is over its share)."""
+        kept = self._entries
+        entry = self._fresh.pop(key, None)
+        if entry is None:
+            kept.move_to_end(key)
+            return
+        kept[key] = entry
+        if len(kept) > self._kept_max:
+            oldest = next(iter(kept))
+            self._fresh[oldest] = kept.pop(oldest)
 
     def is_expired(self, entry: Entry, now: float | None = None) -> bool:
         """True when ``entry`` has been inactive for its TTL."""
@@ -320,8 +327,9 @@ class MemoryCache:
         if old is entry:
             self._used(key)
         else:
-            # A new entry of a held key takes its place in the same part.
-            kept = key in self._entries or self._asked_again(key)
+            # A new entry of a held key takes its place, in the same part; a new key starts
+            # on probation.
+            kept = key in self._entries
             if old is not None:
                 self.remove(key)
             if kept:
@@ -352,30 +360,15 @@ class MemoryCache:
             self.evicted += 1
         return evicted
 
-    def _asked_again(self, key: str) -> bool:
-        """True when ``key`` was evicted from ``_fresh`` lately (and forget that it was)."""
-        ghosts = self._ghosts
-        if not ghosts:
-            return False
-        try:
-            del ghosts[hash(key)]
-        except KeyError:
-            return False
-        return True
-
     def _victim(self, newest: str) -> Entry:
-        """The entry to evict next, never ``newest`` (the one just put): the first of
-        ``_fresh`` once it is past its share (its hash is remembered), else the least
-        recently used of the kept part."""
-        fresh, kept = self._fresh, self._entries
-        if fresh and (len(fresh) > self._fresh_max or not kept or next(iter(kept)) == newest):
-            victim = next(iter(fresh.values()))
-            ghosts = self._ghosts
-            ghosts[hash(victim.key)] = None
-            if len(ghosts) > self._ghosts_max:
-                del ghosts[next(iter(ghosts))]
-            return victim
-        return next(iter(kept.values()))
+        """The entry to evict next, never ``newest`` (the one just put): the longest
+        waiting on probation, else the least recently used of the protected part."""
+        fresh = self._fresh
+        if fresh:
+            first = next(iter(fresh))
+            if first != newest or not self._entries:
+                return fresh[first]
+        return next(iter(self._entries.values()))
 
     def get_touched(self, key: str, now: float) -> Entry | None:
         """``get(key, now)`` then ``touch`` of what it found (every capture's)."""
@@ -491,7 +484,7 @@ class MemoryCache:
         """How many items each structure holds (each is bounded by ``max_keys``)."""
         return {
             "entries": len(self),
-            "remembered_evictions": len(self._ghosts),
+            "protected": len(self._entries),
             "channels": len(self._by_channel),
             "users": len(self._by_user),
             "chains": len(self._by_chain),

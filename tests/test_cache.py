@@ -1,4 +1,5 @@
-"""The bounded cache: 2Q eviction, indexes, recall order, re-hydration of evicted keys."""
+"""The bounded cache: segmented LRU eviction, indexes, recall order, re-hydration of
+evicted keys."""
 
 from __future__ import annotations
 
@@ -33,51 +34,46 @@ def _capped(max_keys: int) -> MemoryCache:
     return MemoryCache(max_keys=max_keys, crude_ttl_hours=1, summary_ttl_hours=1, clock=lambda: 0.0)
 
 
-def test_keys_seen_once_leave_first_in_first_out() -> None:
-    """Over the cap, the key seen first goes, and its index entries with it: being used
-    again while seen once does not keep it (the two reads of one turn are not reuse)."""
-    cache = _capped(2)
-    a, b, c = make(1), make(2), make(3)
-    cache.put(a)
-    cache.put(b)
-    assert cache.get(a.key) is a
-    cache.touch(a, 0.0)
-    assert cache.put(c) == [a]
-    assert a.key not in cache and cache.keys_of_channel(1) == []
-    assert b.key in cache and c.key in cache
+def test_keys_not_used_again_leave_first_in_the_order_they_came() -> None:
+    """Over the cap, the key on probation longest goes, and its index entries with it; a
+    key used again while held is kept."""
+    cache = _capped(3)
+    a, b, c, d = make(1), make(2), make(3), make(4)
+    for e in (a, b, c):
+        cache.put(e)
+    assert cache.get(a.key) is a  # used again: protected
+    assert cache.put(d) == [b]
+    assert b.key not in cache and cache.keys_of_channel(2) == []
+    assert cache.put(make(5)) == [c]
+    assert a.key in cache
 
 
-def test_a_key_asked_for_again_after_eviction_outlasts_keys_seen_once() -> None:
-    """A key evicted and then put again is kept by recency: a stream of keys each seen once
-    (a busy server's members) passes through without pushing it out, where plain LRU
-    would evict it after ``max_keys`` of them."""
+def test_a_key_used_again_outlasts_a_stream_of_keys_used_once() -> None:
+    """A busy channel's entry, used on its turns, is not pushed out by a busy server's
+    members' entries, each used once (where plain LRU evicts it after ``max_keys`` of
+    them)."""
     cache = _capped(8)
     channel = make(1)
     cache.put(channel)
-    for n in range(2, 10):  # it is pushed out once, as the first seen
-        cache.put(make(n))
-    assert channel.key not in cache
-    again = make(1)
-    cache.put(again)  # read back from the store: asked for again
-    for n in range(10, 200):
+    cache.touch(channel, 0.0)  # the turn's capture after its build_context
+    for n in range(2, 200):
         cache.put(make(n))
         if n % 20 == 0:  # far apart: under plain LRU, 8 new keys in between evict it
-            assert cache.get(again.key) is again
-    assert cache.get(again.key) is again
+            assert cache.get(channel.key) is channel
+    assert cache.get(channel.key) is channel
     assert len(cache) == 8
 
 
-def test_among_keys_asked_for_again_the_least_recently_used_goes() -> None:
-    cache = _capped(4)  # a quarter (one key) for keys seen once
-    for n in range(1, 6):
-        cache.put(make(n))  # the fifth evicts 1
-    for n in (1, 2, 3):
-        # Each comes back (asked for again) and evicts the next first-seen key.
-        assert [e.channel_id for e in cache.put(make(n))] == [n + 1]
-    assert cache.get(make(1).key) is not None  # 2 is now the least recently used of 1, 2, 3
-    # 4 comes back; what is left seen once (5) is within its quarter: 2 goes.
-    assert [e.channel_id for e in cache.put(make(4))] == [2]
-    assert sorted(e.channel_id for e in cache) == [1, 3, 4, 5]
+def test_a_full_protected_part_hands_its_least_recently_used_back_to_probation() -> None:
+    cache = _capped(5)  # two keys protected at most
+    held = [make(n) for n in range(1, 6)]
+    for e in held:
+        cache.put(e)
+    for e in held:
+        cache.get(e.key)  # each joins protected, handing back the oldest there: 1, 2, 3
+    # Probation holds 1, 2, 3 in that order; a new key evicts 1, not a protected one.
+    assert [e.channel_id for e in cache.put(make(6))] == [1]
+    assert sorted(e.channel_id for e in cache) == [2, 3, 4, 5, 6]
 
 
 @settings(max_examples=scaled(300, 3000), deadline=None)
@@ -85,50 +81,49 @@ def test_among_keys_asked_for_again_the_least_recently_used_goes() -> None:
     max_keys=st.integers(1, 6),
     ops=st.lists(st.tuples(st.sampled_from(["put", "get", "remove"]), st.integers(0, 9))),
 )
-def test_eviction_matches_a_plain_model_of_2q(max_keys: int, ops: list[tuple[str, int]]) -> None:
-    """The cache holds exactly what a plain model of 2Q holds after any sequence of puts,
-    gets and removes; never more than ``max_keys``, never evicting the entry just put."""
+def test_eviction_matches_a_plain_model_of_segmented_lru(
+    max_keys: int, ops: list[tuple[str, int]]
+) -> None:
+    """The cache holds exactly what a plain model of a segmented LRU holds after any
+    sequence of puts, gets and removes; never more than ``max_keys``, never evicting the
+    entry just put."""
     cache = _capped(max_keys)
-    fresh: list[int] = []  # first in, first out
-    kept: list[int] = []  # least recently used first
-    ghosts: list[int] = []
-    fresh_max, ghosts_max = max(1, max_keys // 4), max(1, max_keys // 2)
+    probation: list[int] = []  # longest waiting first
+    protected: list[int] = []  # least recently used first
+    protected_max = max(1, max_keys // 2)
     for op, n in ops:
         key = make(n).key
         if op == "put":
             entry = make(n)
-            if n in fresh or n in kept:
+            if n in probation or n in protected:
                 continue  # a held key is not put again as new here
-            if n in ghosts:
-                ghosts.remove(n)
-                kept.append(n)
-            else:
-                fresh.append(n)
+            probation.append(n)
             expected = []
-            while len(fresh) + len(kept) > max_keys:
-                if fresh and (len(fresh) > fresh_max or not kept or kept[0] == n):
-                    gone = fresh.pop(0)
-                    ghosts.append(gone)
-                    if len(ghosts) > ghosts_max:
-                        ghosts.pop(0)
+            while len(probation) + len(protected) > max_keys:
+                if probation and (probation[0] != n or not protected):
+                    expected.append(probation.pop(0))
                 else:
-                    gone = kept.pop(0)
-                expected.append(gone)
+                    expected.append(protected.pop(0))
             evicted = cache.put(entry)
             assert [e.channel_id for e in evicted] == expected
             assert entry.key in cache
         elif op == "get":
             found = cache.get(key)
-            assert (found is not None) == (n in fresh or n in kept)
-            if n in kept:
-                kept.remove(n)
-                kept.append(n)
+            assert (found is not None) == (n in probation or n in protected)
+            if n in protected:
+                protected.remove(n)
+                protected.append(n)
+            elif n in probation:
+                probation.remove(n)
+                protected.append(n)
+                if len(protected) > protected_max:
+                    probation.append(protected.pop(0))
         else:
             cache.remove(key)
-            for part in (fresh, kept):
+            for part in (probation, protected):
                 if n in part:
                     part.remove(n)
-        assert sorted(e.channel_id for e in cache) == sorted(fresh + kept)
+        assert sorted(e.channel_id for e in cache) == sorted(probation + protected)
         assert len(cache) <= max_keys
 
 
