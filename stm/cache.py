@@ -2,14 +2,13 @@
 
 Past its cap it evicts as a segmented LRU does: a new key waits in a probation part,
 and a key used again while held moves to a protected part of at most half the cap (its
-least recently used key going back to probation when it is full). Half, not the usual
-four fifths: probation must hold the new keys of every turn in flight until their
-upgrades are saved. Eviction
-takes the longest-waiting key of probation first. So the memory every turn of a busy
-channel reads (the channel's entry) is not pushed out by thousands of members' own
-entries, each used for one turn now and then: with plain LRU, a capped cache in a busy
-server read the channel's entry back from the store on one turn in ten, and lost the
-channel's recent messages with it.
+least recently used key going back to probation when it is full). Eviction takes the
+longest-waiting key of probation first. Half, not the usual four fifths: probation must
+hold the new keys of every turn in flight until their upgrades are saved. So the memory
+every turn of a busy channel reads (the channel's entry) is not pushed out by thousands
+of members' own entries, each used for one turn now and then: with plain LRU, a capped
+cache in a busy server read the channel's entry back from the store on one turn in ten,
+and lost the channel's recent messages with it.
 
 Pure data structure: no database, no event loop. It keeps the indexes the
 facade needs so that no per-turn or per-delete operation scans every key:
