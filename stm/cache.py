@@ -7,8 +7,8 @@ longest-waiting key of probation first. Half, not the usual four fifths: probati
 hold the new keys of every turn in flight until their upgrades are saved. So the memory
 every turn of a busy channel reads (the channel's entry) is not pushed out by thousands
 of members' own entries, each used for one turn now and then: with plain LRU, a capped
-cache in a busy server read the channel's entry back from the store on one turn in ten,
-and lost the channel's recent messages with it.
+cache in a busy server made a store round trip every 10 to 13 turns (W6), reads of a
+channel's entry among them, each having lost that channel's recent messages.
 
 Pure data structure: no database, no event loop. It keeps the indexes the
 facade needs so that no per-turn or per-delete operation scans every key:
