@@ -190,7 +190,7 @@ def _pin_bytes(pin: Any) -> int:
 
 
 def cache_provenance(memory: Any) -> dict[str, float]:
-    entries = list(memory.cache._entries.values())
+    entries = list(memory.cache)
     distilled = [e for e in entries if e.distilled]
     held = sum(_pin_bytes(e.pin) for e in entries)
     return {
@@ -861,12 +861,16 @@ async def run_members(
     autovacuum: bool = True,
 ) -> dict[str, Any]:
     from stm import DialogueMessage, GenerationFinished, TurnContext
+    from stm.keys import server_key
 
     channels = 20
     clock = memory_clock(turn_seconds)  # ``turn_seconds`` per turn, storms' turns included
     server = 7
     rng = random.Random(members)
     refused = {True: 0, False: 0}  # upgrades applied (True) and refused, per phase
+
+    def channel_key(user: int) -> str:
+        return server_key(server, server * 10_000 + user % channels)
 
     def ctx_of(user: int) -> Any:
         return TurnContext(
@@ -929,8 +933,12 @@ async def run_members(
             # Turns without an upgrade, by members already seen (inputs inside the clock).
             plain: list[float] = []
             reads = memory.writer.round_trips
+            # Turns whose channel's entry had left the cache (read back from the store, its
+            # recent messages lost): plain turns, then turns of which a fifth upgrade.
+            missing = {False: 0, True: 0}
             for _ in range(3000):
                 user = 1 + rng.randrange(members)
+                missing[False] += channel_key(user) not in memory.cache
                 s = time.perf_counter()
                 await turn(memory, user, False, [])
                 plain.append((time.perf_counter() - s) * 1e6)
@@ -945,6 +953,13 @@ async def run_members(
             for _ in range(300):
                 await turn(memory, 1 + rng.randrange(members), True, sequential)
                 await upkeep.tick()
+                await asyncio.sleep(0)
+            for _ in range(1000):  # turns of which a fifth upgrade, as in the busy server
+                user = 1 + rng.randrange(members)
+                missing[True] += channel_key(user) not in memory.cache
+                await turn(memory, user, rng.random() < UPGRADE_P, [])
+                await upkeep.tick()
+                await asyncio.sleep(0)
             await upkeep.settled()
             before = dict(refused)
             # A storm: concurrent callers, each upgrading after its own prompt (at most 40:
@@ -1009,6 +1024,10 @@ async def run_members(
         "turn_us": _p50_mean(plain),
         # Store round trips per turn without an upgrade, their background reads included.
         "turn_round_trips": plain_round_trips / len(plain),
+        # Share of turns whose channel's entry had left the cache: without upgrades, and
+        # with a fifth of the turns upgrading.
+        "channel_missing": missing[False] / 3000,
+        "channel_missing_with_upgrades": missing[True] / 1000,
         "upgrade_us": _p50_mean(sequential),
         "storm_callers": storm_callers,
         "cache_max_keys": cache_max_keys,
@@ -1165,12 +1184,13 @@ def tables(results: list[dict[str, Any]]) -> list[str]:
             "",
             _row("store", "cache_max_keys", "members", "first turns, with their upgrade (ms)",
                  "turn without upgrade (µs)", "its store round trips",
+                 "channel's entry not held: plain turns / a fifth upgrading",
                  "sequential run_tool (ms)",
                  "storm of turns: µs per upgrade", "storm of run_tool alone (as W2): µs per "
                  "upgrade", "refused",
                  "provenance bytes per entry",
                  "DB bytes per distilled row", "RSS MB"),
-            _row(*["---"] * 13),
+            _row(*["---"] * 14),
         ]  # fmt: skip
         sweeps = [r for r in sweeps if "tool_storm_us_per_upgrade" in r]
         for r in sweeps:
@@ -1182,6 +1202,8 @@ def tables(results: list[dict[str, Any]]) -> list[str]:
                     _pm(r["fill_turn_us"], 1e-3, 1),
                     _pm(r["turn_us"], 1, 1),
                     f"{r['turn_round_trips']:.3f}" if "turn_round_trips" in r else "–",
+                    f"{r['channel_missing']:.1%} / {r['channel_missing_with_upgrades']:.1%}"
+                    if "channel_missing" in r else "–",
                     _pm(r["upgrade_us"], 1e-3, 2), f"{r['storm_us_per_upgrade']:,.0f}",
                     f"{r['tool_storm_us_per_upgrade']:,.0f}",
                     f"{r['refused_before_storm']} + {r['storm_refused']} + "

@@ -2,13 +2,20 @@
 
 Past its cap it evicts as a segmented LRU does: a new key waits in a probation part,
 and a key used again while held moves to a protected part of at most half the cap (its
-least recently used key going back to probation when it is full). Eviction takes the
-longest-waiting key of probation first. Half, not the usual four fifths: probation must
-hold the new keys of every turn in flight until their upgrades are saved. So the memory
-every turn of a busy channel reads (the channel's entry) is not pushed out by thousands
-of members' own entries, each used for one turn now and then: with plain LRU, a capped
-cache in a busy server made a store round trip every 10 to 13 turns (W6), reads of a
-channel's entry among them, each having lost that channel's recent messages.
+least recently used key going back to probation, as the newest there, when it is full).
+Eviction takes the longest-waiting key of probation first. Half, not the usual four
+fifths: probation must hold the new keys of every turn in flight until they are used
+again (a turn's capture puts its keys, its upgrade reads them). A cache of two keys or
+fewer has no protected part, so that a turn's two keys fit: it is plain LRU.
+
+So the memory every turn of a busy channel reads (the channel's entry) is not pushed
+out by thousands of members' own entries, each used for one turn now and then: with
+plain LRU, a capped cache in a busy server made a store round trip every 10 to 13 turns
+(W6), reads of a channel's entry among them, each having lost that channel's recent
+messages. A member's entry used twice in one turn (a turn with an upgrade reads it
+again) is protected as a channel's is: where more members upgrade between two turns of
+a channel than half the cap holds, the channel's entry goes back to probation all the
+same.
 
 Pure data structure: no database, no event loop. It keeps the indexes the
 facade needs so that no per-turn or per-delete operation scans every key:
@@ -238,13 +245,14 @@ class MemoryCache:
         self.expiry = Expiry.hours(crude_ttl_hours, summary_ttl_hours)
         self._shortest_ttl = min(self.expiry)
         self.clock = clock
-        # Every key is in one of two parts: ``_fresh`` (probation), keys not used since
-        # they came, longest waiting first (a plain dict keeps insertion order); and
-        # ``_entries`` (protected), keys used again while held, least recently used first,
-        # at most ``_kept_max``.
+        # Every key is in one of two parts: ``_fresh`` (probation), new keys and keys the
+        # protected part handed back, longest waiting first (a plain dict keeps insertion
+        # order); and ``_entries`` (protected), keys used again while on probation, least
+        # recently used first, at most ``_kept_max`` (none in a cache of two keys or fewer:
+        # every key used goes to the end of probation, which is then plain LRU).
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._fresh: dict[str, Entry] = {}
-        self._kept_max = max(1, max_keys // 2)
+        self._kept_max = max_keys // 2 if max_keys > 2 else 0
         self._by_channel: _Index = {}
         self._by_user: _Index = {}
         # The entries that pin a version of each chain: what a purge's ranges clear.

@@ -53,7 +53,7 @@ class STMConfig(BaseSettings):
         100_000,
         ge=1,
         le=100_000_000,
-        description="Scope keys held in memory; past it, keys not used again are evicted first.",
+        description="Scope keys held in memory; keys used again while held are evicted last.",
     )
     write_behind_seconds: float = Field(
         1.0,

@@ -64,6 +64,19 @@ def test_a_key_used_again_outlasts_a_stream_of_keys_used_once() -> None:
     assert len(cache) == 8
 
 
+def test_a_cache_of_two_keys_holds_a_turns_two_keys() -> None:
+    """A cache of two keys has no protected part: the last turn's channel entry, used
+    twice, does not keep the next turn's first key out (it is plain LRU)."""
+    cache = _capped(2)
+    channel = make(1)
+    cache.put(channel)
+    cache.touch(channel, 0.0)
+    user, server = make(2), make(3)
+    cache.put(user)
+    assert cache.put(server) == [channel]
+    assert user.key in cache and server.key in cache
+
+
 def test_a_full_protected_part_hands_its_least_recently_used_back_to_probation() -> None:
     cache = _capped(5)  # two keys protected at most
     held = [make(n) for n in range(1, 6)]
@@ -90,7 +103,7 @@ def test_eviction_matches_a_plain_model_of_segmented_lru(
     cache = _capped(max_keys)
     probation: list[int] = []  # longest waiting first
     protected: list[int] = []  # least recently used first
-    protected_max = max(1, max_keys // 2)
+    protected_max = max_keys // 2 if max_keys > 2 else 0
     for op, n in ops:
         key = make(n).key
         if op == "put":

@@ -88,9 +88,7 @@ async def test_an_evicted_dirty_entry_is_read_back_with_its_counters(
     cadence = memory.settings_for(None).refresh_cadence
     for n in range(cadence):
         await memory.capture(turn(dm, f"hi {n}"))
-    # Other DM keys push the first one out, still dirty: 2, used twice, takes the one
-    # protected place from it, and 3 evicts it from probation.
-    for channel in (2, 2, 3):
+    for channel in (2, 3):  # two more DM keys push the first one out, still dirty
         await memory.capture(turn(ctx(channel=channel, server=None), "hi"))
     assert memory.cache.peek(user_key(1, 1)) is None
     context = await memory.build_context(ctx(channel=1, server=None))
@@ -111,9 +109,7 @@ async def test_a_capture_after_eviction_keeps_the_evicted_entrys_counters(
     cadence = memory.settings_for(None).refresh_cadence
     for n in range(cadence - 1):
         await memory.capture(turn(dm, f"hi {n}"))
-    # Other DM keys push the first one out, still dirty: 2, used twice, takes the one
-    # protected place from it, and 3 evicts it from probation.
-    for channel in (2, 2, 3):
+    for channel in (2, 3):  # two more DM keys push the first one out, still dirty
         await memory.capture(turn(ctx(channel=channel, server=None), "hi"))
     assert memory.cache.peek(user_key(1, 1)) is None
     await memory.capture(turn(dm, "back again"))  # a new entry of the evicted key
