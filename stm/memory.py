@@ -299,11 +299,40 @@ class ShortTermMemory:
         self.settings.load(
             await self.store.load_server_settings(), await self.store.load_opt_outs()
         )
-        self._writer.start(await self.store.pending_sweeps())
+        sweeps = await self.store.pending_sweeps()
+        # Purges a stopped process left before the store planned them: what they may reach
+        # is hidden, and upgrades it may reach wait for their plan, as for a purge made here
+        # (the rows of planned ranges already read as cleared).
+        resumed = {
+            position: self._resumed(deletion)
+            for position, deletion in await self.store.unplanned_purges()
+        }
+        self._writer.start(sweeps, resumed)
         self._background.every(
             self.config.janitor_interval_minutes * 60, self.run_janitor, "stm-janitor"
         )
         self._background.forever(self.follower.run(), "stm-follower")
+
+    def _resumed(self, deletion: PurgeUser) -> Callable[[Any], None]:
+        """Log a purge a stopped process left unplanned as pending; return what applies
+        each step of its sweep: its ranges, once all are told, to the cache."""
+        purge = self._reads.deletions.record_purge(deletion)
+        log.info(
+            "resuming the purge of user %s %s a stopped process left",
+            deletion.user_id,
+            "everywhere" if deletion.server_id is None else f"in server {deletion.server_id}",
+        )
+
+        def step(result: Any) -> None:
+            if not isinstance(result, SweepStep) or not purge.pending:
+                return
+            ranges = purge.tell(result.ranges or (), result.told)
+            if ranges is None and not result.more:
+                ranges = purge.tell((), True)  # its last step: what was told is all of it
+            if ranges is not None:
+                clear_ranges(self.cache, purge, ranges)
+
+        return step
 
     def _held(self, entry: Entry) -> bool:
         """Whether the cache holds this very entry (not evicted, dropped or replaced)."""

@@ -41,7 +41,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .cache import Entry
@@ -110,10 +110,15 @@ class Writer:
         self._progress = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def start(self, sweeps: Sequence[int] = ()) -> None:
+    def start(
+        self,
+        sweeps: Sequence[int] = (),
+        on_step: Mapping[int, Callable[[Any], None]] | None = None,
+    ) -> None:
         """Start committing: first the deletes the journal kept as pending before a restart
         and the purges whose later chunks a stopped process left (``sweeps``, feed
-        positions), then whatever is submitted. Work submitted before this is refused."""
+        positions; ``on_step`` answers each step of those it names with its
+        ``SweepStep``), then whatever is submitted. Work submitted before this is refused."""
         if self._task is not None:
             raise RuntimeError("the writer is already started")
         # Deletes acknowledged as pending before a restart go first, before any read.
@@ -126,7 +131,8 @@ class Writer:
             # A purge whose later chunks a stopped process left: finish it first, its steps
             # sized as any other purge's.
             sweep = self._sweep(position)
-            self._push(Queued(self._next(), sweep, what=_describe(sweep)))
+            told = None if on_step is None else on_step.get(position)
+            self._push(Queued(self._next(), sweep, what=_describe(sweep), on_result=told))
         self._task = asyncio.get_running_loop().create_task(self._run(), name="stm-writer")
         self._task.add_done_callback(self._stopped)
 

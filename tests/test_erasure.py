@@ -3,6 +3,7 @@ and after, and how its durable part runs: in bounded chunks, finished after a re
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,68 @@ async def test_a_purge_stopped_mid_way_is_finished_at_the_next_open(tmp_path: Pa
         )
         assert rows == [(0,)]
         assert await memory.store.pending_sweeps() == []  # type: ignore[attr-defined]
+
+
+async def test_a_purge_left_unplanned_hides_what_it_may_reach_at_the_next_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge whose first transaction committed but whose plan a stopped process left
+    unfinished is pending at the next open as a purge made there is: nothing it may reach
+    is shown or built on before the store planned it, so no acknowledged upgrade is
+    cleared by it afterwards."""
+    for name in ("SEED_CHUNK", "FOLLOW_CHUNK", "SWEEP_CHUNK", "REACH_PAGE", "FINISH_CHUNK"):
+        monkeypatch.setattr(chains, name, 1)  # one membership planned per transaction
+    config = STMConfig(database=str(tmp_path / "stm.sqlite3"))
+    channels = range(20, 26)
+    async with ShortTermMemory.open(config) as memory:
+        for channel in channels:
+            await memory.capture(turn(ctx(user=ALICE, channel=channel), f"ALICE-SAID-{channel}"))
+            bob = ctx(user=BOB, channel=channel)
+            assert (await memory.run_tool(bob, {"summary": f"OLD-NOTES-{channel}"})).success
+    store = FaultyStore(await SQLiteStore.open(config.database))
+    memory = await ShortTermMemory.open(config, store=store)
+    original = store._run
+
+    stopped = asyncio.Event()
+
+    async def no_sweeps(ops: list[object]) -> list[object]:
+        if any(isinstance(op, SweepPurge) for op in ops):
+            stopped.set()
+            await asyncio.Event().wait()  # killed here: nothing failed, nothing journaled
+        return await original(ops)  # type: ignore[arg-type]
+
+    store._run = no_sweeps  # type: ignore[method-assign]
+    await memory.clear_short_term_memory_for_user(ALICE)
+    await stopped.wait()
+    memory.writer._task.cancel()  # the process stops: no close, nothing more written
+    memory.closed = True
+    await store.close()
+    left = await SQLiteStore.open(config.database)
+    try:
+        assert await left.unplanned_purges()  # the first transaction planned one chain only
+    finally:
+        await left.close()
+    async with ShortTermMemory.open(config) as memory:
+        # Right away: each read queues behind the first step of the resumed purge only.
+        prompts = await asyncio.gather(
+            *(memory.build_context(ctx(user=CAROL, channel=c)) for c in channels)
+        )
+        for prompt in prompts:
+            assert "OLD-NOTES" not in str(prompt)
+        results = await asyncio.gather(
+            *(
+                memory.run_tool(ctx(user=CAROL, channel=c), {"summary": f"NEW-NOTES-{c}"})
+                for c in channels
+            )
+        )
+        await memory.flush()
+        for channel, result in zip(channels, results, strict=True):
+            entry = await memory.get_entry(f"shortterm:server:100:{channel}")
+            notes = None if entry is None else entry.summary
+            assert notes != f"OLD-NOTES-{channel}"
+            if result.success:
+                assert notes == f"NEW-NOTES-{channel}", "an acknowledged upgrade was cleared"
+        assert await memory.store.unplanned_purges() == []  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("erasure", ["complete", "direct"])

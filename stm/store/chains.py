@@ -44,6 +44,7 @@ from .base import (
     PurgePhase,
     PurgePreview,
     PurgeResult,
+    PurgeUser,
     SaveDistilled,
     SweepStep,
 )
@@ -865,6 +866,22 @@ def pending_sweeps() -> Procedure[list[int]]:
     """Positions of purges with rows still to clear."""
     rows = yield Step(_PENDING, {}, "all")
     return [int(row[0]) for row in rows]
+
+
+_UNPLANNED = (
+    "SELECT position, user_id, server_id, erasure FROM stm_purges WHERE planned = 0 "
+    "ORDER BY position"
+)
+
+
+def unplanned_purges() -> Procedure[list[tuple[int, PurgeUser]]]:
+    """The purges not planned yet, by position: until they are, what each may reach may be
+    read as it was (only planned ranges read as cleared)."""
+    rows = yield Step(_UNPLANNED, {}, "all")
+    return [
+        (int(position), PurgeUser(int(user), None if server is None else int(server), erasure))
+        for position, user, server, erasure in rows
+    ]
 
 
 # Where a preview plans: below every feed position, dropped again in the same transaction.

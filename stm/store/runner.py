@@ -15,7 +15,7 @@ from typing import TypeVar
 from ..lineage import Erasure, Pin, Range
 from . import chains, operator
 from . import feed as change_feed
-from .base import FeedPage, PurgePreview, StoredRow, StoreStats, UserHoldings
+from .base import FeedPage, PurgePreview, PurgeUser, StoredRow, StoreStats, UserHoldings
 from .dialect import Dialect
 from .ops import Procedure
 
@@ -95,6 +95,10 @@ class ProcedureStore:
     async def pending_sweeps(self) -> list[int]:
         """Positions of purges whose ranges still hold rows to clear."""
         return await self._once(chains.pending_sweeps())
+
+    async def unplanned_purges(self) -> list[tuple[int, PurgeUser]]:
+        """The purges a stopped process left before the store planned them, by position."""
+        return await self._once(chains.unplanned_purges())
 
     # -- the operator's read-only view (``base.Inspector``) --------------------------------
     async def stats(self, thresholds: tuple[float, float], soon: tuple[float, float]) -> StoreStats:
