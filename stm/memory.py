@@ -304,8 +304,8 @@ class ShortTermMemory:
         # is hidden, and upgrades it may reach wait for their plan, as for a purge made here
         # (the rows of planned ranges already read as cleared).
         resumed = {
-            position: self._resumed(deletion)
-            for position, deletion in await self.store.unplanned_purges()
+            position: self._resumed(deletion, servers)
+            for position, deletion, servers in await self.store.unplanned_purges()
         }
         self._writer.start(sweeps, resumed)
         self._background.every(
@@ -313,10 +313,15 @@ class ShortTermMemory:
         )
         self._background.forever(self.follower.run(), "stm-follower")
 
-    def _resumed(self, deletion: PurgeUser) -> Callable[[Any], None]:
-        """Log a purge a stopped process left unplanned as pending; return what applies
-        each step of its sweep: its ranges, once all are told, to the cache."""
+    def _resumed(
+        self, deletion: PurgeUser, servers: frozenset[int | None] | None
+    ) -> Callable[[Any], None]:
+        """Log a purge a stopped process left unplanned as pending (only ``servers`` wait
+        for its plan, when the store said which it may reach); return what applies each
+        step of its sweep: its ranges, once all are told, to the cache."""
         purge = self._reads.deletions.record_purge(deletion)
+        if servers is not None:
+            purge.narrow(servers)
         log.info(
             "resuming the purge of user %s %s a stopped process left",
             deletion.user_id,

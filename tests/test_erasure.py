@@ -176,7 +176,11 @@ async def test_a_purge_left_unplanned_hides_what_it_may_reach_at_the_next_open(
     finally:
         await left.close()
     async with ShortTermMemory.open(config) as memory:
-        # Right away: each read queues behind the first step of the resumed purge only.
+        # Where Alice has no notes, nothing waits for the plan (the store said where).
+        elsewhere = ctx(user=CAROL, channel=90, server=300)
+        assert (await memory.run_tool(elsewhere, {"summary": "ELSEWHERE"})).success
+        assert memory._reads.deletions.pending, "the upgrade waited for the plan"
+        # Right away: each read queues behind a first step of the resumed purge only.
         prompts = await asyncio.gather(
             *(memory.build_context(ctx(user=CAROL, channel=c)) for c in channels)
         )

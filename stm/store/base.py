@@ -765,10 +765,13 @@ class Store(Protocol):
         mid-way): the writer finishes them first."""
         ...
 
-    async def unplanned_purges(self) -> list[tuple[int, PurgeUser]]:
-        """The purges among them not planned yet, by position (with whom and where each
-        purges): until planned, what each may reach is not read as cleared, so the memory
-        hides it as it hides what a purge of its own may reach."""
+    async def unplanned_purges(
+        self,
+    ) -> list[tuple[int, PurgeUser, frozenset[int | None] | None]]:
+        """The purges among them not planned yet, by position: whom and where each purges,
+        and the servers a purge everywhere may reach (None: not said yet). Until planned,
+        what each may reach is not read as cleared, so the memory hides it as it hides
+        what a purge of its own may reach."""
         ...
 
     async def load_server_settings(self) -> dict[int, str]:

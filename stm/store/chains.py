@@ -869,18 +869,23 @@ def pending_sweeps() -> Procedure[list[int]]:
 
 
 _UNPLANNED = (
-    "SELECT position, user_id, server_id, erasure FROM stm_purges WHERE planned = 0 "
+    "SELECT position, user_id, server_id, erasure, servers FROM stm_purges WHERE planned = 0 "
     "ORDER BY position"
 )
 
 
-def unplanned_purges() -> Procedure[list[tuple[int, PurgeUser]]]:
-    """The purges not planned yet, by position: until they are, what each may reach may be
-    read as it was (only planned ranges read as cleared)."""
+def unplanned_purges() -> Procedure[list[tuple[int, PurgeUser, frozenset[int | None] | None]]]:
+    """The purges not planned yet, by position, with the servers a purge everywhere may
+    reach once its first transaction said (None: any in its scope): until they are
+    planned, what each may reach reads as it was (only planned ranges read as cleared)."""
     rows = yield Step(_UNPLANNED, {}, "all")
     return [
-        (int(position), PurgeUser(int(user), None if server is None else int(server), erasure))
-        for position, user, server, erasure in rows
+        (
+            int(position),
+            PurgeUser(int(user), None if server is None else int(server), erasure),
+            None if reaches is None else frozenset(_server(s) for s in json.loads(reaches)),
+        )
+        for position, user, server, erasure, reaches in rows
     ]
 
 

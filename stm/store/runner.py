@@ -96,7 +96,9 @@ class ProcedureStore:
         """Positions of purges whose ranges still hold rows to clear."""
         return await self._once(chains.pending_sweeps())
 
-    async def unplanned_purges(self) -> list[tuple[int, PurgeUser]]:
+    async def unplanned_purges(
+        self,
+    ) -> list[tuple[int, PurgeUser, frozenset[int | None] | None]]:
         """The purges a stopped process left before the store planned them, by position."""
         return await self._once(chains.unplanned_purges())
 
