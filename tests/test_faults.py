@@ -14,6 +14,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from helpers import Opener
 
 from stm import DurabilityError, SchemaVersionError, ShortTermMemory, StoreError
 from stm.store.shred import readable
+from stm.store.sqlite import SQLiteStore
 from stm.testing import ctx, turn
 
 NOT_SAVED = "Nothing was s"  # "saved" or "stored", as the tool words it
@@ -168,6 +170,20 @@ def read_only(path: Path) -> Iterator[None]:
         yield
     finally:
         subprocess.run(undo, check=True)
+
+
+async def test_a_database_that_cannot_be_opened_leaves_no_thread_running(tmp_path: Path) -> None:
+    """A failed open returns once its connection's worker thread is gone: a thread still
+    running when the event loop closes fails on it (an unhandled error in the thread)."""
+
+    def workers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if "_connection_worker_thread" in t.name}
+
+    before = workers()
+    for _ in range(5):
+        with pytest.raises(StoreError):
+            await SQLiteStore.open(str(tmp_path))  # a folder: sqlite cannot open it
+        assert workers() <= before
 
 
 @pytest.mark.process

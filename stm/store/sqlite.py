@@ -183,13 +183,9 @@ class SQLiteStore(ProcedureStore):
     ) -> SQLiteStore:
         """Start ``connection``; if it fails, close it and raise StoreError as ``describe`` says."""
         try:
-            await connection
+            await _started(connection)
         except sqlite3.Error as exc:
-            await connection.close()
             raise StoreError(describe(exc)) from exc
-        except BaseException:
-            await connection.close()
-            raise
         return cls(connection, path)
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
@@ -234,7 +230,9 @@ class SQLiteStore(ProcedureStore):
         needs stay, and the next checkpoint copies them."""
         try:
             if self._checkpointer is None:
-                self._checkpointer = await aiosqlite.connect(self.path, isolation_level=None)
+                self._checkpointer = await _started(
+                    aiosqlite.connect(self.path, isolation_level=None)
+                )
             # Read to its end: a statement left open would hold a read transaction, and
             # an erasure's TRUNCATE would wait for it.
             async with self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)") as done:
@@ -296,7 +294,9 @@ class SQLiteStore(ProcedureStore):
             try:
                 if self._reader is None:
                     uri = _readonly_uri(self.path)
-                    self._reader = await aiosqlite.connect(uri, uri=True, isolation_level=None)
+                    self._reader = await _started(
+                        aiosqlite.connect(uri, uri=True, isolation_level=None)
+                    )
                 on_thread = cast(Callable[..., Awaitable[PurgePreview]], self._reader._execute)
                 return await on_thread(_aside, self._reader._conn, preview)
             except sqlite3.Error as exc:
@@ -395,6 +395,20 @@ def _fetch_anything(
 ) -> list[tuple[Any, ...]]:
     known.clear()  # the statement may change keys
     return _fetch(db, sql, params)
+
+
+async def _started(connection: aiosqlite.Connection) -> aiosqlite.Connection:
+    """``connection``, opened; if opening fails, its worker thread is gone before the error
+    is raised. (aiosqlite then queues the thread's stop without waiting for it: a thread
+    still running when the event loop closes fails on it, as an unhandled error.)"""
+    try:
+        return await connection
+    except BaseException:
+        await connection.close()
+        thread = getattr(connection, "_thread", None)
+        if thread is not None and thread.is_alive():
+            await asyncio.to_thread(thread.join, 5.0)
+        raise
 
 
 def _fetch(db: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
