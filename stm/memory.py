@@ -322,22 +322,9 @@ class ShortTermMemory:
         purge = self._reads.deletions.record_purge(deletion)
         if servers is not None:
             purge.narrow(servers)
-        log.info(
-            "resuming the purge of user %s %s a stopped process left",
-            deletion.user_id,
-            "everywhere" if deletion.server_id is None else f"in server {deletion.server_id}",
-        )
-
-        def step(result: Any) -> None:
-            if not isinstance(result, SweepStep) or not purge.pending:
-                return
-            ranges = purge.tell(result.ranges or (), result.told)
-            if ranges is None and not result.more:
-                ranges = purge.tell((), True)  # its last step: what was told is all of it
-            if ranges is not None:
-                clear_ranges(self.cache, purge, ranges)
-
-        return step
+        log.info("resuming the purge of user %s %s a stopped process left", *_whom(deletion))
+        # Who asked for it is not known here: its reach is not counted against anyone.
+        return self._told(purge, None)
 
     def _held(self, entry: Entry) -> bool:
         """Whether the cache holds this very entry (not evicted, dropped or replaced)."""
@@ -858,7 +845,35 @@ class ShortTermMemory:
         purge = purge_user(self.cache, self._reads, self.writer, user_id, server_id, erasure)
         touched = len(purge.keys)
         self._tally.user_purges += 1
-        where = "everywhere" if server_id is None else f"in server {server_id}"
+        where = _whom(purge.deletion)[1]
+        self.writer.submit_delete(
+            PurgeUser(user_id, server_id, erasure),
+            what=f"purging user {user_id} {where}",
+            on_result=self._told(purge, member),
+        )
+        log.info("purging user %s %s (%d keys held here)", user_id, where, touched)
+        # Usually one commit: then every entry it reaches is cleared here when this returns;
+        # until then what it may reach is neither shown nor returned (``ReadThrough.hidden``).
+        # When the store does not answer in time, all of that is dropped from the cache (and
+        # read again later); the durable part is retried until it lands.
+        # A store being retried will not answer soon: do not hold the caller up for it.
+        wait = PURGE_WAIT_SECONDS if self.writer.healthy else 0.0
+        if not await self._reads.planned_purge(purge, wait):
+            dropped = forget_unplanned(self.cache, purge)
+            log.warning(
+                "purge of user %s %s not planned by the store in time: %d entries it may "
+                "reach dropped from the cache, to be read again",
+                user_id,
+                where,
+                dropped,
+            )
+        return purge
+
+    def _told(self, purge: Purge, member: int | None) -> Callable[[PurgeResult | SweepStep], None]:
+        """What applies each transaction of ``purge`` as the store answers it: its ranges,
+        once all are told, to the cache; what they reach, counted (against ``member``, who
+        asked for it, when known)."""
+        user_id, where = _whom(purge.deletion)
 
         def planned(result: PurgeResult | SweepStep) -> None:
             ranges: tuple[Range, ...] | None
@@ -887,30 +902,10 @@ class ShortTermMemory:
                 purge.counted = add_reach(purge.counted, reach)
             if not more and purge.counted is not None:
                 purge.reach = with_own(purge.counted, purge.removed, purge.own_distilled)
-                self._watch(user_id, member, purge.reach)
+                if member is not None:
+                    self._watch(user_id, member, purge.reach)
 
-        self.writer.submit_delete(
-            PurgeUser(user_id, server_id, erasure),
-            what=f"purging user {user_id} {where}",
-            on_result=planned,
-        )
-        log.info("purging user %s %s (%d keys held here)", user_id, where, touched)
-        # Usually one commit: then every entry it reaches is cleared here when this returns;
-        # until then what it may reach is neither shown nor returned (``ReadThrough.hidden``).
-        # When the store does not answer in time, all of that is dropped from the cache (and
-        # read again later); the durable part is retried until it lands.
-        # A store being retried will not answer soon: do not hold the caller up for it.
-        wait = PURGE_WAIT_SECONDS if self.writer.healthy else 0.0
-        if not await self._reads.planned_purge(purge, wait):
-            dropped = forget_unplanned(self.cache, purge)
-            log.warning(
-                "purge of user %s %s not planned by the store in time: %d entries it may "
-                "reach dropped from the cache, to be read again",
-                user_id,
-                where,
-                dropped,
-            )
-        return purge
+        return planned
 
     # -- messages deleted or edited on Discord -----------------------------------
     async def forget_messages(self, channel_id: int, message_ids: Iterable[int]) -> int:
@@ -1149,3 +1144,9 @@ class ShortTermMemory:
         if entry.server_id is not None and not self.settings_for(entry.server_id).enabled:
             return None  # a user's own entry in a server that turned memory off
         return snapshot(entry, entry.expires_at(self.cache.expiry))
+
+
+def _whom(purge: PurgeUser) -> tuple[int, str]:
+    """The purged user, and where, for a log line."""
+    where = "everywhere" if purge.server_id is None else f"in server {purge.server_id}"
+    return purge.user_id, where

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stm import ShortTermMemory, STMConfig
-from stm.store import chains
+from stm.store import chains, open_store
 from stm.store.base import SweepPurge
 from stm.store.sqlite import SQLiteStore
 from stm.testing import FaultyStore, ctx, turn
@@ -137,7 +137,7 @@ async def test_a_purge_stopped_mid_way_is_finished_at_the_next_open(tmp_path: Pa
 
 
 async def test_a_purge_left_unplanned_hides_what_it_may_reach_at_the_next_open(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A purge whose first transaction committed but whose plan a stopped process left
     unfinished is pending at the next open as a purge made there is: nothing it may reach
@@ -145,14 +145,14 @@ async def test_a_purge_left_unplanned_hides_what_it_may_reach_at_the_next_open(
     cleared by it afterwards."""
     for name in ("SEED_CHUNK", "FOLLOW_CHUNK", "SWEEP_CHUNK", "REACH_PAGE", "FINISH_CHUNK"):
         monkeypatch.setattr(chains, name, 1)  # one membership planned per transaction
-    config = STMConfig(database=str(tmp_path / "stm.sqlite3"))
+    config = STMConfig(database=store_database)
     channels = range(20, 26)
     async with ShortTermMemory.open(config) as memory:
         for channel in channels:
             await memory.capture(turn(ctx(user=ALICE, channel=channel), f"ALICE-SAID-{channel}"))
             bob = ctx(user=BOB, channel=channel)
             assert (await memory.run_tool(bob, {"summary": f"OLD-NOTES-{channel}"})).success
-    store = FaultyStore(await SQLiteStore.open(config.database))
+    store = FaultyStore(await open_store(config))
     memory = await ShortTermMemory.open(config, store=store)
     original = store._run
 
@@ -170,7 +170,7 @@ async def test_a_purge_left_unplanned_hides_what_it_may_reach_at_the_next_open(
     memory.writer._task.cancel()  # the process stops: no close, nothing more written
     memory.closed = True
     await store.close()
-    left = await SQLiteStore.open(config.database)
+    left = await open_store(config)
     try:
         assert await left.unplanned_purges()  # the first transaction planned one chain only
     finally:
@@ -179,7 +179,7 @@ async def test_a_purge_left_unplanned_hides_what_it_may_reach_at_the_next_open(
         # Where Alice has no notes, nothing waits for the plan (the store said where).
         elsewhere = ctx(user=CAROL, channel=90, server=300)
         assert (await memory.run_tool(elsewhere, {"summary": "ELSEWHERE"})).success
-        assert memory._reads.deletions.pending, "the upgrade waited for the plan"
+        assert memory._reads.deletions.pending, "not pending at the open, or waited for its plan"
         # Right away: each read queues behind a first step of the resumed purge only.
         prompts = await asyncio.gather(
             *(memory.build_context(ctx(user=CAROL, channel=c)) for c in channels)
