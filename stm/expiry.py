@@ -67,14 +67,11 @@ def row_expired(updated_at: float, distilled: bool, thresholds: Thresholds) -> b
 DISTILLED_SQL = "(coalesce(summary, '') <> '' OR categories <> '{}')"
 
 
-def expired_sql(crude: str = ":crude", summary: str = ":summary", greatest: str = "max") -> str:
+def expired_sql(crude: str = ":crude", summary: str = ":summary") -> str:
     """The rule as SQL, its thresholds spelled ``crude`` and ``summary`` (a parameter, with
-    a cast where the dialect wants one) and the larger of two values ``greatest`` (SQLite's
-    ``max``, PostgreSQL's ``greatest``): every store's spelling of ``EXPIRED_SQL``."""
-    # The leading bound lets a range scan of the ``updated_at`` index find the candidates.
+    a cast where the dialect wants one): every store's spelling of ``EXPIRED_SQL``."""
     return (
-        f"updated_at <= {greatest}({crude}, {summary}) AND ("
-        f"(updated_at <= {summary} AND {DISTILLED_SQL}) "
+        f"((updated_at <= {summary} AND {DISTILLED_SQL}) "
         f"OR (updated_at <= {crude} AND NOT {DISTILLED_SQL}))"
     )
 

@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 from stm import ShortTermMemory, STMConfig
 from stm.cache import Entry, MemoryCache
 from stm.expiry import EXPIRED_SQL, row_expired
+from stm.store.dialect import SQLITE
+from stm.store.schema import SLOT_SECONDS
+from stm.store.sqlite import migrate
 from stm.testing import Clock, ManualScheduler, ctx, turn
 
 
@@ -165,14 +168,56 @@ def test_the_sql_condition_and_the_cache_apply_one_expiry_rule(
     thresholds = cache.expiry.thresholds(now)
     in_cache = cache.is_expired(entry, now)
     in_reads = row_expired(updated_at, bool(summary) or bool(categories), thresholds)
-    with contextlib.closing(sqlite3.connect(":memory:")) as db:
+    with contextlib.closing(sqlite3.connect(":memory:", isolation_level=None)) as db:
+        migrate(db)
         db.execute(
-            "CREATE TABLE short_term_memories (updated_at REAL, summary TEXT, categories TEXT)"
-        )
-        db.execute(
-            "INSERT INTO short_term_memories VALUES (?, ?, ?)",
+            "INSERT INTO short_term_memories (key, scope, channel_id, updated_at, summary, "
+            "categories) VALUES ('shortterm:server:1:2', 'server', 2, ?, ?, ?)",
             (updated_at, summary, json.dumps(categories)),
         )
         params = {"crude": thresholds.crude_before, "summary": thresholds.summary_before}
-        (in_sql,) = db.execute(f"SELECT {EXPIRED_SQL} FROM short_term_memories", params).fetchone()
-    assert in_cache == in_reads == bool(in_sql)
+        in_sql, in_store = db.execute(
+            f"SELECT {EXPIRED_SQL}, {SQLITE.expired()} FROM short_term_memories", params
+        ).fetchone()
+    # The store's spelling adds the bound on the row's time slot, which the rule implies.
+    assert in_cache == in_reads == bool(in_sql) == bool(in_store)
+
+
+_TIMES = st.one_of(
+    st.floats(min_value=-1e10, max_value=1e10, allow_nan=False),
+    st.integers(min_value=-(10**6), max_value=10**6).map(lambda n: n * SLOT_SECONDS / 2),
+)
+
+
+@given(times=st.lists(_TIMES, min_size=1, max_size=12), threshold=_TIMES)
+@settings(max_examples=200, deadline=None)
+def test_a_rows_time_slot_orders_and_bounds_as_its_time_does(
+    times: list[float], threshold: float
+) -> None:
+    """The slot the schema computes of ``updated_at`` never decreases as the time grows,
+    on either side of zero and at slot boundaries: so the slot bound finds every row at
+    or before a threshold, and ordering by slot, then time, is ordering by time."""
+    with contextlib.closing(sqlite3.connect(":memory:", isolation_level=None)) as db:
+        migrate(db)
+        db.executemany(
+            "INSERT INTO short_term_memories (key, scope, channel_id, updated_at) "
+            "VALUES (?, 'server', 2, ?)",
+            [(f"k{n}", t) for n, t in enumerate(times)],
+        )
+        bound = SQLITE.slot.format(":t")
+        found = {
+            row[0]
+            for row in db.execute(
+                f"SELECT updated_at FROM short_term_memories WHERE updated_slot <= {bound}",
+                {"t": threshold},
+            )
+        }
+        ordered = [
+            row[0]
+            for row in db.execute(
+                "SELECT updated_at FROM short_term_memories "
+                "ORDER BY updated_slot DESC, updated_at DESC"
+            )
+        ]
+    assert {t for t in times if t <= threshold} <= found
+    assert ordered == sorted(times, reverse=True)

@@ -400,7 +400,8 @@ def _recent(op: LoadRecent, dialect: Dialect) -> Rows:
     if op.persona_id is not None:
         params["persona"] = op.persona_id
     return Rows(
-        f"WHERE {where} AND NOT ({dialect.expired()}) ORDER BY updated_at DESC LIMIT :limit",
+        f"WHERE {where} AND NOT ({dialect.expired()}) "
+        "ORDER BY updated_slot DESC, updated_at DESC LIMIT :limit",
         params,
     )
 

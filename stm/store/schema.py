@@ -52,6 +52,22 @@ _PURGE_COUNTS = """
     CREATE INDEX stm_distilled_by_server ON short_term_memories (server_id, chain_id, id)
         WHERE chain_id IS NOT NULL;
     """
+# Each row's ``updated_at`` in 15-minute slots (``SLOT_SECONDS``), which the indexes by
+# time hold instead of ``updated_at`` itself: a row's write-behind, which moves
+# ``updated_at`` every turn, then changes no indexed value within a slot, and PostgreSQL
+# updates the row in place (a heap-only update, in the room ``fillfactor`` leaves on each
+# page) instead of adding an entry to each of its eight indexes until vacuum comes. The
+# slot is a monotone function of ``updated_at``, so a range of ``updated_at`` is found by
+# the range of slots around it (``Dialect.expired``) and ordering by slot, then
+# ``updated_at``, is ordering by ``updated_at``.
+SLOT_SECONDS = 900
+_TIME_SLOTS = """
+    DROP INDEX stm_by_updated;
+    DROP INDEX stm_by_group;
+    CREATE INDEX stm_by_updated ON short_term_memories (updated_slot);
+    CREATE INDEX stm_by_group
+        ON short_term_memories (scope, server_id, user_id, persona_id, updated_slot);
+    """
 
 # -- SQLite (its second migration, crypto-shredding's, is in shred.py) --------------------
 SQLITE_MIGRATIONS: tuple[str, ...] = (
@@ -187,6 +203,12 @@ SQLITE_MIGRATIONS: tuple[str, ...] = (
     _PURGE_STEPS,
     _MEMBER_SERVERS,
     _PURGE_COUNTS,
+    # A virtual column: computed when read or indexed, stored only in the indexes.
+    f"""
+    ALTER TABLE short_term_memories ADD COLUMN updated_slot INTEGER
+        GENERATED ALWAYS AS (CAST(updated_at / {SLOT_SECONDS} AS INTEGER)) VIRTUAL;
+    """
+    + _TIME_SLOTS,
 )
 
 
@@ -356,6 +378,12 @@ POSTGRES_MIGRATIONS: tuple[str, ...] = (
     _PURGE_STEPS,
     _MEMBER_SERVERS,
     _PURGE_COUNTS,
+    f"""
+    ALTER TABLE short_term_memories ADD COLUMN updated_slot BIGINT
+        GENERATED ALWAYS AS (floor(updated_at / {SLOT_SECONDS})::bigint) STORED;
+    ALTER TABLE short_term_memories SET (fillfactor = 80);
+    """
+    + _TIME_SLOTS,
 )
 # The migration after which rows an earlier version stored in the clear are sealed.
 POSTGRES_SEALING = 2

@@ -1,0 +1,106 @@
+"""Storage on PostgreSQL: a row's write-behind, which moves its ``updated_at`` every turn,
+updates the row in place (a heap-only update) instead of adding an entry to each of its
+indexes, which only vacuum would reclaim."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from stm import ShortTermMemory, STMConfig
+from stm.store.base import LoadRecent
+from stm.store.chains import positional
+from stm.store.dialect import POSTGRES
+from stm.store.ops import _recent
+from stm.store.schema import SLOT_SECONDS
+from stm.testing import Clock, ctx, turn
+
+
+async def _updates(url: str, least: int) -> tuple[int, int]:
+    """The updates of ``short_term_memories`` so far and how many were heap-only, once the
+    statistics count at least ``least`` updates (closed connections report theirs as they
+    exit; up to 15 s)."""
+    import asyncpg
+
+    conn: Any = await asyncpg.connect(url)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while True:
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
+            updates, hot = await conn.fetchrow(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                "WHERE relid = 'short_term_memories'::regclass"
+            )
+            if updates >= least or loop.time() > deadline:
+                return int(updates), int(hot)
+            await asyncio.sleep(0.1)
+    finally:
+        await conn.close()
+
+
+async def test_a_rows_write_behind_updates_it_in_place(postgres_url: str) -> None:
+    """Twenty turns in one channel, each written behind within one time slot: every
+    update of the channel's rows is heap-only. With ``updated_at`` (or any column a
+    write-behind changes) in an index, none would be."""
+    # The middle of a slot: the turns' 20 seconds stay inside it.
+    clock = Clock(start=SLOT_SECONDS * 2_000_000 + SLOT_SECONDS / 2)
+    config = STMConfig(database=postgres_url, write_behind_seconds=0.05)
+    alice = ctx(user=1, channel=10)
+    async with ShortTermMemory.open(config, clock=clock) as memory:
+        await memory.capture(turn(alice, "hello"))
+        assert (await memory.run_tool(alice.model_copy(), {"summary": "greeted"})).success
+        await memory.flush()
+    before, before_hot = await _updates(postgres_url, 0)
+    async with ShortTermMemory.open(config, clock=clock) as memory:
+        for n in range(20):
+            clock.advance(1)
+            await memory.capture(turn(alice, f"message {n}"))
+            await memory.flush()
+        entry = await memory.get_entry("shortterm:server:100:10")
+        assert entry is not None and entry.summary == "greeted"
+    updates, hot = await _updates(postgres_url, before + 20)
+    assert updates - before >= 20, "the turns were not written behind one by one"
+    assert hot - before_hot == updates - before
+
+
+_NOW = SLOT_SECONDS * 2_000_000.0
+_EXPIRY = {"crude": _NOW - 12 * 3600, "summary": _NOW - 24 * 3600}
+_BY_TIME = {
+    "janitor: delete expired rows": (
+        f"DELETE FROM short_term_memories WHERE {POSTGRES.expired()}",
+        _EXPIRY,
+        "stm_by_updated",
+    ),
+    "warm a server's recall group": (
+        "SELECT key FROM short_term_memories "
+        + _recent(LoadRecent("server", 1, None, None, 4, *_EXPIRY.values()), POSTGRES).where,
+        {"owner": 1, "limit": 4, **_EXPIRY},
+        "Index",  # the group's, or the server's rows by the user index (user_id NULL)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_BY_TIME))
+async def test_what_reads_by_time_searches_the_slot_indexes(postgres_url: str, name: str) -> None:
+    """The janitor's delete searches the index of time slots by its bound, and a recall
+    group's newest rows are found by an index: with scans ruled out, the plan still
+    finds an index to use."""
+    import asyncpg
+
+    sql, params, index = _BY_TIME[name]
+    async with ShortTermMemory.open(STMConfig(database=postgres_url)):
+        pass  # the schema
+    conn: Any = await asyncpg.connect(postgres_url)
+    try:
+        await conn.execute("SET enable_seqscan = off")
+        numbered, names = positional(sql)
+        plan = "\n".join(
+            row[0] for row in await conn.fetch(f"EXPLAIN {numbered}", *(params[n] for n in names))
+        )
+    finally:
+        await conn.close()
+    assert index in plan, plan
+    assert "Seq Scan" not in plan, plan
