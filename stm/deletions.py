@@ -10,7 +10,7 @@ purge is *pending*, and everything it may reach is treated as reached. Pure: no 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .lineage import Pin, Range, covers
@@ -48,8 +48,16 @@ class Purge:
     own_distilled: dict[int | None, int] = field(default_factory=dict)
     # What its ranges reach as counted so far (the store counts a wide reach in steps).
     counted: PurgePreview | None = None
-    # Its ranges as told so far (the store tells a wide reach a page at a time).
+    # Its ranges as told so far (the store tells a wide reach a page at a time), the
+    # chain the last page told ended at, and whether a page told here began after another
+    # chain: another process told the pages between (it carried the purge out meanwhile).
     pages: list[Range] = field(default_factory=list)
+    told_through: int = 0
+    gapped: bool = False
+    # Its feed position, once known (the store's first answer, or a purge resumed), and
+    # whether its ranges are being read whole from the store (told elsewhere).
+    position: int | None = None
+    reading: bool = False
     # While it is pending, the servers whose notes its plan may reach, once the store
     # said (those of the notes the user is a member of: lineage stays in its server);
     # None: any server in its scope.
@@ -77,11 +85,17 @@ class Purge:
             self.servers = frozenset(servers)
             self._progressed()
 
-    def tell(self, page: Iterable[Range], last: bool) -> tuple[Range, ...] | None:
-        """A page of the ranges the store planned; all of them once ``last`` (else None:
-        the purge is pending until the last page)."""
+    def tell(self, page: Sequence[Range], last: bool, after: int = 0) -> tuple[Range, ...] | None:
+        """A page of the ranges the store planned, of chains after ``after``; all of them
+        once ``last`` (else None: the purge is pending until the last page). None at the
+        last page too when pages were told elsewhere (``gapped``): the ranges are then
+        read whole from the store."""
+        if after != self.told_through:
+            self.gapped = True
+        if page:
+            self.told_through = page[-1].chain
         self.pages.extend(page)
-        if not last:
+        if not last or self.gapped:
             return None
         ranges, self.pages = tuple(self.pages), []
         return ranges

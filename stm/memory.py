@@ -122,6 +122,11 @@ def _message_ids(message_ids: Iterable[int]) -> tuple[int, ...]:
 # How long the change feed keeps a change at least.
 FEED_RETENTION_SECONDS = 600.0
 
+# How often a process looks for purges another process began and left unfinished (it
+# stopped): one unfinished at two looks in a row, and not being carried out here, is
+# carried out here (``ShortTermMemory._adopt_abandoned``).
+ABANDONED_PURGE_SECONDS = 30.0
+
 log = logging.getLogger("stm")
 
 
@@ -188,6 +193,8 @@ class ShortTermMemory:
         self._departed: dict[int, float] | None = None
         self._departed_read_at = 0.0
         self._departures_lock = asyncio.Lock()
+        # The purges left unfinished at the last look, that no step queued here carries out.
+        self._unfinished_elsewhere: set[int] = set()
         self.follower = Follower(
             store,
             self.cache,
@@ -304,22 +311,47 @@ class ShortTermMemory:
         # is hidden, and upgrades it may reach wait for their plan, as for a purge made here
         # (the rows of planned ranges already read as cleared).
         resumed = {
-            position: self._resumed(deletion, servers)
+            position: self._resumed(position, deletion, servers)
             for position, deletion, servers in await self.store.unplanned_purges()
         }
         self._writer.start(sweeps, resumed)
         self._background.every(
             self.config.janitor_interval_minutes * 60, self.run_janitor, "stm-janitor"
         )
+        self._background.every(
+            ABANDONED_PURGE_SECONDS, self._adopt_abandoned, "stm-abandoned-purges"
+        )
         self._background.forever(self.follower.run(), "stm-follower")
 
+    async def _adopt_abandoned(self) -> None:
+        """Carry out the purges another process began and left unfinished: those the store
+        still has work for at two looks in a row (``ABANDONED_PURGE_SECONDS`` apart) that
+        no step queued here carries out. Without it, a purge whose process stopped before
+        planning it would hold up, until some process opened the database again, every
+        turn this one answers where it may reach (each waits for its plan), and its rows
+        would stay uncleared. Its steps are those of a purge resumed at opening; this
+        process's cache learns its ranges as it learns any other process's purge, from the
+        follower (``Store.purge_ranges``), and a live process that made it still sees it
+        through (``Purge.tell``)."""
+        unfinished = set(await self.store.pending_sweeps()) - self.writer.sweeping()
+        abandoned = unfinished & self._unfinished_elsewhere
+        self._unfinished_elsewhere = unfinished - abandoned
+        for position in sorted(abandoned):
+            log.warning(
+                "carrying out the purge at feed position %d, which another process began "
+                "and left unfinished",
+                position,
+            )
+            self.writer.resume(position)
+
     def _resumed(
-        self, deletion: PurgeUser, servers: frozenset[int | None] | None
+        self, position: int, deletion: PurgeUser, servers: frozenset[int | None] | None
     ) -> Callable[[Any], None]:
         """Log a purge a stopped process left unplanned as pending (only ``servers`` wait
         for its plan, when the store said which it may reach); return what applies each
         step of its sweep: its ranges, once all are told, to the cache."""
         purge = self._reads.deletions.record_purge(deletion)
+        purge.position = position
         if servers is not None:
             purge.narrow(servers)
         log.info("resuming the purge of user %s %s a stopped process left", *_whom(deletion))
@@ -878,13 +910,22 @@ class ShortTermMemory:
         def planned(result: PurgeResult | SweepStep) -> None:
             ranges: tuple[Range, ...] | None
             if isinstance(result, PurgeResult):
+                purge.position = result.position
                 purge.removed, purge.cleared = result.removed, result.cleared
                 purge.own_distilled = dict(result.own_distilled)
                 ranges, reach, more = result.ranges, result.reach, result.more
             else:
                 purge.cleared += result.cleared  # a later step
                 reach, more = result.reach, result.more
-                ranges = purge.tell(result.ranges or (), result.told)
+                ranges = None
+                if "page" in result.phases:
+                    ranges = purge.tell(result.ranges or (), result.told, result.after)
+                # Pages told elsewhere (another process carried the purge out while this
+                # one could not): past its last page, or clearing, the purge is still
+                # pending here. Its ranges are read whole from the store.
+                past = result.told or not more or bool({"clear", "finish"} & {*result.phases})
+                if purge.pending and past and ranges is None:
+                    self._read_ranges(purge)
             if ranges is not None:
                 cleared = clear_ranges(self.cache, purge, ranges)
                 log.info(
@@ -906,6 +947,38 @@ class ShortTermMemory:
                     self._watch(user_id, member, purge.reach)
 
         return planned
+
+    def _read_ranges(self, purge: Purge) -> None:
+        """Read the ranges of ``purge`` (made or resumed here, and told in part by another
+        process) whole from the store and apply them to the cache; until then it stays
+        pending. If they cannot be read, what it may reach is dropped from the cache, to be
+        read again from the rows it left."""
+        position = purge.position
+        if purge.reading or position is None:
+            return
+        purge.reading = True
+
+        async def read() -> None:
+            try:
+                ranges = await self.store.purge_ranges(position)
+            except Exception as exc:
+                log.warning("the ranges of the purge at feed position %d: %s", position, exc)
+                ranges = None
+            if not purge.pending:
+                return
+            if ranges is None:
+                forget_unplanned(self.cache, purge)
+                ranges = ()
+            cleared = clear_ranges(self.cache, purge, ranges)
+            log.info(
+                "purge of user %s %s, carried out with another process: notes of %d chains "
+                "reached, %d entries cleared here",
+                *_whom(purge.deletion),
+                len(ranges),
+                cleared,
+            )
+
+        self._background.spawn(read(), f"stm-purge-ranges-{position}")
 
     # -- messages deleted or edited on Discord -----------------------------------
     async def forget_messages(self, channel_id: int, message_ids: Iterable[int]) -> int:

@@ -130,9 +130,7 @@ class Writer:
         for position in sweeps:
             # A purge whose later chunks a stopped process left: finish it first, its steps
             # sized as any other purge's.
-            sweep = self._sweep(position)
-            told = None if on_step is None else on_step.get(position)
-            self._push(Queued(self._next(), sweep, what=_describe(sweep), on_result=told))
+            self.resume(position, None if on_step is None else on_step.get(position))
         self._task = asyncio.get_running_loop().create_task(self._run(), name="stm-writer")
         self._task.add_done_callback(self._stopped)
 
@@ -206,6 +204,17 @@ class Writer:
         left, a page of the purge's ranges once planned, and what the page reaches)."""
         self._swap_dirty()
         self._push(Queued(self._next(), op, what=what, on_result=on_result))
+
+    def resume(self, position: int, on_step: Callable[[Any], None] | None = None) -> None:
+        """Queue the next step of the purge at feed ``position``, which another process
+        began (it stopped before finishing it): its steps follow until it is done, each
+        answering ``on_step`` with its ``SweepStep``, and ``flush`` waits for them."""
+        sweep = self._sweep(position)
+        self._push(Queued(self._next(), sweep, what=_describe(sweep), on_result=on_step))
+
+    def sweeping(self) -> set[int]:
+        """The feed positions of the purges whose steps are queued here."""
+        return {i.op.position for i in self._queue if isinstance(i.op, SweepPurge)}
 
     def mark_dirty(self, entry: Entry) -> None:
         """Write ``entry``'s identity and counters behind."""

@@ -4,10 +4,12 @@ and after, and how its durable part runs: in bounded chunks, finished after a re
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import stm.memory as memory_module
 from stm import ShortTermMemory, STMConfig
 from stm.store import chains, open_store
 from stm.store.base import SweepPurge
@@ -200,6 +202,129 @@ async def test_a_purge_left_unplanned_hides_what_it_may_reach_at_the_next_open(
             if result.success:
                 assert notes == f"NEW-NOTES-{channel}", "an acknowledged upgrade was cleared"
         assert await memory.store.unplanned_purges() == []  # type: ignore[attr-defined]
+
+
+_CHUNKS = ("SEED_CHUNK", "FOLLOW_CHUNK", "SWEEP_CHUNK", "REACH_PAGE", "FINISH_CHUNK")
+
+
+async def _wait_until(done: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not done():
+        assert loop.time() < deadline, what
+        await asyncio.sleep(0.05)
+
+
+def _held_sweeps(store: FaultyStore, gate: asyncio.Event, held: asyncio.Event) -> None:
+    """Hold every step of a purge after its first transaction at ``gate``."""
+    original = store._run
+
+    async def run(ops: list[object]) -> list[object]:
+        if any(isinstance(op, SweepPurge) for op in ops):
+            held.set()
+            await gate.wait()
+        return await original(ops)  # type: ignore[arg-type]
+
+    store._run = run  # type: ignore[method-assign]
+
+
+async def _notes_left(config: STMConfig, channels: range) -> list[str]:
+    """The distilled text each channel's server entry still holds, read from the rows."""
+    async with ShortTermMemory.open(config) as reader:
+        found = []
+        for channel in channels:
+            entry = await reader.get_entry(f"shortterm:server:100:{channel}")
+            if entry is not None and entry.summary:
+                found.append(entry.summary)
+        assert await reader.store.unplanned_purges() == []  # type: ignore[attr-defined]
+        assert await reader.store.pending_sweeps() == []  # type: ignore[attr-defined]
+        return found
+
+
+async def test_a_purge_whose_process_stopped_is_carried_out_by_a_running_one(
+    store_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process stops right after a purge's first transaction while another runs: the
+    running one carries the purge out once it has been left at two looks in a row, without
+    a restart. Until then nothing it may reach is shown there; afterwards it is not
+    pending there (turns no longer wait for its plan) and its rows are cleared."""
+    for name in _CHUNKS:
+        monkeypatch.setattr(chains, name, 1)  # one membership planned per transaction
+    monkeypatch.setattr(memory_module, "ABANDONED_PURGE_SECONDS", 0.2)
+    config = STMConfig(database=store_database)
+    channels = range(20, 26)
+    async with ShortTermMemory.open(config) as running:
+        for channel in channels:
+            await running.capture(turn(ctx(user=ALICE, channel=channel), f"ALICE-SAID-{channel}"))
+            bob = ctx(user=BOB, channel=channel)
+            assert (await running.run_tool(bob, {"summary": f"OLD-NOTES-{channel}"})).success
+        await running.flush()
+        store = FaultyStore(await open_store(config))
+        stopping = await ShortTermMemory.open(config, store=store)
+        held = asyncio.Event()
+        _held_sweeps(store, asyncio.Event(), held)  # never opened: the process stops there
+        await stopping.clear_short_term_memory_for_user(ALICE)
+        await held.wait()
+        stopping.writer._task.cancel()  # the process stops: no close, nothing more written
+        await stopping._background.stop()
+        stopping.closed = True
+        await store.close()
+        await running.follower.catch_up()
+        for channel in channels:
+            assert "OLD-NOTES" not in str(
+                await running.build_context(ctx(user=CAROL, channel=channel))
+            )
+        await _wait_until(
+            lambda: not running._reads.deletions.pending, "the purge was never carried out"
+        )
+        await running.flush()
+        for channel in channels:
+            assert "OLD-NOTES" not in str(
+                await running.build_context(ctx(user=CAROL, channel=channel))
+            )
+    assert await _notes_left(config, channels) == []
+
+
+async def test_a_purge_carried_out_elsewhere_is_seen_through_by_its_own_process(
+    store_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process whose purge's steps cannot run for a while (its store held) is still
+    alive when another process carries the purge out: once its steps run again, it learns
+    the purge's whole ranges from the store (it told none of them itself), stops holding
+    up its turns, and shows none of what the purge cleared."""
+    for name in _CHUNKS:
+        monkeypatch.setattr(chains, name, 1)
+    monkeypatch.setattr(memory_module, "ABANDONED_PURGE_SECONDS", 0.2)
+    config = STMConfig(database=store_database)
+    channels = range(20, 26)
+    store = FaultyStore(await open_store(config))
+    async with ShortTermMemory.open(config, store=store) as slow:
+        for channel in channels:
+            await slow.capture(turn(ctx(user=ALICE, channel=channel), f"ALICE-SAID-{channel}"))
+            bob = ctx(user=BOB, channel=channel)
+            assert (await slow.run_tool(bob, {"summary": f"OLD-NOTES-{channel}"})).success
+        await slow.flush()
+        gate, held = asyncio.Event(), asyncio.Event()
+        _held_sweeps(store, gate, held)
+        await slow.clear_short_term_memory_for_user(ALICE)
+        await held.wait()
+        async with ShortTermMemory.open(config) as other:
+            await _wait_until(
+                lambda: not other._reads.deletions.pending and not other.writer.sweeping(),
+                "the other process did not carry the purge out",
+            )
+            await other.flush()
+        gate.set()
+        await _wait_until(
+            lambda: not slow._reads.deletions.pending, "the purge stayed pending where made"
+        )
+        await slow.flush()
+        for channel in channels:
+            prompt = await slow.build_context(ctx(user=CAROL, channel=channel))
+            assert "OLD-NOTES" not in str(prompt)
+            entry = await slow.get_entry(f"shortterm:server:100:{channel}")
+            assert entry is None or not entry.summary
+    assert await _notes_left(config, channels) == []
 
 
 @pytest.mark.parametrize("erasure", ["complete", "direct"])

@@ -455,6 +455,10 @@ class SweepStep(NamedTuple):
     reach: PurgePreview | None = None
     told: bool = False
     phases: tuple[PurgePhase, ...] = ()
+    # Of a page: the chain its ranges come after (0: the first page). A process that
+    # sees a page start after a chain other than its last page's end, another process
+    # told the pages between.
+    after: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -652,7 +652,7 @@ def _page(position: int, user: int, after: int, size: float = 1.0) -> Procedure[
     yield Step(_TOLD, {"position": position, "told": told}, "exec")
     distilled, at_least = yield from _counted_by_pages(position, by_server)
     reach = PurgePreview(0, sum(by_server.values()), by_server, distilled, at_least)
-    return SweepStep(0, True, ranges, reach, told == _TOLD_REACH, ("page",))
+    return SweepStep(0, True, ranges, reach, told == _TOLD_REACH, ("page",), after)
 
 
 def _counted_by_pages(
