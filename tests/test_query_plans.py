@@ -17,6 +17,7 @@ import pytest
 
 from stm.keys import server_key, user_key
 from stm.lineage import Lineage, Pin
+from stm.store import chains
 from stm.store.base import (
     PROVENANCE_TABLES,
     DeleteChannel,
@@ -33,7 +34,7 @@ from stm.store.base import (
     SweepPurge,
     Touch,
 )
-from stm.store.sqlite import migrate, prune_changes, read_changes, run_batch
+from stm.store.sqlite import _run, migrate, prune_changes, read_changes, run_batch
 
 TABLES = ("short_term_memories", *PROVENANCE_TABLES, "stm_changes")
 NOW = time.time()
@@ -216,3 +217,28 @@ def test_feed_statements_use_indexes(db: sqlite3.Connection, name: str) -> None:
     for sql in issued:
         # sqlite_sequence holds one row per AUTOINCREMENT table (here one): nothing to find.
         assert [s for s in scans(db, sql) if s != "SCAN sqlite_sequence"] == [], sql
+
+
+def test_the_look_for_unfinished_purges_reads_only_theirs(db: sqlite3.Connection) -> None:
+    """Every process looks for purges left unfinished every ``ABANDONED_PURGE_SECONDS``:
+    the look reads the ranges of unfinished purges and the unplanned purges, each through
+    a partial index of exactly those, never the ranges finished purges leave until the
+    feed is pruned past them."""
+    issued = traced_all(db, lambda: _run(db, chains.pending_sweeps()))
+    issued += traced_all(db, lambda: _run(db, chains.unplanned_purges()))
+    assert issued
+    partial = {"stm_ranges_unfinished", "stm_purges_unplanned"}
+    for sql in issued:
+        for *_, detail in db.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall():
+            if detail.startswith(("SCAN ", "SEARCH ")):
+                assert detail.split(" USING INDEX ")[-1].split(" ")[0] in partial, (sql, detail)
+
+
+def traced_all(db: sqlite3.Connection, call: object) -> list[str]:
+    issued: list[str] = []
+    db.set_trace_callback(issued.append)
+    try:
+        call()  # type: ignore[operator]
+    finally:
+        db.set_trace_callback(None)
+    return issued

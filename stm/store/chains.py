@@ -320,7 +320,7 @@ _RANGES_OF = (
     "ORDER BY chain_id"
 )
 _PENDING = (
-    "SELECT position FROM stm_purge_ranges WHERE done IN (0, 2) UNION "
+    "SELECT position FROM stm_purge_ranges WHERE done <> 1 UNION "
     "SELECT position FROM stm_purges WHERE planned = 0 ORDER BY position"
 )
 _PURGE_PLANNED = "SELECT planned, servers FROM stm_purges WHERE position = :position"

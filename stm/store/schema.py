@@ -62,12 +62,16 @@ _PURGE_COUNTS = """
 # the range of slots around it (``Dialect.expired``) and ordering by slot, then
 # ``updated_at``, is ordering by ``updated_at``.
 SLOT_SECONDS = 900
+# With them, the ranges of purges not finished yet: every process looks for those every
+# ``ABANDONED_PURGE_SECONDS``, and the ranges of finished purges stay until the feed is
+# pruned past them.
 _TIME_SLOTS = """
     DROP INDEX stm_by_updated;
     DROP INDEX stm_by_group;
     CREATE INDEX stm_by_updated ON short_term_memories (updated_slot);
     CREATE INDEX stm_by_group
         ON short_term_memories (scope, server_id, user_id, persona_id, updated_slot);
+    CREATE INDEX stm_ranges_unfinished ON stm_purge_ranges (position) WHERE done <> 1;
     """
 
 # -- SQLite (its second migration, crypto-shredding's, is in shred.py) --------------------
