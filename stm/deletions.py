@@ -58,6 +58,8 @@ class Purge:
     # whether its ranges are being read whole from the store (told elsewhere).
     position: int | None = None
     reading: bool = False
+    # A turn waited the whole while for its plan in vain: later ones do not wait for it.
+    overdue: bool = False
     # While it is pending, the servers whose notes its plan may reach, once the store
     # said (those of the notes the user is a member of: lineage stays in its server);
     # None: any server in its scope.

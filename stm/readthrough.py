@@ -266,7 +266,10 @@ class ReadThrough:
         """Wait until no purge whose plan may reach notes of ``server_id`` is pending, at
         most ``wait`` seconds and no longer than until the store fails (then nothing queued
         will be planned soon); False when one still is. A purge everywhere stops holding
-        up the servers it cannot reach as soon as the store said which it may."""
+        up the servers it cannot reach as soon as the store said which it may. A purge
+        that one call already waited for in vain (``Purge.overdue``: its plan is not
+        coming soon, as when the process that made it stopped) is not waited for again:
+        the answer is False at once, and its reach stays hidden."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         trouble = self._writer.trouble()
@@ -278,7 +281,12 @@ class ReadThrough:
             ]
             if not pending:
                 return True
+            if any(p.overdue for p in pending):
+                return False
             left = deadline - loop.time()
+            if left <= 0 and wait > 0:
+                for purge in pending:
+                    purge.overdue = True
             if left <= 0 or trouble.is_set():
                 return False
             await self._progress(pending[0], left, trouble)

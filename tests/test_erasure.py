@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import stm.memory as memory_module
 from stm import ShortTermMemory, STMConfig
+from stm.readthrough import ReadThrough
 from stm.store import chains, open_store
 from stm.store.base import SweepPurge
 from stm.store.sqlite import SQLiteStore
@@ -241,6 +243,63 @@ async def _notes_left(config: STMConfig, channels: range) -> list[str]:
         return found
 
 
+async def _purge_then_stop(config: STMConfig, user: int) -> None:
+    """Another process purges ``user`` and stops right after the purge's first
+    transaction: no close, nothing more written."""
+    store = FaultyStore(await open_store(config))
+    stopping = await ShortTermMemory.open(config, store=store)
+    held = asyncio.Event()
+    _held_sweeps(store, asyncio.Event(), held)  # never opened: the process stops there
+    await stopping.clear_short_term_memory_for_user(user)
+    await held.wait()
+    assert stopping.writer._task is not None
+    stopping.writer._task.cancel()
+    await stopping._background.stop()
+    stopping.closed = True
+    await store.close()
+
+
+async def test_turns_wait_once_for_a_plan_that_does_not_come(
+    store_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a purge whose process stopped is not carried out yet, the first turn where
+    it may reach waits for its plan in vain; the turns after it do not wait again. None
+    shows what it may reach, and an upgrade there is refused at once."""
+    for name in _CHUNKS:
+        monkeypatch.setattr(chains, name, 1)
+    monkeypatch.setattr(memory_module, "ABANDONED_PURGE_SECONDS", 3600.0)
+    waits: list[float] = []
+    progress = ReadThrough._progress
+
+    async def counted(purge: Any, wait: float, trouble: asyncio.Event) -> None:
+        waits.append(wait)
+        await progress(purge, wait, trouble)
+
+    monkeypatch.setattr(ReadThrough, "_progress", staticmethod(counted))
+    config = STMConfig(database=store_database)
+    channels = range(20, 26)
+    async with ShortTermMemory.open(config) as running:
+        for channel in channels:
+            await running.capture(turn(ctx(user=ALICE, channel=channel), f"ALICE-SAID-{channel}"))
+            bob = ctx(user=BOB, channel=channel)
+            assert (await running.run_tool(bob, {"summary": f"OLD-NOTES-{channel}"})).success
+        await running.flush()
+        await _purge_then_stop(config, ALICE)
+        await running.follower.catch_up()
+        assert running._reads.deletions.pending
+        first = await running.build_context(ctx(user=CAROL, channel=20))
+        assert "OLD-NOTES" not in str(first)
+        assert waits, "the first turn did not wait for the plan"
+        waits.clear()
+        for channel in channels:
+            prompt = await running.build_context(ctx(user=CAROL, channel=channel))
+            assert "OLD-NOTES" not in str(prompt)
+        result = await running.run_tool(ctx(user=CAROL, channel=21), {"summary": "NEW"})
+        assert not result.success
+        assert waits == [], "later turns waited again for a plan that was not coming"
+        assert running._reads.deletions.pending  # still hidden, not carried out here
+
+
 async def test_a_purge_whose_process_stopped_is_carried_out_by_a_running_one(
     store_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -259,16 +318,7 @@ async def test_a_purge_whose_process_stopped_is_carried_out_by_a_running_one(
             bob = ctx(user=BOB, channel=channel)
             assert (await running.run_tool(bob, {"summary": f"OLD-NOTES-{channel}"})).success
         await running.flush()
-        store = FaultyStore(await open_store(config))
-        stopping = await ShortTermMemory.open(config, store=store)
-        held = asyncio.Event()
-        _held_sweeps(store, asyncio.Event(), held)  # never opened: the process stops there
-        await stopping.clear_short_term_memory_for_user(ALICE)
-        await held.wait()
-        stopping.writer._task.cancel()  # the process stops: no close, nothing more written
-        await stopping._background.stop()
-        stopping.closed = True
-        await store.close()
+        await _purge_then_stop(config, ALICE)
         await running.follower.catch_up()
         for channel in channels:
             assert "OLD-NOTES" not in str(
