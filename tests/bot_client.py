@@ -25,9 +25,16 @@ class BotProcess:
     """One bot process on ``database``, with no STM_* setting of the test's environment
     but ``DEFAULTS`` and ``settings`` (names without the ``STM_`` prefix, lower case)."""
 
-    def __init__(self, database: str, cwd: Path = ROOT, **settings: object) -> None:
+    def __init__(
+        self,
+        database: str,
+        cwd: Path = ROOT,
+        test_env: dict[str, str] | None = None,
+        **settings: object,
+    ) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STM_")}
         env["PYTHONPATH"] = str(ROOT)
+        env.update(test_env or {})  # the process's own test hooks (tests/bot_process.py)
         env.update(DEFAULTS)
         env["STM_DATABASE"] = database
         env.update({f"STM_{name.upper()}": str(value) for name, value in settings.items()})

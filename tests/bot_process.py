@@ -3,6 +3,10 @@ test that needs another process (tests/bot_client.py starts and drives it).
 
     python tests/bot_process.py        (STM_* settings from the environment)
 
+Test hooks, also from the environment: ``BOT_PROCESS_ABANDONED_SECONDS`` sets how often
+the memory looks for purges another process left unfinished; ``BOT_PROCESS_CHUNKS=1``
+makes every chunk of a purge's steps one row, so that a purge takes many steps.
+
 Prints ``{"ready": true, "origin": ...}`` once open, then answers each JSON command on
 stdin with one JSON line (``{"error": ...}`` if it failed) until ``quit`` or end of
 input, and prints ``{"closed": true}`` after closing. Everything a turn captured lives
@@ -12,12 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from typing import Any
 
+import stm.memory as memory_module
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 from stm.keys import turn_keys
+from stm.store import chains
+from stm.store.base import SweepPurge
 
 
 def _ctx(user: int, channel: int, server: int | None) -> TurnContext:
@@ -91,6 +99,19 @@ async def _handle(memory: ShortTermMemory, cmd: dict[str, Any]) -> dict[str, Any
         await memory.clear_short_term_memory_for_user(cmd["user"], server)
         await memory.flush()
         return {"started": started, "committed": time.time()}
+    if op == "purge_then_die":
+        # The process dies (no close, nothing more written) as its purge's first step after
+        # the first transaction is about to run.
+        run = memory.store.run
+
+        async def dying(ops: list[Any]) -> list[Any]:
+            if any(isinstance(o, SweepPurge) for o in ops):
+                os._exit(9)
+            return await run(ops)
+
+        memory.store.run = dying  # type: ignore[method-assign]
+        await memory.clear_short_term_memory_for_user(cmd["user"], server)
+        raise AssertionError("the purge's later steps never ran")
     if op == "clear":
         started = time.time()
         await memory.clear_short_term_memory_for_channel(cmd["channel"])
@@ -158,7 +179,16 @@ async def _handle(memory: ShortTermMemory, cmd: dict[str, Any]) -> dict[str, Any
     raise ValueError(f"unknown op {op!r}")
 
 
+def _test_hooks() -> None:
+    if "BOT_PROCESS_ABANDONED_SECONDS" in os.environ:
+        memory_module.ABANDONED_PURGE_SECONDS = float(os.environ["BOT_PROCESS_ABANDONED_SECONDS"])
+    if os.environ.get("BOT_PROCESS_CHUNKS") == "1":
+        for name in ("SEED_CHUNK", "FOLLOW_CHUNK", "SWEEP_CHUNK", "REACH_PAGE", "FINISH_CHUNK"):
+            setattr(chains, name, 1)
+
+
 async def main() -> None:
+    _test_hooks()
     config = STMConfig()
     loop = asyncio.get_running_loop()
     async with ShortTermMemory.open(config) as memory:

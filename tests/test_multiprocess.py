@@ -7,8 +7,10 @@ Runs on SQLite and on PostgreSQL (skipped with how-to-run instructions when no s
 
 from __future__ import annotations
 
+import asyncio
 import random
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +31,14 @@ SERVER = 100
 class Worker(BotProcess):
     """One bot process on the shared database, following the feed within ``coherence``."""
 
-    def __init__(self, database: str, cwd: Path, coherence: float = COHERENCE) -> None:
-        super().__init__(database, cwd, coherence_seconds=coherence)
+    def __init__(
+        self,
+        database: str,
+        cwd: Path,
+        coherence: float = COHERENCE,
+        test_env: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(database, cwd, test_env, coherence_seconds=coherence)
 
 
 @pytest.fixture
@@ -112,6 +120,48 @@ async def test_a_purge_reaches_every_process_and_no_upgrade_brings_it_back(
     assert row.summary == "AFTER"
     assert row.pin is not None
     assert not {1, 2} & set(await members(store_database, row.pin))
+
+
+async def test_a_purge_whose_process_died_is_carried_out_by_a_running_one(
+    store_database: str, tmp_path: Path
+) -> None:
+    """A dies (SIGKILL's effect: no close, nothing more written) right after its purge's
+    first transaction, with the purge far from done; B, running all along, stops showing
+    what it may reach within the bound, carries it out without a restart, and the rows
+    it reaches are cleared in the database."""
+    hooks = {"BOT_PROCESS_ABANDONED_SECONDS": "0.3", "BOT_PROCESS_CHUNKS": "1"}
+    b = Worker(store_database, tmp_path, test_env=hooks)
+    a = Worker(store_database, tmp_path, test_env=hooks)
+    try:
+        channels = range(20, 26)
+        for channel in channels:
+            b.call(op="capture", text=f"U1-SAID-{channel}", **turn(1, channel))
+            assert b.call(op="upgrade", summary=f"NOTES-{channel}", **turn(2, channel))["success"]
+        b.call(op="flush")
+        a.send(op="purge_then_die", user=1, server=SERVER)
+        assert a.proc.wait(timeout=30) == 9
+        for channel in channels:
+            gone = b.call(
+                op="wait_gone", marker=f"NOTES-{channel}", timeout=10.0, **turn(3, channel)
+            )
+            assert gone["at"] is not None, f"NOTES-{channel} still shown"
+        store = await open_store(STMConfig(database=store_database))
+        try:
+            deadline = time.monotonic() + 30
+            while await store.pending_sweeps():  # type: ignore[attr-defined]
+                assert time.monotonic() < deadline, "the purge was never carried out"
+                await asyncio.sleep(0.1)
+        finally:
+            await store.close()
+        b.call(op="flush")
+        rows = await stored_rows(store_database, *(key(c) for c in channels))
+        assert [r.summary for r in rows.values() if r.summary] == []
+    finally:
+        b.close()
+        if a.proc.poll() is None:
+            a.proc.kill()
+            a.proc.wait()
+        a.close()  # its pipes
 
 
 def test_a_channel_clear_reaches_every_process(workers: Any) -> None:
