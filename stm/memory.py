@@ -333,7 +333,14 @@ class ShortTermMemory:
         process's cache learns its ranges as it learns any other process's purge, from the
         follower (``Store.purge_ranges``), and a live process that made it still sees it
         through (``Purge.tell``)."""
-        unfinished = set(await self.store.pending_sweeps()) - self.writer.sweeping()
+        if not self.writer.healthy:
+            return  # the store is failing: its own retries come first; look again later
+        try:
+            found = await self.store.pending_sweeps()
+        except Exception as exc:  # the writer hears of an outage, and says so, itself
+            log.debug("short-term memory could not look for unfinished purges: %s", exc)
+            return
+        unfinished = set(found) - self.writer.sweeping()
         abandoned = unfinished & self._unfinished_elsewhere
         self._unfinished_elsewhere = unfinished - abandoned
         for position in sorted(abandoned):

@@ -343,3 +343,21 @@ async def test_cancelling_a_caller_returns_while_the_lock_is_held(
     assert result.success, result.message
     await memory.close()
     assert summaries(db_path)["shortterm:server:100:10"] == "AFTER"
+
+
+async def test_the_look_for_unfinished_purges_is_quiet_while_the_store_fails(
+    memory: ShortTermMemory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every process looks for purges others left unfinished every 30 s; while the store
+    cannot answer, a look neither fails nor logs a warning each time (the writer and the
+    follower say the store is failing), and takes nothing over."""
+
+    async def failing() -> list[int]:
+        raise StoreError("short-term memory database is locked")
+
+    monkeypatch.setattr(memory.store, "pending_sweeps", failing)
+    with caplog.at_level("WARNING", logger="stm"):
+        for _ in range(3):
+            await memory._adopt_abandoned()
+    assert not memory.writer.sweeping()
+    assert [r.getMessage() for r in caplog.records] == []
