@@ -969,7 +969,12 @@ class ShortTermMemory:
             try:
                 ranges = await self.store.purge_ranges(position)
             except Exception as exc:
-                log.warning("the ranges of the purge at feed position %d: %s", position, exc)
+                log.warning(
+                    "the ranges of the purge at feed position %d could not be read (%s): "
+                    "what it may reach leaves the cache, to be read again",
+                    position,
+                    exc,
+                )
                 ranges = None
             if not purge.pending:
                 return
