@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import stm.memory as memory_module
-from stm import ShortTermMemory, STMConfig
+from stm import ShortTermMemory, STMConfig, StoreError
 from stm.readthrough import ReadThrough
 from stm.store import chains, open_store
 from stm.store.base import SweepPurge
@@ -335,13 +335,15 @@ async def test_a_purge_whose_process_stopped_is_carried_out_by_a_running_one(
     assert await _notes_left(config, channels) == []
 
 
+@pytest.mark.parametrize("ranges_readable", [True, False])
 async def test_a_purge_carried_out_elsewhere_is_seen_through_by_its_own_process(
-    store_database: str, monkeypatch: pytest.MonkeyPatch
+    store_database: str, monkeypatch: pytest.MonkeyPatch, ranges_readable: bool
 ) -> None:
     """A process whose purge's steps cannot run for a while (its store held) is still
     alive when another process carries the purge out: once its steps run again, it learns
     the purge's whole ranges from the store (it told none of them itself), stops holding
-    up its turns, and shows none of what the purge cleared."""
+    up its turns, and shows none of what the purge cleared. Should the ranges not be
+    readable then, what the purge may reach leaves its cache and is read again."""
     for name in _CHUNKS:
         monkeypatch.setattr(chains, name, 1)
     monkeypatch.setattr(memory_module, "ABANDONED_PURGE_SECONDS", 0.2)
@@ -364,10 +366,17 @@ async def test_a_purge_carried_out_elsewhere_is_seen_through_by_its_own_process(
                 "the other process did not carry the purge out",
             )
             await other.flush()
-        gate.set()
-        await _wait_until(
-            lambda: not slow._reads.deletions.pending, "the purge stayed pending where made"
-        )
+        with monkeypatch.context() as patched:
+            if not ranges_readable:
+
+                async def unreadable(position: int) -> None:
+                    raise StoreError("short-term memory database is locked")
+
+                patched.setattr(store, "purge_ranges", unreadable)
+            gate.set()
+            await _wait_until(
+                lambda: not slow._reads.deletions.pending, "the purge stayed pending where made"
+            )
         await slow.flush()
         for channel in channels:
             prompt = await slow.build_context(ctx(user=CAROL, channel=channel))
