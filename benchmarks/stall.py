@@ -21,7 +21,9 @@ server of its own, so it waits only for the purge's transactions, never for its 
 With ``--database postgresql://...`` the same rows are loaded (``COPY``, with the
 library's schema, keys and sealed text as it writes them) into a scratch database on
 that server, dropped afterwards. ``--trace`` times every batch of the store and prints
-the longest, with the operations each held: what the upgrades waited for.
+the longest, with the operations each held: what the upgrades waited for. ``--expire N``
+then queues a janitor pass that deletes the N rows last active longest ago (as
+``run_janitor`` does), and reports how long upgrades waited behind it.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from pathlib import Path
 
 from benchmarks.common import bare_schema, credit
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
-from stm.store.base import Op, PurgeUser, Scrub, SweepPurge
+from stm.store.base import DeleteExpired, Op, PurgeUser, Scrub, SweepPurge
 
 USERS_PER_SERVER = 100
 ROWS_PER_USER = 5  # user-scoped rows per user; as many server-scoped rows again
@@ -233,7 +235,9 @@ def ctx(n: int) -> TurnContext:
     return TurnContext(user_id=10**9 + n % 50, channel_id=10**9 + n % 50, server_id=10**9)
 
 
-async def measure(path: Path | str, users: int, purges: int, blast: int = 0) -> dict[str, float]:
+async def measure(
+    path: Path | str, users: int, purges: int, blast: int = 0, expire: int = 0
+) -> dict[str, float]:
     config = STMConfig(database=str(path))
     memory = await ShortTermMemory.open(config)
     latencies: list[tuple[float, float]] = []  # (start, seconds)
@@ -241,6 +245,7 @@ async def measure(path: Path | str, users: int, purges: int, blast: int = 0) -> 
     # When the store ran a purge's transactions (its steps, and the erasure after them):
     # the time an upgrade spent while one ran is the time it waited behind the purge.
     purge_work: list[tuple[float, float]] = []
+    janitor_work: list[tuple[float, float]] = []  # the same, of a janitor pass (--expire)
     run = memory.store.run
 
     async def timed_run(ops: Sequence[Op]) -> list[object]:
@@ -250,12 +255,24 @@ async def measure(path: Path | str, users: int, purges: int, blast: int = 0) -> 
         finally:
             if any(isinstance(op, PurgeUser | SweepPurge | Scrub) for op in ops):
                 purge_work.append((t0, time.perf_counter()))
+            if any(isinstance(op, DeleteExpired) for op in ops):
+                janitor_work.append((t0, time.perf_counter()))
 
     memory.store.run = timed_run  # type: ignore[method-assign]
 
-    def waited(t: float, s: float) -> float:
+    def waited(t: float, s: float, work: list[tuple[float, float]] = purge_work) -> float:
         """How long the upgrade that began at ``t`` and took ``s`` waited behind a purge."""
-        return sum(max(0.0, min(t + s, end) - max(t, begin)) for begin, end in purge_work)
+        return sum(max(0.0, min(t + s, end) - max(t, begin)) for begin, end in work)
+
+    cut = 0.0
+    if expire:
+        # The time before which ``expire`` of the built rows were last active: a janitor
+        # pass with both thresholds there deletes them (the upgrader's rows are newer).
+        (row,) = await memory.store.execute(  # type: ignore[attr-defined]
+            "SELECT updated_at FROM short_term_memories ORDER BY updated_at "
+            f"LIMIT 1 OFFSET {expire - 1}"
+        )
+        cut = float(row[0])
 
     async def upgrader() -> None:
         n = 0
@@ -316,6 +333,18 @@ async def measure(path: Path | str, users: int, purges: int, blast: int = 0) -> 
             await memory.flush()
             purge_times.append(time.perf_counter() - t0)
         window_to = time.perf_counter()
+        if expire:
+            # As ``run_janitor`` queues it (with whatever chunking the library does).
+            t0 = time.perf_counter()
+            memory.writer.submit_delete(DeleteExpired(cut, cut), what="deleting expired rows")
+            await memory.flush()
+            t1 = time.perf_counter()
+            spans = [(t, s) for t, s in latencies if t + s >= t0 and t <= t1]
+            wide["janitor_deleted"] = float(expire)
+            wide["janitor_flush_ms"] = (t1 - t0) * 1e3
+            wide["janitor_stall_max_ms"] = max(s for _, s in spans) * 1e3
+            wide["janitor_wait_max_ms"] = max(waited(t, s, janitor_work) for t, s in spans) * 1e3
+            wide["janitor_transactions"] = float(len(janitor_work))
         stop.set()
         await task
     finally:
@@ -347,6 +376,9 @@ def main() -> None:
     parser.add_argument(
         "--blast", type=int, default=0, help="entries whose notes hold one user's words"
     )
+    parser.add_argument(
+        "--expire", type=int, default=0, help="then a janitor pass deleting this many rows"
+    )
     parser.add_argument("--dir", default=None, help="where to build the databases")
     parser.add_argument(
         "--database", default="", help="a postgresql:// server: measure PostgreSQL there"
@@ -362,7 +394,7 @@ def main() -> None:
 
     print(f"library: {Path(stm.__file__).parent}  sqlite {sqlite3.sqlite_version}")
     if args.database:
-        asyncio.run(_postgres(args.database, args.rows, args.purges, args.blast))
+        asyncio.run(_postgres(args.database, args.rows, args.purges, args.blast, args.expire))
         return
     folder = Path(args.dir or tempfile.mkdtemp(prefix="stm-stall-"))
     for rows in args.rows:
@@ -373,7 +405,7 @@ def main() -> None:
         users = build(path, rows, args.blast)
         built = time.perf_counter() - t0
         size = path.stat().st_size / 2**20
-        result = asyncio.run(measure(path, users, args.purges, args.blast))
+        result = asyncio.run(measure(path, users, args.purges, args.blast, args.expire))
         print(
             f"{rows:>9,} rows ({size:,.0f} MiB, built in {built:.0f} s): "
             + ", ".join(f"{k} {v:,.1f}" for k, v in result.items())
@@ -385,7 +417,9 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-async def _postgres(server: str, sizes: list[int], purges: int, blast: int) -> None:
+async def _postgres(
+    server: str, sizes: list[int], purges: int, blast: int, expire: int = 0
+) -> None:
     import os
 
     os.environ["STM_BENCH_DATABASE"] = server
@@ -396,7 +430,7 @@ async def _postgres(server: str, sizes: list[int], purges: int, blast: int) -> N
             t0 = time.perf_counter()
             users = await build_postgres(url, rows, blast)
             built = time.perf_counter() - t0
-            result = await measure(url, users, purges, blast)
+            result = await measure(url, users, purges, blast, expire)
         print(
             f"{rows:>9,} rows on PostgreSQL (built in {built:.0f} s): "
             + ", ".join(f"{k} {v:,.1f}" for k, v in result.items()),

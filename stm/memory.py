@@ -77,6 +77,7 @@ from .render import RenderCache, nudge, other_channels_blocks, same_channel_bloc
 from .settings import SettingsBook
 from .store import open_store
 from .store.base import (
+    EXPIRE_CHUNK,
     DeleteChannel,
     DeleteExpired,
     ForgetMessages,
@@ -1182,7 +1183,7 @@ class ShortTermMemory:
             self._reads.rows_left_cache()  # their rows wait for the delete queued below
         self.writer.forget_dirty(expired)
         self.writer.submit_delete(
-            DeleteExpired(*self._reads.thresholds()), what="deleting expired rows"
+            DeleteExpired(*self._reads.thresholds(), EXPIRE_CHUNK), what="deleting expired rows"
         )
         # The feed's changes are kept long past the coherence bound (a follower that
         # misses some drops its whole cache); each change is stamped by its writer's

@@ -42,6 +42,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .cache import Entry
@@ -57,6 +58,7 @@ from .store.base import (
     READS,
     DeleteChannel,
     DeleteExpired,
+    Expired,
     LoadChannelKeys,
     LoadRecent,
     LoadRows,
@@ -473,6 +475,10 @@ class Writer:
                 # Only a delete that removed something leaves anything to erase.
                 if isinstance(item.op, DeleteChannel | PurgeUser | DeleteExpired) and result:
                     erased = True
+                after = result.after if isinstance(result, Expired) else None
+                if isinstance(item.op, DeleteExpired) and after is not None:
+                    # More may have expired: the next chunk, from where this one stopped.
+                    self._follow(item, replace(item.op, after=after))
                 if isinstance(item.op, PurgeUser | SweepPurge):
                     try:
                         position, cleared, more = _progress(item.op, result)
@@ -508,11 +514,15 @@ class Writer:
     def _continue(self, item: Queued, position: int) -> None:
         """Queue the next chunk of the purge ``item`` is (or continues), behind what is
         queued: a purge of many rows never holds other work up for long."""
-        sweep = self._sweep(position)
+        self._follow(item, self._sweep(position))
+
+    def _follow(self, item: Queued, op: SweepPurge | DeleteExpired) -> None:
+        """Queue ``op``, the next chunk of the work ``item`` is (or continues), behind what
+        is queued; ``flush`` waits for it as for ``item``, and ``item``'s caller hears of
+        it too (a purge's ``SweepStep``)."""
         self._continuations += 1
         origin = item.origin or item.seq
-        # The purge's caller hears of each step too (its ``SweepStep``).
-        more = Queued(self._next(), sweep, what=item.what, on_result=item.on_result, origin=origin)
+        more = Queued(self._next(), op, what=item.what, on_result=item.on_result, origin=origin)
         self._push(more)
 
     def _sweep(self, position: int) -> SweepPurge:

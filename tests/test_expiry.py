@@ -5,17 +5,21 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+from dataclasses import replace
 
+import pytest
 from helpers import Opener
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import stm.memory as memory_module
 from stm import ShortTermMemory, STMConfig
 from stm.cache import Entry, MemoryCache
-from stm.expiry import EXPIRED_SQL, row_expired
+from stm.expiry import EXPIRED_SQL, Thresholds, row_expired
+from stm.store.base import DeleteExpired, Expired, SaveDistilled
 from stm.store.dialect import SQLITE
 from stm.store.schema import SLOT_SECONDS
-from stm.store.sqlite import migrate
+from stm.store.sqlite import migrate, run_batch
 from stm.testing import Clock, ManualScheduler, ctx, turn
 
 
@@ -221,3 +225,91 @@ def test_a_rows_time_slot_orders_and_bounds_as_its_time_does(
         ]
     assert {t for t in times if t <= threshold} <= found
     assert ordered == sorted(times, reverse=True)
+
+
+async def test_a_janitor_pass_over_many_rows_deletes_them_in_bounded_transactions(
+    open_memory: Opener, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass over more expired rows than one chunk deletes them a chunk per transaction,
+    each queued behind what was queued meanwhile (an upgrade submitted during the pass
+    commits before the pass ends), and ``flush`` waits for the last chunk."""
+    monkeypatch.setattr(memory_module, "EXPIRE_CHUNK", 3)
+    memory = await open_memory()
+    for channel in range(10):
+        await memory.capture(turn(ctx(user=1, channel=channel), "hello"))
+    await memory.flush()
+    batches: list[tuple[list[object], list[object]]] = []
+    run = memory.store.run
+
+    async def recorded(ops: list[object]) -> list[object]:
+        results = await run(ops)  # type: ignore[arg-type]
+        batches.append((list(ops), list(results)))
+        return results
+
+    monkeypatch.setattr(memory.store, "run", recorded)
+    clock.advance(hours=13)  # past the crude TTL: every row has expired
+    await memory.run_janitor()
+    fresh = ctx(user=2, channel=99)
+    await memory.capture(turn(fresh, "meanwhile"))
+    assert (await memory.run_tool(fresh, {"summary": "WRITTEN-MEANWHILE"})).success
+    await memory.flush()
+    chunks = [
+        (n, result)
+        for n, (ops, results) in enumerate(batches)
+        for op, result in zip(ops, results, strict=True)
+        if isinstance(op, DeleteExpired)
+    ]
+    deleted = [result.deleted for _, result in chunks]
+    assert sum(deleted) == 20  # each channel's server entry and the user's entry there
+    assert all(0 <= n <= 3 for n in deleted) and deleted[-1] < 3
+    upgrade = next(
+        n for n, (ops, _) in enumerate(batches) if any(isinstance(o, SaveDistilled) for o in ops)
+    )
+    assert chunks[0][0] < upgrade < chunks[-1][0], "the pass held the upgrade up to its end"
+    entry = await memory.get_entry("shortterm:server:100:99")
+    assert entry is not None and entry.summary == "WRITTEN-MEANWHILE"
+
+
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=40).map(lambda n: 1_000_000 + n * SLOT_SECONDS / 4),
+            st.booleans(),
+        ),
+        min_size=0,
+        max_size=30,
+    ),
+    crude=st.integers(min_value=0, max_value=40).map(lambda n: 1_000_000 + n * SLOT_SECONDS / 4),
+    older=st.integers(min_value=0, max_value=20).map(lambda n: n * SLOT_SECONDS / 4),
+    limit=st.integers(min_value=1, max_value=7),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_pass_in_chunks_deletes_exactly_what_has_expired(
+    rows: list[tuple[float, bool]], crude: float, older: float, limit: int
+) -> None:
+    """Chunk after chunk from where the last stopped, as the writer queues them, a janitor
+    pass deletes exactly the rows the expiry rule says have expired (many in one time
+    slot, distilled ones passed over until their longer TTL), whatever the chunk size."""
+    thresholds = Thresholds(crude, crude - older)
+    with contextlib.closing(sqlite3.connect(":memory:", isolation_level=None)) as db:
+        migrate(db)
+        db.executemany(
+            "INSERT INTO short_term_memories (key, scope, channel_id, updated_at, summary) "
+            "VALUES (?, 'server', 2, ?, ?)",
+            [(f"k{n}", at, "notes" if notes else None) for n, (at, notes) in enumerate(rows)],
+        )
+        expected = {
+            f"k{n}" for n, (at, notes) in enumerate(rows) if row_expired(at, notes, thresholds)
+        }
+        op = DeleteExpired(*thresholds, limit)
+        deleted = 0
+        while True:
+            (done,) = run_batch(db, [op])
+            assert isinstance(done, Expired) and done.deleted <= limit
+            deleted += done.deleted
+            if done.after is None:
+                break
+            op = replace(op, after=done.after)
+        left = {key for (key,) in db.execute("SELECT key FROM short_term_memories")}
+    assert deleted == len(expected)
+    assert left == {f"k{n}" for n in range(len(rows))} - expected

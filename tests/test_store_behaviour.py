@@ -18,6 +18,7 @@ from stm.lineage import Lineage, Pin, Range
 from stm.store.base import (
     DeleteChannel,
     DeleteExpired,
+    Expired,
     Guard,
     LoadRecent,
     LoadRows,
@@ -246,8 +247,8 @@ async def test_expiry_uses_the_summary_ttl_for_distilled_rows_and_is_inclusive(
         ),
     }
     await store.run([SaveDistilled(r) for r in rows.values()])
-    (count,) = await store.run([DeleteExpired(crude_before, summary_before)])
-    assert count == 2
+    (done,) = await store.run([DeleteExpired(crude_before, summary_before)])
+    assert done == Expired(2)  # and nothing left: no next chunk
     left = await load(store, *(r.key for r in rows.values()))
     assert set(left) == {rows[n].key for n in ("crude young", "summary past crude ttl",
                                                "categories past crude")}  # fmt: skip

@@ -69,6 +69,8 @@ from ..keys import Scope
 from ..lineage import Erasure, Lineage, Pin, Range
 
 __all__ = [
+    "EXPIRE_CHUNK",
+    "EXPIRE_START",
     "MESSAGE_KINDS",
     "PROVENANCE_TABLES",
     "READS",
@@ -77,6 +79,7 @@ __all__ = [
     "CheckReport",
     "DeleteChannel",
     "DeleteExpired",
+    "Expired",
     "FeedPage",
     "ForgetMessages",
     "ForgetServer",
@@ -508,12 +511,36 @@ class PurgePreview:
     distilled_at_least: frozenset[int] = frozenset()
 
 
+# The most expired rows one janitor transaction deletes: a pass over many (a bot back
+# after days away) is a run of bounded transactions with other work between them.
+EXPIRE_CHUNK = 100
+
+
+# Before every row: where a janitor pass starts (a row's time slot, then its id).
+EXPIRE_START = (-(2**62), 0)
+
+
 @dataclass(frozen=True, slots=True)
 class DeleteExpired:
-    """Delete rows inactive since before their TTL; returns how many."""
+    """Delete rows inactive since before their TTL: the first ``limit`` of them after
+    ``after`` in the order of time slot, then id (each row is looked at by one chunk of
+    a pass, however many rows the pass passes over). The result is an :class:`Expired`."""
 
     crude_before: float
     summary_before: float
+    limit: int = EXPIRE_CHUNK
+    after: tuple[int, int] = EXPIRE_START
+
+
+class Expired(NamedTuple):
+    """What a :class:`DeleteExpired` chunk did: the rows it deleted, and where the next
+    chunk of the pass starts (None: no expired row is left)."""
+
+    deleted: int
+    after: tuple[int, int] | None = None
+
+    def __bool__(self) -> bool:
+        return self.deleted > 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from .base import (
     ChangeKind,
     DeleteChannel,
     DeleteExpired,
+    Expired,
     ForgetMessages,
     ForgetServer,
     LoadChannelKeys,
@@ -323,17 +324,8 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
             return (yield from chains.sweep(position, op.size_of))
         case PreviewPurge(user_id, server_id, erasure):
             return (yield from chains.preview(user_id, server_id, erasure))
-        case DeleteExpired(crude_before, summary_before):
-            gone = yield Step(
-                f"DELETE FROM short_term_memories WHERE {dialect.expired()} "
-                "RETURNING key, chain_id",
-                {"crude": crude_before, "summary": summary_before},
-                "all",
-            )
-            yield from chains.left([(row[0], row[1]) for row in gone])
-            feed.extend(("expire", row[0], None, None, None, None) for row in gone)
-            yield from chains.collect()
-            return len(gone)
+        case DeleteExpired():
+            return (yield from _expire_chunk(op, feed, dialect))
         case LoadRows(keys, crude_before, summary_before):
             if not keys:
                 return []
@@ -383,6 +375,36 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
             feed.append(("opt_out", None, None, None, user_id, None))
             return None
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+
+
+def _expire_chunk(op: DeleteExpired, feed: Changes, dialect: Dialect) -> Procedure[Expired]:
+    """Delete the first ``op.limit`` expired rows after ``op.after``, in the order of the
+    index by time slot: a pass reads each row it passes over (notes not yet as old as their
+    TTL) in one chunk only, however many chunks it takes."""
+    slot, after_id = op.after
+    found = yield Step(
+        "SELECT id, updated_slot FROM short_term_memories "
+        f"WHERE (updated_slot, id) > (:slot, :after) AND {dialect.expired()} "
+        "ORDER BY updated_slot, id LIMIT :limit",
+        {"crude": op.crude_before, "summary": op.summary_before, "limit": op.limit}
+        | {"slot": slot, "after": after_id},
+        "all",
+    )
+    gone: list[Any] = []
+    if found:
+        where, named = dialect.in_list("id", "ids", [row[0] for row in found], "bigint[]")
+        gone = yield Step(
+            f"DELETE FROM short_term_memories WHERE {where} RETURNING key, chain_id",
+            named,
+            "all",
+        )
+        yield from chains.left([(row[0], row[1]) for row in gone])
+        feed.extend(("expire", row[0], None, None, None, None) for row in gone)
+    yield from chains.collect()  # chains that clears and purges left end here too
+    if len(found) < op.limit:
+        return Expired(len(gone))
+    last = found[-1]
+    return Expired(len(gone), (int(last[1]), int(last[0])))
 
 
 def _recent(op: LoadRecent, dialect: Dialect) -> Rows:

@@ -68,7 +68,7 @@ SLOT_SECONDS = 900
 _TIME_SLOTS = """
     DROP INDEX stm_by_updated;
     DROP INDEX stm_by_group;
-    CREATE INDEX stm_by_updated ON short_term_memories (updated_slot);
+    CREATE INDEX stm_by_updated ON short_term_memories (updated_slot, id);
     CREATE INDEX stm_by_group
         ON short_term_memories (scope, server_id, user_id, persona_id, updated_slot);
     CREATE INDEX stm_ranges_unfinished ON stm_purge_ranges (position) WHERE done <> 1;
