@@ -62,13 +62,17 @@ _PURGE_COUNTS = """
 # the range of slots around it (``Dialect.expired``) and ordering by slot, then
 # ``updated_at``, is ordering by ``updated_at``.
 SLOT_SECONDS = 900
-# With them, the ranges of purges not finished yet: every process looks for those every
-# ``ABANDONED_PURGE_SECONDS``, and the ranges of finished purges stay until the feed is
-# pruned past them.
+# A janitor pass deletes in chunks, each from where the last stopped in the order of
+# slot, then id (``ops._expire_chunk``): SQLite's index holds the id as its rowid; a
+# PostgreSQL index holds it only as a column of its own, without which each chunk would
+# read and sort every row of its slot (at a million rows touched in an hour, chunks of
+# 0.8 s instead of 0.1 s). With them, the ranges of purges not finished yet: every process
+# looks for those every ``ABANDONED_PURGE_SECONDS``, and the ranges of finished purges stay
+# until the feed is pruned past them.
 _TIME_SLOTS = """
     DROP INDEX stm_by_updated;
     DROP INDEX stm_by_group;
-    CREATE INDEX stm_by_updated ON short_term_memories (updated_slot, id);
+    CREATE INDEX stm_by_updated ON short_term_memories ({by_updated});
     CREATE INDEX stm_by_group
         ON short_term_memories (scope, server_id, user_id, persona_id, updated_slot);
     CREATE INDEX stm_ranges_unfinished ON stm_purge_ranges (position) WHERE done <> 1;
@@ -213,7 +217,7 @@ SQLITE_MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE short_term_memories ADD COLUMN updated_slot INTEGER
         GENERATED ALWAYS AS (CAST(updated_at / {SLOT_SECONDS} AS INTEGER)) VIRTUAL;
     """
-    + _TIME_SLOTS,
+    + _TIME_SLOTS.format(by_updated="updated_slot"),
 )
 
 
@@ -387,7 +391,7 @@ POSTGRES_MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE short_term_memories ADD COLUMN updated_slot BIGINT
         GENERATED ALWAYS AS (floor(updated_at / {SLOT_SECONDS})::bigint) STORED;
     """
-    + _TIME_SLOTS,
+    + _TIME_SLOTS.format(by_updated="updated_slot, id"),
 )
 # The migration after which rows an earlier version stored in the clear are sealed.
 POSTGRES_SEALING = 2
