@@ -13,6 +13,7 @@ from typing import Any
 from stm import ShortTermMemory
 from stm.cache import Entry
 from stm.keys import server_key
+from stm.store.base import StoredRow
 from stm.window import EMPTY
 
 Opener = Callable[..., Awaitable[ShortTermMemory]]
@@ -65,3 +66,33 @@ def server_entry(channel: int, *, updated_at: float = 0.0, turns: int = 0) -> En
     )
     entry.turns_since_refresh = turns
     return entry
+
+
+def stored_row(
+    key: str,
+    server: int | None,
+    user: int | None,
+    channel: int,
+    *,
+    summary: str = "remembered",
+    updated_at: float,
+) -> StoredRow:
+    """A row as the store keeps it, with notes: a user's entry when ``key`` is a user
+    key, else the channel's."""
+    return StoredRow(
+        key=key,
+        scope="user" if key.startswith("shortterm:user") else "server",
+        server_id=server,
+        user_id=user,
+        channel_id=channel,
+        persona_id=None,
+        parent_channel_id=None,
+        channel_name=None,
+        server_name=None,
+        channel_private=False,
+        summary=summary,
+        categories={},
+        turns_since_refresh=1,
+        last_refreshed_turn=1,
+        updated_at=updated_at,
+    )

@@ -152,10 +152,7 @@ async def test_a_purge_left_unplanned_hides_what_it_may_reach_at_the_next_open(
     config = STMConfig(database=store_database)
     channels = range(20, 26)
     async with ShortTermMemory.open(config) as memory:
-        for channel in channels:
-            await memory.capture(turn(ctx(user=ALICE, channel=channel), f"ALICE-SAID-{channel}"))
-            bob = ctx(user=BOB, channel=channel)
-            assert (await memory.run_tool(bob, {"summary": f"OLD-NOTES-{channel}"})).success
+        await _alice_in_bobs_notes(memory, channels)
     store = FaultyStore(await open_store(config))
     memory = await ShortTermMemory.open(config, store=store)
     original = store._run
@@ -207,6 +204,15 @@ async def test_a_purge_left_unplanned_hides_what_it_may_reach_at_the_next_open(
 
 
 _CHUNKS = ("SEED_CHUNK", "FOLLOW_CHUNK", "SWEEP_CHUNK", "REACH_PAGE", "FINISH_CHUNK")
+
+
+async def _alice_in_bobs_notes(memory: ShortTermMemory, channels: range) -> None:
+    """In each channel Alice speaks, then Bob's upgrade writes notes ("OLD-NOTES-<n>") from
+    a prompt that showed her words: a purge of Alice clears them."""
+    for channel in channels:
+        await memory.capture(turn(ctx(user=ALICE, channel=channel), f"ALICE-SAID-{channel}"))
+        bob = ctx(user=BOB, channel=channel)
+        assert (await memory.run_tool(bob, {"summary": f"OLD-NOTES-{channel}"})).success
 
 
 async def _wait_until(done: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
@@ -279,10 +285,7 @@ async def test_turns_wait_once_for_a_plan_that_does_not_come(
     config = STMConfig(database=store_database)
     channels = range(20, 26)
     async with ShortTermMemory.open(config) as running:
-        for channel in channels:
-            await running.capture(turn(ctx(user=ALICE, channel=channel), f"ALICE-SAID-{channel}"))
-            bob = ctx(user=BOB, channel=channel)
-            assert (await running.run_tool(bob, {"summary": f"OLD-NOTES-{channel}"})).success
+        await _alice_in_bobs_notes(running, channels)
         await running.flush()
         await _purge_then_stop(config, ALICE)
         await running.follower.catch_up()
@@ -313,10 +316,7 @@ async def test_a_purge_whose_process_stopped_is_carried_out_by_a_running_one(
     config = STMConfig(database=store_database)
     channels = range(20, 26)
     async with ShortTermMemory.open(config) as running:
-        for channel in channels:
-            await running.capture(turn(ctx(user=ALICE, channel=channel), f"ALICE-SAID-{channel}"))
-            bob = ctx(user=BOB, channel=channel)
-            assert (await running.run_tool(bob, {"summary": f"OLD-NOTES-{channel}"})).success
+        await _alice_in_bobs_notes(running, channels)
         await running.flush()
         await _purge_then_stop(config, ALICE)
         await running.follower.catch_up()
@@ -351,10 +351,7 @@ async def test_a_purge_carried_out_elsewhere_is_seen_through_by_its_own_process(
     channels = range(20, 26)
     store = FaultyStore(await open_store(config))
     async with ShortTermMemory.open(config, store=store) as slow:
-        for channel in channels:
-            await slow.capture(turn(ctx(user=ALICE, channel=channel), f"ALICE-SAID-{channel}"))
-            bob = ctx(user=BOB, channel=channel)
-            assert (await slow.run_tool(bob, {"summary": f"OLD-NOTES-{channel}"})).success
+        await _alice_in_bobs_notes(slow, channels)
         await slow.flush()
         gate, held = asyncio.Event(), asyncio.Event()
         _held_sweeps(store, gate, held)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import stored_row
 
 from stm.keys import server_key, user_key
 from stm.lineage import Lineage, Pin
@@ -41,23 +42,7 @@ NOW = time.time()
 
 
 def row(key: str, server: int | None, user: int | None, channel: int) -> StoredRow:
-    return StoredRow(
-        key=key,
-        scope="user" if key.startswith("shortterm:user") else "server",
-        server_id=server,
-        user_id=user,
-        channel_id=channel,
-        persona_id=None,
-        parent_channel_id=None,
-        channel_name=None,
-        server_name=None,
-        channel_private=False,
-        summary="remembered",
-        categories={},
-        turns_since_refresh=1,
-        last_refreshed_turn=1,
-        updated_at=NOW,
-    )
+    return stored_row(key, server, user, channel, updated_at=NOW)
 
 
 @pytest.fixture
@@ -193,13 +178,8 @@ def test_a_missing_index_is_caught(db: sqlite3.Connection) -> None:
 
 
 def traced(db: sqlite3.Connection, call: object) -> list[str]:
-    issued: list[str] = []
-    db.set_trace_callback(issued.append)
-    try:
-        call()  # type: ignore[operator]
-    finally:
-        db.set_trace_callback(None)
-    return [sql for sql in issued if "stm_changes" in sql]
+    """The statements ``call`` issued on the change feed."""
+    return [sql for sql in traced_all(db, call) if "stm_changes" in sql]
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import stored_row
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,23 +26,7 @@ ALICE = 7
 
 
 def _row(key: str, user: int | None, channel: int, text: str) -> StoredRow:
-    return StoredRow(
-        key=key,
-        scope="user" if user is not None else "server",
-        server_id=1,
-        user_id=user,
-        channel_id=channel,
-        persona_id=None,
-        parent_channel_id=None,
-        channel_name=None,
-        server_name=None,
-        channel_private=False,
-        summary=text,
-        categories={},
-        turns_since_refresh=1,
-        last_refreshed_turn=1,
-        updated_at=NOW,
-    )
+    return stored_row(key, 1, user, channel, summary=text, updated_at=NOW)
 
 
 def _build(path: Path) -> sqlite3.Connection:
@@ -111,9 +96,9 @@ def test_interleaved_steps_of_several_processes_leave_what_one_leaves(
     told: list[tuple[object, ...] | None] = [made.ranges, None, None]
     past = [False, False, False]
     going = [made.more, True, True]
-    for process in order:
-        if not going[process]:
-            continue
+
+    def step_of(process: int) -> None:
+        """One step of the purge, taken by ``process``, told to it as the memory tells it."""
         (step,) = run_batch(shared, [SweepPurge(made.position)], at=NOW)
         assert isinstance(step, SweepStep)
         if "page" in step.phases:
@@ -123,18 +108,14 @@ def test_interleaved_steps_of_several_processes_leave_what_one_leaves(
         elif told[process] is None and ({"clear", "finish"} & {*step.phases} or not step.more):
             past[process] = True
         going[process] = step.more
+
+    for process in order:
+        if going[process]:
+            step_of(process)
     while any(going):  # the order drawn ran out: each goes on alone until done
         for process in range(3):
             if going[process]:
-                (step,) = run_batch(shared, [SweepPurge(made.position)], at=NOW)
-                assert isinstance(step, SweepStep)
-                if "page" in step.phases:
-                    got = purges[process].tell(step.ranges or (), step.told, step.after)
-                    if got is not None:
-                        told[process] = got
-                elif told[process] is None:
-                    past[process] = True
-                going[process] = step.more
+                step_of(process)
     assert _state(shared) == expected
     assert _run(shared, chains.pending_sweeps()) == []
     for process in range(3):
