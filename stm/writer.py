@@ -475,10 +475,10 @@ class Writer:
                 # Only a delete that removed something leaves anything to erase.
                 if isinstance(item.op, DeleteChannel | PurgeUser | DeleteExpired) and result:
                     erased = True
-                after = result.after if isinstance(result, Expired) else None
-                if isinstance(item.op, DeleteExpired) and after is not None:
-                    # More may have expired: the next chunk, from where this one stopped.
-                    self._follow(item, replace(item.op, after=after))
+                op = item.op
+                if isinstance(op, DeleteExpired) and isinstance(result, Expired) and result.after:
+                    # A janitor chunk that was full: the next, from where this one stopped.
+                    self._follow(item, replace(op, after=result.after))
                 if isinstance(item.op, PurgeUser | SweepPurge):
                     try:
                         position, cleared, more = _progress(item.op, result)

@@ -4,7 +4,8 @@ and after, and how its durable part runs: in bounded chunks, finished after a re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from stm.testing import FaultyStore, ctx, turn
 BOTH_STORES = True
 GENERAL, RANDOM, GAMES = 10, 11, 12
 ALICE, BOB, CAROL = 1, 2, 3
+# The chunks of a purge's steps: set to 1, a purge of a few chains takes many steps.
+_CHUNKS = ("SEED_CHUNK", "FOLLOW_CHUNK", "SWEEP_CHUNK", "REACH_PAGE", "FINISH_CHUNK")
 
 
 async def _server(memory: ShortTermMemory) -> None:
@@ -147,7 +150,7 @@ async def test_a_purge_left_unplanned_hides_what_it_may_reach_at_the_next_open(
     unfinished is pending at the next open as a purge made there is: nothing it may reach
     is shown or built on before the store planned it, so no acknowledged upgrade is
     cleared by it afterwards."""
-    for name in ("SEED_CHUNK", "FOLLOW_CHUNK", "SWEEP_CHUNK", "REACH_PAGE", "FINISH_CHUNK"):
+    for name in _CHUNKS:
         monkeypatch.setattr(chains, name, 1)  # one membership planned per transaction
     config = STMConfig(database=store_database)
     channels = range(20, 26)
@@ -201,9 +204,6 @@ async def test_a_purge_left_unplanned_hides_what_it_may_reach_at_the_next_open(
             if result.success:
                 assert notes == f"NEW-NOTES-{channel}", "an acknowledged upgrade was cleared"
         assert await memory.store.unplanned_purges() == []  # type: ignore[attr-defined]
-
-
-_CHUNKS = ("SEED_CHUNK", "FOLLOW_CHUNK", "SWEEP_CHUNK", "REACH_PAGE", "FINISH_CHUNK")
 
 
 async def _alice_in_bobs_notes(memory: ShortTermMemory, channels: range) -> None:
@@ -265,6 +265,21 @@ async def _purge_then_stop(config: STMConfig, user: int) -> None:
     await store.close()
 
 
+@contextlib.asynccontextmanager
+async def _running_past_a_stopped_purge(
+    config: STMConfig, channels: range
+) -> AsyncIterator[ShortTermMemory]:
+    """A process that runs all along, holding Bob's notes of ``channels`` that Alice's
+    words went into, once another process purged Alice and stopped right after the
+    purge's first transaction (and the running one read the feed since)."""
+    async with ShortTermMemory.open(config) as running:
+        await _alice_in_bobs_notes(running, channels)
+        await running.flush()
+        await _purge_then_stop(config, ALICE)
+        await running.follower.catch_up()
+        yield running
+
+
 async def test_turns_wait_once_for_a_plan_that_does_not_come(
     store_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -284,11 +299,7 @@ async def test_turns_wait_once_for_a_plan_that_does_not_come(
     monkeypatch.setattr(ReadThrough, "_progress", staticmethod(counted))
     config = STMConfig(database=store_database)
     channels = range(20, 26)
-    async with ShortTermMemory.open(config) as running:
-        await _alice_in_bobs_notes(running, channels)
-        await running.flush()
-        await _purge_then_stop(config, ALICE)
-        await running.follower.catch_up()
+    async with _running_past_a_stopped_purge(config, channels) as running:
         assert running._reads.deletions.pending
         first = await running.build_context(ctx(user=CAROL, channel=20))
         assert "OLD-NOTES" not in str(first)
@@ -315,11 +326,7 @@ async def test_a_purge_whose_process_stopped_is_carried_out_by_a_running_one(
     monkeypatch.setattr(memory_module, "ABANDONED_PURGE_SECONDS", 0.2)
     config = STMConfig(database=store_database)
     channels = range(20, 26)
-    async with ShortTermMemory.open(config) as running:
-        await _alice_in_bobs_notes(running, channels)
-        await running.flush()
-        await _purge_then_stop(config, ALICE)
-        await running.follower.catch_up()
+    async with _running_past_a_stopped_purge(config, channels) as running:
         for channel in channels:
             assert "OLD-NOTES" not in str(
                 await running.build_context(ctx(user=CAROL, channel=channel))

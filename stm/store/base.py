@@ -540,6 +540,8 @@ class Expired(NamedTuple):
     after: tuple[int, int] | None = None
 
     def __bool__(self) -> bool:
+        # True when it removed something (what the writer asks of every delete's result:
+        # only then is an erasure due), as the row count it replaces was.
         return self.deleted > 0
 
 
