@@ -23,7 +23,8 @@ library's schema, keys and sealed text as it writes them) into a scratch databas
 that server, dropped afterwards. ``--trace`` times every batch of the store and prints
 the longest, with the operations each held: what the upgrades waited for. ``--expire N``
 then queues a janitor pass that deletes the N rows last active longest ago (as
-``run_janitor`` does), and reports how long upgrades waited behind it.
+``run_janitor`` does), and reports how long upgrades waited behind it and how long a
+member's ``purge()`` made half a second into the pass took to answer.
 """
 
 from __future__ import annotations
@@ -337,6 +338,11 @@ async def measure(
             # As ``run_janitor`` queues it (with whatever chunking the library does).
             t0 = time.perf_counter()
             memory.writer.submit_delete(DeleteExpired(cut, cut), what="deleting expired rows")
+            # A member's purge during the pass: how long until it answers.
+            await asyncio.sleep(0.5)
+            p0 = time.perf_counter()
+            await memory.purge(rng.randrange(1, users + 1))
+            wide["janitor_purge_ms"] = (time.perf_counter() - p0) * 1e3
             await memory.flush()
             t1 = time.perf_counter()
             spans = [(t, s) for t, s in latencies if t + s >= t0 and t <= t1]

@@ -32,6 +32,9 @@ class Erasures:
         self.retry = Backoff(retry_delay)
         self.failure: BaseException | None = None
         self.running = False
+        # Tries started, and the number of the last that erased: what ``covers`` compares.
+        self.started = 0
+        self.erased = 0
 
     @property
     def pending(self) -> bool:
@@ -42,6 +45,12 @@ class Erasures:
         """Deletes committed: erase after ``delay`` (a burst of them shares one)."""
         if not self.due_at:
             self.due_at = now + self.delay
+
+    def next_covering(self) -> int:
+        """The number of the first try that erases what is committed now: the one running
+        (tries run between the writer's batches, so no commit lands during one), else the
+        next."""
+        return self.started if self.running else self.started + 1
 
     def now(self, now: float) -> None:
         """Erase at once, rather than when due or after the backoff."""
@@ -63,6 +72,8 @@ class Erasures:
         """Erase; on failure, log and schedule the next try with the backoff."""
         self.due_at = 0.0
         self.running = True
+        self.started += 1
+        number = self.started
         try:
             await self.store.run([Scrub()])
         except asyncio.CancelledError:
@@ -82,6 +93,7 @@ class Erasures:
             if self.failure is not None:
                 log.warning("deleted text is erased from the files again")
             self.failure = None
+            self.erased = number
             self.retry.succeeded()
         finally:
             self.running = False

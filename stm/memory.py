@@ -793,7 +793,7 @@ class ShortTermMemory:
         """
         check_id(user_id, "user_id")
         check_optional_id(server_id, "server_id")
-        return len((await self._purge(user_id, server_id, user_id)).keys)
+        return len((await self._purge(user_id, server_id, user_id))[0].keys)
 
     async def preview_purge(self, user_id: int, server_id: int | None = None) -> PurgeImpact:
         """What ``clear_short_term_memory_for_user`` would erase now: the user's own entries
@@ -827,17 +827,21 @@ class ShortTermMemory:
     async def purge(
         self, user_id: int, server_id: int | None = None, *, requested_by: int | None = None
     ) -> PurgeImpact:
-        """``clear_short_term_memory_for_user``, then ``flush``: returns once the purge is
-        durable (and erased from the files), with what it erased (per server, as the
-        store planned it). Raises DurabilityError while it cannot be made durable (it
-        stays queued and is retried). ``requested_by``: the member who asked, when not
-        the user (an admin), for ``purge_watch``."""
+        """``clear_short_term_memory_for_user``, then a ``flush`` of it: returns once the
+        purge and what was queued before it are durable (and erased from the files), not
+        waiting for the rest of a janitor pass or another purge begun before, with what it
+        erased (per server, as the store planned it). Raises DurabilityError while it
+        cannot be made durable (it stays queued and is retried). ``requested_by``: the
+        member who asked, when not the user (an admin), for ``purge_watch``."""
         check_id(user_id, "user_id")
         check_optional_id(server_id, "server_id")
         check_optional_id(requested_by, "requested_by")
         member = user_id if requested_by is None else requested_by
-        purge = await self._purge(user_id, server_id, member)
-        await self.flush()
+        purge, queued = await self._purge(user_id, server_id, member)
+        # Not a whole flush: a janitor pass or another purge queued before this one has
+        # later chunks, which this answer need not wait for.
+        await self._background.gather()
+        await self.writer.flush(through=queued)
         reach = purge.reach
         return PurgeImpact(
             user_id,
@@ -878,15 +882,16 @@ class ShortTermMemory:
             except Exception:
                 log.exception("on_purge_alert failed; the alert was: %s", describe_alert(alert))
 
-    async def _purge(self, user_id: int, server_id: int | None, member: int) -> Purge:
+    async def _purge(self, user_id: int, server_id: int | None, member: int) -> tuple[Purge, int]:
         """Apply a purge to this process's cache, queue its durable part, and wait (briefly)
-        for the store's plan of what else it reaches."""
+        for the store's plan of what else it reaches; the purge, and its place in the
+        writer's queue."""
         erasure = self.config.erasure
         purge = purge_user(self.cache, self._reads, self.writer, user_id, server_id, erasure)
         touched = len(purge.keys)
         self._tally.user_purges += 1
         where = _whom(purge.deletion)[1]
-        self.writer.submit_delete(
+        queued = self.writer.submit_delete(
             PurgeUser(user_id, server_id, erasure),
             what=f"purging user {user_id} {where}",
             on_result=self._told(purge, member),
@@ -907,7 +912,7 @@ class ShortTermMemory:
                 where,
                 dropped,
             )
-        return purge
+        return purge, queued
 
     def _told(self, purge: Purge, member: int | None) -> Callable[[PurgeResult | SweepStep], None]:
         """What applies each transaction of ``purge`` as the store answers it: its ranges,

@@ -195,8 +195,9 @@ class Writer:
         op: DeleteChannel | PurgeUser | DeleteExpired,
         what: str,
         on_result: Callable[[Any], None] | None = None,
-    ) -> None:
-        """Queue a delete; it is retried until durable. Dirty entries go first.
+    ) -> int:
+        """Queue a delete; it is retried until durable. Dirty entries go first. Returns
+        its place in the queue (``flush(through=)`` waits for it and what it leaves).
 
         A delete that removes something makes an erasure due (coalesced, within
         ``scrub_delay``; ``flush`` runs a due one at once). A purge's first transaction
@@ -205,7 +206,9 @@ class Writer:
         them), each answering ``on_result`` with its ``SweepStep`` (rows cleared, more
         left, a page of the purge's ranges once planned, and what the page reaches)."""
         self._swap_dirty()
-        self._push(Queued(self._next(), op, what=what, on_result=on_result))
+        seq = self._next()
+        self._push(Queued(seq, op, what=what, on_result=on_result))
+        return seq
 
     def resume(self, position: int, on_step: Callable[[Any], None] | None = None) -> None:
         """Queue the next step of the purge at feed ``position``, which another process
@@ -279,17 +282,32 @@ class Writer:
         return DurabilityError(failures, self.at_risk())
 
     # -- waiting ------------------------------------------------------------
-    async def flush(self, *, attempts: int = 1, scrub: bool = True) -> None:
-        """Return once everything queued so far is committed (and, with ``scrub``, a due
-        scrub done); raise DurabilityError if it cannot be after ``attempts`` tries."""
-        self._swap_dirty()
-        target = self._seq
+    async def flush(
+        self, *, attempts: int = 1, scrub: bool = True, through: int | None = None
+    ) -> None:
+        """Return once everything queued so far is committed, with the work it left (a
+        purge's later steps, a janitor pass's later chunks), and, with ``scrub``, erased
+        from the files; raise DurabilityError if it cannot be after ``attempts`` tries.
+
+        With ``through`` (what ``submit_delete`` returned): once that item, what was queued
+        before it and its own later steps are, but not the later chunks of work queued
+        before it (a purge made during a long janitor pass does not wait for the pass)."""
+        if through is None:
+            self._swap_dirty()
+        target = self._seq if through is None else through
         tries = scrub_tries = 0
+        covering = 0  # the erasure that covers what was waited for, once it is known
         while True:
-            if self._finished_through() >= target:
+            if self._finished_through() >= target if through is None else self._settled(target):
                 # Erase what the deletes so far left behind (once they are committed).
                 erasures = self.erasures
-                if not scrub or not erasures.pending:
+                if not scrub:
+                    return
+                if not covering:
+                    if not erasures.pending:
+                        return
+                    covering = erasures.next_covering()
+                if erasures.erased >= covering:
                     return
                 if erasures.failure is not None and not erasures.running:
                     if scrub_tries >= attempts:
@@ -348,6 +366,11 @@ class Writer:
         if self._continuations:
             first = min(first, *(i.origin for i in self._queue if i.origin))
         return first - 1
+
+    def _settled(self, seq: int) -> bool:
+        """True once the item ``seq``, everything queued before it and the work it left are
+        committed or answered; later chunks of work queued before it may not be."""
+        return not any(i.origin == seq or (not i.origin and i.seq <= seq) for i in self._queue)
 
     def _next(self) -> int:
         self._seq += 1

@@ -228,11 +228,15 @@ class TestForget:
     ):
         async with harness(tmp_path) as h:
 
-            async def failing_flush() -> None:
+            async def failing_flush(**_: object) -> None:
                 raise DurabilityError(["purging user 501 everywhere: disk I/O error"])
 
-            h.memory.flush = failing_flush  # type: ignore[method-assign]
-            _, pressed = await h.confirmed("memory", FORGET, person=h.alice, place=h.games)
+            writer = h.memory.writer
+            writer.flush = failing_flush  # type: ignore[method-assign]
+            try:
+                _, pressed = await h.confirmed("memory", FORGET, person=h.alice, place=h.games)
+            finally:
+                del writer.flush
             assert "could not confirm the deletion" in pressed[-1].content
             assert "disk I/O error" in caplog.text
 

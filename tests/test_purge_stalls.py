@@ -12,9 +12,19 @@ from collections.abc import Sequence
 import pytest
 from helpers import Opener
 
+import stm.memory as memory_module
 from stm import ShortTermMemory, STMConfig
+from stm.keys import server_key, user_key
 from stm.store import chains
-from stm.store.base import Op, SweepPurge, SweepStep
+from stm.store.base import (
+    DeleteExpired,
+    LoadRows,
+    Op,
+    PurgeUser,
+    Scrub,
+    SweepPurge,
+    SweepStep,
+)
 from stm.testing import Clock, ctx, faulty_memory, turn
 
 BOTH_STORES = True
@@ -298,3 +308,44 @@ async def test_a_purge_resumed_at_start_takes_steps_of_the_starting_share(
     finally:
         await writer.close()
         await store.close()
+
+
+async def test_a_purge_during_a_long_janitor_pass_answers_before_the_pass_ends(
+    open_memory: Opener, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A purge made while a janitor pass deletes rows a chunk per transaction answers once
+    its own steps and an erasure after them are committed, between two chunks: the rest of
+    the pass is not its to wait for (``flush`` still is)."""
+    monkeypatch.setattr(memory_module, "EXPIRE_CHUNK", 1)
+    memory = await open_memory()
+    for channel in range(12):
+        await memory.capture(turn(ctx(user=DAVE, channel=channel, server=ELSEWHERE), "long ago"))
+    dave = [k for c in range(12) for k in (server_key(ELSEWHERE, c), user_key(DAVE, c))]
+    await memory.flush()
+    clock.advance(hours=13)  # past the crude TTL: Dave's rows have expired
+    alice = ctx(user=ALICE, channel=50, server=SERVER)
+    await memory.capture(turn(alice, "alice's words"))
+    assert (await memory.run_tool(alice, {"summary": "ALICE-NOTES"})).success
+    await memory.flush()
+    batches: list[Op] = []
+    run = memory.store.run
+
+    async def recorded(ops: Sequence[Op]) -> list[object]:
+        batches.append(ops[0])
+        return await run(ops)
+
+    monkeypatch.setattr(memory.store, "run", recorded)
+    await memory.run_janitor()
+    await memory.purge(ALICE)
+    answered = batches[:]
+    (rows,) = await run([LoadRows((*dave, server_key(SERVER, 50)), 0.0, 0.0)])
+    held = {row.key: row for row in rows}
+    assert "ALICE-NOTES" not in repr(held), "the purge was not durable when it answered"
+    steps = [n for n, op in enumerate(answered) if isinstance(op, PurgeUser | SweepPurge)]
+    scrubs = [n for n, op in enumerate(answered) if isinstance(op, Scrub)]
+    assert scrubs and scrubs[-1] > steps[-1], "it answered before the erasure after its steps"
+    chunks = sum(isinstance(op, DeleteExpired) for op in answered)
+    assert any(key in held for key in dave), f"the purge waited for the whole pass ({chunks})"
+    await memory.flush()
+    (rows,) = await run([LoadRows(tuple(dave), 0.0, 0.0)])
+    assert rows == [], "flush did not wait for the rest of the pass"
