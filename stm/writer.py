@@ -499,8 +499,12 @@ class Writer:
                 if isinstance(item.op, DeleteChannel | PurgeUser | DeleteExpired) and result:
                     erased = True
                 op = item.op
-                if isinstance(op, DeleteExpired) and isinstance(result, Expired) and result.after:
-                    # A janitor chunk that was full: the next, from where this one stopped.
+                if (
+                    isinstance(op, DeleteExpired)
+                    and isinstance(result, Expired)
+                    and result.after is not None
+                ):
+                    # A janitor chunk with rows left to look at: the next, after them.
                     self._follow(item, replace(op, after=result.after))
                 if isinstance(item.op, PurgeUser | SweepPurge):
                     try:

@@ -69,13 +69,12 @@ async def test_a_rows_write_behind_updates_it_in_place(postgres_url: str) -> Non
 
 _NOW = SLOT_SECONDS * 2_000_000.0
 _EXPIRY = {"crude": _NOW - 12 * 3600, "summary": _NOW - 24 * 3600}
-_CHUNK = next(_expire_chunk(DeleteExpired(*_EXPIRY.values()), [], POSTGRES))  # type: ignore[arg-type]
+_PASS = _expire_chunk(DeleteExpired(*_EXPIRY.values(), after=5), [], POSTGRES)  # type: ignore[arg-type]
+_EDGE = next(_PASS)
+_CHUNK = _PASS.send((2500,))
 _BY_TIME = {
-    "janitor: a chunk's rows": (
-        _CHUNK.sql,
-        {**_CHUNK.params, "slot": 1_999_000, "after": 5},  # type: ignore[dict-item]
-        "stm_by_updated",
-    ),
+    "janitor: where a chunk ends": (_EDGE.sql, _EDGE.params, "short_term_memories_pkey"),
+    "janitor: a chunk's rows": (_CHUNK.sql, _CHUNK.params, "short_term_memories_pkey"),
     "warm a server's recall group": (
         "SELECT key FROM short_term_memories "
         + _recent(LoadRecent("server", 1, None, None, 4, *_EXPIRY.values()), POSTGRES).where,
@@ -86,10 +85,11 @@ _BY_TIME = {
 
 
 @pytest.mark.parametrize("name", list(_BY_TIME))
-async def test_what_reads_by_time_searches_the_slot_indexes(postgres_url: str, name: str) -> None:
-    """The janitor's delete searches the index of time slots by its bound, and a recall
-    group's newest rows are found by an index: with scans ruled out, the plan still
-    finds an index to use."""
+async def test_what_the_janitor_and_recall_read_searches_an_index(
+    postgres_url: str, name: str
+) -> None:
+    """A janitor chunk reads a range of the primary key, and a recall group's newest rows
+    are found by an index: with scans ruled out, the plan still finds an index to use."""
     import asyncpg
 
     sql, params, index = _BY_TIME[name]
@@ -114,6 +114,6 @@ async def test_what_reads_by_time_searches_the_slot_indexes(postgres_url: str, n
         await conn.close()
     assert index in plan, plan
     assert "Seq Scan" not in plan, plan
-    # A janitor chunk reads in the index's order from where the last stopped: no sort of
-    # every row of a time slot.
+    # A janitor chunk reads in the key's order from where the last stopped: no sort of
+    # every row it looks at.
     assert "Sort" not in plan or not name.startswith("janitor"), plan

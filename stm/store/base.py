@@ -70,7 +70,7 @@ from ..lineage import Erasure, Lineage, Pin, Range
 
 __all__ = [
     "EXPIRE_CHUNK",
-    "EXPIRE_START",
+    "EXPIRE_SPAN",
     "MESSAGE_KINDS",
     "PROVENANCE_TABLES",
     "READS",
@@ -514,30 +514,31 @@ class PurgePreview:
 # The most expired rows one janitor transaction deletes: a pass over many (a bot back
 # after days away) is a run of bounded transactions with other work between them.
 EXPIRE_CHUNK = 100
-
-
-# Before every row: where a janitor pass starts (a row's time slot, then its id).
-EXPIRE_START = (-(2**62), 0)
+# The most rows one janitor transaction looks at: a pass reads the table in the order of
+# its ids, a bounded range per transaction, through the primary key.
+EXPIRE_SPAN = 5000
 
 
 @dataclass(frozen=True, slots=True)
 class DeleteExpired:
-    """Delete rows inactive since before their TTL: the first ``limit`` of them after
-    ``after`` in the order of time slot, then id (each row is looked at by one chunk of
-    a pass, however many rows the pass passes over). The result is an :class:`Expired`."""
+    """Delete rows inactive since before their TTL: of the next ``span`` rows after id
+    ``after``, in the order of ids, the first ``limit`` that have expired (each row is
+    looked at by one chunk of a pass, however many chunks the pass takes). The result is an
+    :class:`Expired`."""
 
     crude_before: float
     summary_before: float
     limit: int = EXPIRE_CHUNK
-    after: tuple[int, int] = EXPIRE_START
+    after: int = 0
+    span: int = EXPIRE_SPAN
 
 
 class Expired(NamedTuple):
-    """What a :class:`DeleteExpired` chunk did: the rows it deleted, and where the next
-    chunk of the pass starts (None: no expired row is left)."""
+    """What a :class:`DeleteExpired` chunk did: the rows it deleted, and the id after which
+    the next chunk of the pass starts (None: the pass has looked at every row)."""
 
     deleted: int
-    after: tuple[int, int] | None = None
+    after: int | None = None
 
     def __bool__(self) -> bool:
         # True when it removed something (what the writer asks of every delete's result:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..expiry import expired_sql
-from .schema import SLOT_SECONDS
 
 __all__ = ["POSTGRES", "SQLITE", "Dialect"]
 
@@ -38,16 +37,10 @@ class Dialect:
     position_locked: str
     # The schema version the database records (one row).
     schema_version: str
-    # A time's slot, ``{}`` the time: what the schema computes as ``updated_slot``.
-    slot: str
 
     def expired(self, crude: str = "crude", summary: str = "summary") -> str:
-        """The expiry rule (``stm/expiry.py``) with thresholds ``:crude`` and ``:summary``,
-        led by the bound on ``updated_slot`` that lets a range scan of ``stm_by_updated``
-        find the candidates (implied by the rule: the slot grows with the time)."""
-        crude, summary = f":{crude}{self.real_cast}", f":{summary}{self.real_cast}"
-        bound = self.slot.format(f"{self.greatest}({crude}, {summary})")
-        return f"updated_slot <= {bound} AND " + expired_sql(crude, summary)
+        """The expiry rule (``stm/expiry.py``) with thresholds ``:crude`` and ``:summary``."""
+        return expired_sql(f":{crude}{self.real_cast}", f":{summary}{self.real_cast}")
 
     def values(self, count: int) -> str:
         """``count`` parameters bound by position, in order."""
@@ -79,7 +72,6 @@ SQLITE = Dialect(
     position="SELECT seq FROM sqlite_sequence WHERE name = 'stm_changes'",
     position_locked="SELECT seq FROM sqlite_sequence WHERE name = 'stm_changes'",
     schema_version="PRAGMA user_version",
-    slot=f"CAST(({{}}) / {SLOT_SECONDS} AS INTEGER)",
 )
 
 POSTGRES = Dialect(
@@ -92,5 +84,4 @@ POSTGRES = Dialect(
     position="SELECT position FROM stm_feed WHERE id = 1",
     position_locked="SELECT position FROM stm_feed WHERE id = 1 FOR UPDATE",
     schema_version="SELECT version FROM stm_schema",
-    slot=f"floor(({{}}) / {SLOT_SECONDS})::bigint",
 )

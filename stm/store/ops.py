@@ -378,16 +378,24 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
 
 
 def _expire_chunk(op: DeleteExpired, feed: Changes, dialect: Dialect) -> Procedure[Expired]:
-    """Delete the first ``op.limit`` expired rows after ``op.after``, in the order of the
-    index by time slot: a pass reads each row it passes over (notes not yet as old as their
-    TTL) in one chunk only, however many chunks it takes."""
-    slot, after_id = op.after
+    """Delete the first ``op.limit`` expired rows of the ``op.span`` rows after id
+    ``op.after``: a pass reads every row once, a bounded range of the primary key per
+    transaction, however many chunks it takes. No index by time is kept for it: such an
+    index changes with every row's time, and on PostgreSQL it held, between vacuums and
+    after them, an entry of every time each row had had (W6: more bytes than the rows)."""
+    edge = yield Step(
+        "SELECT id FROM short_term_memories WHERE id > :after ORDER BY id LIMIT 1 OFFSET :skip",
+        {"after": op.after, "skip": op.span - 1},
+        "one",
+    )
+    until = None if edge is None else int(edge[0])
     found = yield Step(
-        "SELECT id, updated_slot FROM short_term_memories "
-        f"WHERE (updated_slot, id) > (:slot, :after) AND {dialect.expired()} "
-        "ORDER BY updated_slot, id LIMIT :limit",
+        "SELECT id FROM short_term_memories WHERE id > :after"
+        + ("" if until is None else " AND id <= :until")
+        + f" AND {dialect.expired()} ORDER BY id LIMIT :limit",
         {"crude": op.crude_before, "summary": op.summary_before, "limit": op.limit}
-        | {"slot": slot, "after": after_id},
+        | {"after": op.after}
+        | ({} if until is None else {"until": until}),
         "all",
     )
     gone: list[Any] = []
@@ -401,10 +409,9 @@ def _expire_chunk(op: DeleteExpired, feed: Changes, dialect: Dialect) -> Procedu
         yield from chains.left([(row[0], row[1]) for row in gone])
         feed.extend(("expire", row[0], None, None, None, None) for row in gone)
     yield from chains.collect()  # chains that clears and purges left end here too
-    if len(found) < op.limit:
-        return Expired(len(gone))
-    last = found[-1]
-    return Expired(len(gone), (int(last[1]), int(last[0])))
+    if len(found) == op.limit:
+        return Expired(len(gone), int(found[-1][0]))
+    return Expired(len(gone), until)
 
 
 def _recent(op: LoadRecent, dialect: Dialect) -> Rows:
