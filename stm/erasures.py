@@ -32,6 +32,8 @@ class Erasures:
         self.retry = Backoff(retry_delay)
         self.failure: BaseException | None = None
         self.running = False
+        # Someone waits for it (``now``): it runs even while more deletes are queued.
+        self.awaited = False
         # Tries started, and the number of the last that erased: what ``covers`` compares.
         self.started = 0
         self.erased = 0
@@ -53,9 +55,11 @@ class Erasures:
         return self.started if self.running else self.started + 1
 
     def now(self, now: float) -> None:
-        """Erase at once, rather than when due or after the backoff."""
+        """Erase at once, rather than when due or after the backoff, and before the deletes
+        queued meanwhile are done (a caller waits for it)."""
         self.due_at = max(now, 1e-9)
         self.retry.at = 0.0
+        self.awaited = True
 
     def wake_at(self) -> float:
         """When the writer must wake for it (0: no erasure due)."""
@@ -72,6 +76,7 @@ class Erasures:
         """Erase; on failure, log and schedule the next try with the backoff."""
         self.due_at = 0.0
         self.running = True
+        self.awaited = False
         self.started += 1
         number = self.started
         try:

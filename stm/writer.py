@@ -433,9 +433,12 @@ class Writer:
 
     def _scrub_due(self, now: float) -> bool:
         """Erase between batches once due, but not while deletes are queued: they would
-        need another erasure right after (a burst of purges shares one)."""
+        need another erasure right after (a burst of purges shares one). Unless a caller
+        waits for it: a purge's answer does not wait for another purge's last step."""
         if not self.erasures.due(now):
             return False
+        if self.erasures.awaited:
+            return True
         return not any(
             isinstance(i.op, DeleteChannel | PurgeUser | SweepPurge) for i in self._queue
         )

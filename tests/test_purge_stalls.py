@@ -349,3 +349,34 @@ async def test_a_purge_during_a_long_janitor_pass_answers_before_the_pass_ends(
     await memory.flush()
     (rows,) = await run([LoadRows(tuple(dave), 0.0, 0.0)])
     assert rows == [], "flush did not wait for the rest of the pass"
+
+
+@pytest.mark.usefixtures("slow_plans")
+async def test_a_purge_answers_before_another_purge_begun_before_it_ends(
+    open_memory: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a purge of wide reach goes on a step at a time, another member's purge made
+    after it answers once its own steps and an erasure after them are done: the erasure
+    does not wait for the first purge's last step, nor does the answer."""
+    memory = await open_memory()
+    await _alice_everywhere(memory)
+    await memory.flush()
+    batches: list[Op] = []
+    run = memory.store.run
+
+    async def recorded(ops: Sequence[Op]) -> list[object]:
+        batches.append(ops[0])
+        return await run(ops)
+
+    monkeypatch.setattr(memory.store, "run", recorded)
+    alice = asyncio.create_task(memory.clear_short_term_memory_for_user(ALICE))
+    await asyncio.sleep(0)
+    await memory.purge(BOB)
+    assert memory.writer.sweeping(), "the answer waited for the other purge's last step"
+    bob = next(n for n, op in enumerate(batches) if isinstance(op, PurgeUser) and op.user_id == BOB)
+    assert any(isinstance(op, Scrub) for op in batches[bob:]), "it answered before an erasure"
+    (rows,) = await run([LoadRows((server_key(ELSEWHERE, 40), user_key(BOB, 40)), 0.0, 0.0)])
+    assert "bob's notes" not in repr(rows)
+    await alice
+    await memory.flush()
+    assert not memory.writer.sweeping()
