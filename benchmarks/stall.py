@@ -24,7 +24,9 @@ that server, dropped afterwards. ``--trace`` times every batch of the store and 
 the longest, with the operations each held: what the upgrades waited for. ``--expire N``
 then queues a janitor pass that deletes the N rows last active longest ago (as
 ``run_janitor`` does), and reports how long upgrades waited behind it and how long a
-member's ``purge()`` made half a second into the pass took to answer.
+member's ``purge()`` made half a second into the pass took to answer. ``--purge-during``
+purges another member right after the ``--blast`` purge is planned, while it is swept,
+and reports how long that purge took to answer.
 """
 
 from __future__ import annotations
@@ -237,7 +239,12 @@ def ctx(n: int) -> TurnContext:
 
 
 async def measure(
-    path: Path | str, users: int, purges: int, blast: int = 0, expire: int = 0
+    path: Path | str,
+    users: int,
+    purges: int,
+    blast: int = 0,
+    expire: int = 0,
+    purge_during: bool = False,
 ) -> dict[str, float]:
     config = STMConfig(database=str(path))
     memory = await ShortTermMemory.open(config)
@@ -311,10 +318,15 @@ async def measure(
             t0 = time.perf_counter()
             await memory.clear_short_term_memory_for_user(users + 1)
             planned = time.perf_counter()
+            if purge_during:
+                # Another member's purge while the wide one is swept: when it answers.
+                p0 = time.perf_counter()
+                await memory.purge(random.Random(5).randrange(1, users + 1))
+                wide["purge_during_blast_ms"] = (time.perf_counter() - p0) * 1e3
             await memory.flush()
             t1 = time.perf_counter()
             during_plan = [s for t, s in latencies if t + s >= t0 and t <= planned]
-            wide = {
+            wide |= {
                 "blast_cleared": float(reach.shared + reach.own),
                 "blast_plan_ms": (planned - t0) * 1e3,
                 "blast_purge_flush_ms": (t1 - t0) * 1e3,
@@ -385,6 +397,11 @@ def main() -> None:
     parser.add_argument(
         "--expire", type=int, default=0, help="then a janitor pass deleting this many rows"
     )
+    parser.add_argument(
+        "--purge-during",
+        action="store_true",
+        help="with --blast: another member's purge while the wide one is swept",
+    )
     parser.add_argument("--dir", default=None, help="where to build the databases")
     parser.add_argument(
         "--database", default="", help="a postgresql:// server: measure PostgreSQL there"
@@ -400,7 +417,11 @@ def main() -> None:
 
     print(f"library: {Path(stm.__file__).parent}  sqlite {sqlite3.sqlite_version}")
     if args.database:
-        asyncio.run(_postgres(args.database, args.rows, args.purges, args.blast, args.expire))
+        asyncio.run(
+            _postgres(
+                args.database, args.rows, args.purges, args.blast, args.expire, args.purge_during
+            )
+        )
         return
     folder = Path(args.dir or tempfile.mkdtemp(prefix="stm-stall-"))
     for rows in args.rows:
@@ -411,7 +432,9 @@ def main() -> None:
         users = build(path, rows, args.blast)
         built = time.perf_counter() - t0
         size = path.stat().st_size / 2**20
-        result = asyncio.run(measure(path, users, args.purges, args.blast, args.expire))
+        result = asyncio.run(
+            measure(path, users, args.purges, args.blast, args.expire, args.purge_during)
+        )
         print(
             f"{rows:>9,} rows ({size:,.0f} MiB, built in {built:.0f} s): "
             + ", ".join(f"{k} {v:,.1f}" for k, v in result.items())
@@ -424,7 +447,12 @@ def main() -> None:
 
 
 async def _postgres(
-    server: str, sizes: list[int], purges: int, blast: int, expire: int = 0
+    server: str,
+    sizes: list[int],
+    purges: int,
+    blast: int,
+    expire: int = 0,
+    purge_during: bool = False,
 ) -> None:
     import os
 
@@ -436,7 +464,7 @@ async def _postgres(
             t0 = time.perf_counter()
             users = await build_postgres(url, rows, blast)
             built = time.perf_counter() - t0
-            result = await measure(url, users, purges, blast, expire)
+            result = await measure(url, users, purges, blast, expire, purge_during)
         print(
             f"{rows:>9,} rows on PostgreSQL (built in {built:.0f} s): "
             + ", ".join(f"{k} {v:,.1f}" for k, v in result.items()),
