@@ -310,6 +310,19 @@ async def test_a_purge_resumed_at_start_takes_steps_of_the_starting_share(
         await store.close()
 
 
+def _first_ops(memory: ShortTermMemory, monkeypatch: pytest.MonkeyPatch) -> list[Op]:
+    """The first operation of each batch the store runs from now on, in order."""
+    batches: list[Op] = []
+    run = memory.store.run
+
+    async def recorded(ops: Sequence[Op]) -> list[object]:
+        batches.append(ops[0])
+        return await run(ops)
+
+    monkeypatch.setattr(memory.store, "run", recorded)
+    return batches
+
+
 async def test_a_purge_during_a_long_janitor_pass_answers_before_the_pass_ends(
     open_memory: Opener, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -327,14 +340,8 @@ async def test_a_purge_during_a_long_janitor_pass_answers_before_the_pass_ends(
     await memory.capture(turn(alice, "alice's words"))
     assert (await memory.run_tool(alice, {"summary": "ALICE-NOTES"})).success
     await memory.flush()
-    batches: list[Op] = []
     run = memory.store.run
-
-    async def recorded(ops: Sequence[Op]) -> list[object]:
-        batches.append(ops[0])
-        return await run(ops)
-
-    monkeypatch.setattr(memory.store, "run", recorded)
+    batches = _first_ops(memory, monkeypatch)
     await memory.run_janitor()
     await memory.purge(ALICE)
     answered = batches[:]
@@ -361,14 +368,8 @@ async def test_a_purge_answers_before_another_purge_begun_before_it_ends(
     memory = await open_memory()
     await _alice_everywhere(memory)
     await memory.flush()
-    batches: list[Op] = []
     run = memory.store.run
-
-    async def recorded(ops: Sequence[Op]) -> list[object]:
-        batches.append(ops[0])
-        return await run(ops)
-
-    monkeypatch.setattr(memory.store, "run", recorded)
+    batches = _first_ops(memory, monkeypatch)
     alice = asyncio.create_task(memory.clear_short_term_memory_for_user(ALICE))
     await asyncio.sleep(0)
     await memory.purge(BOB)
