@@ -34,7 +34,7 @@ class Erasures:
         self.running = False
         # Someone waits for it (``now``): it runs even while more deletes are queued.
         self.awaited = False
-        # Tries started, and the number of the last that erased: what ``covers`` compares.
+        # Tries started, and the number of the last that erased (``next_covering``).
         self.started = 0
         self.erased = 0
 
