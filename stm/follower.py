@@ -181,6 +181,7 @@ class Follower:
             purge = purge_user(
                 self.cache, self.reads, self._writer, change.user_id, change.server_id
             )
+            purge.position = change.position
         self._unplanned[change.position] = purge
         await self._planned()
 

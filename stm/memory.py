@@ -344,10 +344,17 @@ class ShortTermMemory:
         unfinished = set(found) - self.writer.sweeping()
         abandoned = unfinished & self._unfinished_elsewhere
         self._unfinished_elsewhere = unfinished - abandoned
+        # Whose they are, where this process heard of them (its own, or the feed's).
+        known = {p.position: p for p in self._reads.deletions.pending if p.position is not None}
         for position in sorted(abandoned):
+            whom = ""
+            if (purge := known.get(position)) is not None:
+                user, where = _whom(purge.deletion)
+                whom = f"of user {user} {where} "
             log.warning(
-                "carrying out the purge at feed position %d, which another process began "
+                "carrying out the purge %sat feed position %d, which another process began "
                 "and left unfinished",
+                whom,
                 position,
             )
             self.writer.resume(position)

@@ -315,12 +315,13 @@ async def test_turns_wait_once_for_a_plan_that_does_not_come(
 
 
 async def test_a_purge_whose_process_stopped_is_carried_out_by_a_running_one(
-    store_database: str, monkeypatch: pytest.MonkeyPatch
+    store_database: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A process stops right after a purge's first transaction while another runs: the
     running one carries the purge out once it has been left at two looks in a row, without
-    a restart. Until then nothing it may reach is shown there; afterwards it is not
-    pending there (turns no longer wait for its plan) and its rows are cleared."""
+    a restart, and says whose it is. Until then nothing it may reach is shown there;
+    afterwards it is not pending there (turns no longer wait for its plan) and its rows are
+    cleared."""
     for name in _CHUNKS:
         monkeypatch.setattr(chains, name, 1)  # one membership planned per transaction
     monkeypatch.setattr(memory_module, "ABANDONED_PURGE_SECONDS", 0.2)
@@ -340,6 +341,7 @@ async def test_a_purge_whose_process_stopped_is_carried_out_by_a_running_one(
                 await running.build_context(ctx(user=CAROL, channel=channel))
             )
     assert await _notes_left(config, channels) == []
+    assert f"carrying out the purge of user {ALICE} everywhere at feed position" in caplog.text
 
 
 @pytest.mark.parametrize("ranges_readable", [True, False])
