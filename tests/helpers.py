@@ -74,7 +74,7 @@ def stored_row(
     user: int | None,
     channel: int,
     *,
-    summary: str = "remembered",
+    summary: str | None = "remembered",
     updated_at: float,
 ) -> StoredRow:
     """A row as the store keeps it, with notes: a user's entry when ``key`` is a user

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from helpers import StoreOpener
+from helpers import StoreOpener, stored_row
 
 from stm.keys import server_key, user_key
 from stm.lineage import Lineage, Pin, Range
@@ -55,24 +55,11 @@ def row(
     scope = parts[1]
     owner, channel = int(parts[2]), int(parts[3])
     persona = int(parts[4]) if len(parts) > 4 else None
-    base = StoredRow(
-        key=key,
-        scope="user" if scope == "user" else "server",
-        server_id=fields.pop("server_id", owner if scope == "server" else None),
-        user_id=owner if scope == "user" else None,
-        channel_id=channel,
-        persona_id=persona,
-        parent_channel_id=None,
-        channel_name="general",
-        server_name="harbor",
-        channel_private=False,
-        summary=summary,
-        categories={},
-        turns_since_refresh=1,
-        last_refreshed_turn=1,
-        updated_at=updated_at,
-    )
-    return replace(base, **fields)
+    server = fields.pop("server_id", owner if scope == "server" else None)
+    user = owner if scope == "user" else None
+    base = stored_row(key, server, user, channel, summary=summary, updated_at=updated_at)
+    named = {"persona_id": persona, "channel_name": "general", "server_name": "harbor"}
+    return replace(base, **(named | fields))
 
 
 def saves(

@@ -382,7 +382,8 @@ def _expire_chunk(op: DeleteExpired, feed: Changes, dialect: Dialect) -> Procedu
     ``op.after``: a pass reads every row once, a bounded range of the primary key per
     transaction, however many chunks it takes. No index by time is kept for it: such an
     index changes with every row's time, and on PostgreSQL it held, between vacuums and
-    after them, an entry of every time each row had had (W6: more bytes than the rows)."""
+    after them, entries of times rows no longer had (W6: more than the table's other
+    indexes together)."""
     edge = yield Step(
         "SELECT id FROM short_term_memories WHERE id > :after ORDER BY id LIMIT 1 OFFSET :skip",
         {"after": op.after, "skip": op.span - 1},
