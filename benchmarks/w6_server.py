@@ -253,6 +253,7 @@ async def postgres_compact(url: str) -> dict[str, Any]:
         "compact_bytes_per_distilled": storage["database_bytes_per_distilled"],
         "compact_table_bytes": storage["table_bytes"],
         "compact_table_split": storage["table_split"],
+        "compact_index_bytes": storage["index_bytes"],
     }
 
 
@@ -289,6 +290,22 @@ async def postgres_storage(url: str) -> dict[str, Any]:
             for r in sizes
         }
         counts = {t: await conn.fetchval(f"SELECT count(*) FROM {t}") for t in PROVENANCE_TABLES}
+        # Each index's bytes, and each table's live rows' mean width as stored (tuple
+        # header excluded): where the bytes go.
+        indexes = {
+            r["name"]: int(r["bytes"])
+            for r in await conn.fetch(
+                "SELECT i.relname AS name, pg_relation_size(i.oid) AS bytes FROM pg_index x "
+                "JOIN pg_class i ON i.oid = x.indexrelid "
+                "WHERE i.relnamespace = 'public'::regnamespace"
+            )
+        }
+        widths = {
+            r["relname"]: await conn.fetchval(
+                f"SELECT coalesce(avg(pg_column_size(t.*)), 0)::float FROM {r['relname']} t"
+            )
+            for r in sizes
+        }
         feed_rows = await conn.fetchval(f"SELECT count(*) FROM {FEED_TABLE}")
         members = [
             r[0] for r in await conn.fetch(
@@ -298,7 +315,12 @@ async def postgres_storage(url: str) -> dict[str, Any]:
     finally:
         await conn.close()
     out = _storage(rows, distilled, by_table, counts, members, files)
-    return out | {"table_split": split, "feed_rows": feed_rows}
+    return out | {
+        "table_split": split,
+        "index_bytes": indexes,
+        "row_widths": widths,
+        "feed_rows": feed_rows,
+    }
 
 
 def _storage(
