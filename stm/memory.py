@@ -344,6 +344,8 @@ class ShortTermMemory:
         unfinished = set(found) - self.writer.sweeping()
         abandoned = unfinished & self._unfinished_elsewhere
         self._unfinished_elsewhere = unfinished - abandoned
+        if not abandoned:
+            return
         # Whose they are, where this process heard of them (its own, or the feed's).
         known = {p.position: p for p in self._reads.deletions.pending if p.position is not None}
         for position in sorted(abandoned):

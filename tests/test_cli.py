@@ -803,9 +803,14 @@ def test_bad_arguments(db: Path, args: tuple[str, ...], words: list[str]) -> Non
     assert rows(db) == before
 
 
-def test_a_bad_setting_is_named(db: Path) -> None:
-    """A bad STM_* setting is one line naming the variable."""
-    one_line_error(stm(db, "stats", STM_BUSY_TIMEOUT_MS="soon"), "STM_BUSY_TIMEOUT_MS")
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_a_bad_setting_is_named(db: Path, args: tuple[str, ...]) -> None:
+    """A bad STM_* setting is one line naming the variable, whatever the command, and
+    nothing is changed."""
+    before = rows(db)
+    run = stm(db, *args, STM_BUSY_TIMEOUT_MS="soon")
+    one_line_error(run, "STM_BUSY_TIMEOUT_MS")
+    assert rows(db) == before
 
 
 def test_the_settings_name_the_database(db: Path) -> None:

@@ -58,7 +58,10 @@ class Options:
         """The ``STM_*`` settings, with ``--database`` over ``STM_DATABASE``."""
         if self._config is None:
             overrides = {} if self.database is None else {"database": self.database}
-            self._config = STMConfig(**overrides)
+            try:
+                self._config = STMConfig(**overrides)
+            except ConfigError as exc:  # read outside ``run`` too: one line either way
+                raise CommandError(str(exc)) from None
         return self._config
 
     @property
