@@ -68,7 +68,9 @@ async def memory(open_memory: Opener) -> ShortTermMemory:
 # -- PostgreSQL ---------------------------------------------------------------------------
 # The tests of both stores create one database per run on the server STM_TEST_POSTGRES
 # names (default: the local server, trust authentication), one schema per test in it, and
-# drop the database at the end. Without a reachable server those tests skip.
+# drop the database at the end. Without a reachable server those tests skip, unless
+# STM_TEST_REQUIRE_POSTGRES is set (CI sets it): then they fail, so a run that lost its
+# server cannot pass green with half its coverage skipped.
 POSTGRES_ADMIN = os.environ.get(
     "STM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
@@ -114,6 +116,11 @@ def postgres_database() -> Iterator[str | None]:
     try:
         _run(_admin(f"CREATE DATABASE {name}"))
     except Exception as exc:  # no asyncpg, no server, no rights: the PG tests skip
+        if os.environ.get("STM_TEST_REQUIRE_POSTGRES"):
+            raise RuntimeError(
+                f"STM_TEST_REQUIRE_POSTGRES is set but no PostgreSQL answered: "
+                f"{type(exc).__name__}: {exc}. {POSTGRES_HOW}"
+            ) from exc
         yield None
         print(f"PostgreSQL tests skipped: {type(exc).__name__}: {exc}")
         return
