@@ -15,7 +15,7 @@ from pathlib import Path
 
 from stm.store.shred import DEAD_KEY, readable
 
-__all__ = ["KeyWitness", "file_bytes", "plain_text"]
+__all__ = ["KeyWitness", "file_bytes", "plain_text", "stored_text"]
 
 
 def file_bytes(db_path: object) -> bytes:
@@ -33,6 +33,23 @@ def plain_text(db_path: object) -> str:
     with contextlib.closing(sqlite3.connect(str(db_path))) as db:
         rows = db.execute(f"SELECT key, summary, categories FROM {readable(db)}").fetchall()
     return "\n".join(f"{k} {s} {c}" for k, s, c in rows)
+
+
+async def stored_text(database: str, channels: Iterable[int]) -> str:
+    """The distilled text of every row of these channels, decrypted, on either store (read
+    through the read-only view the operator commands use)."""
+    from stm import STMConfig
+    from stm.store.inspect import open_inspector
+
+    inspector = await open_inspector(STMConfig(database=database))
+    try:
+        parts = []
+        for channel in channels:
+            for row in await inspector.rows_of_channel(channel):
+                parts.append(f"{row.key} {row.summary} {row.categories}")
+    finally:
+        await inspector.close()
+    return "\n".join(parts)
 
 
 class KeyWitness:

@@ -11,25 +11,29 @@ such notes.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from shredding import KeyWitness, file_bytes, plain_text
+from shredding import KeyWitness, file_bytes, stored_text
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 from stm.testing import ctx, turn
 
+BOTH_STORES = True
+SLOW_ON_POSTGRES = True
 GENERAL, RANDOM = 10, 11
 ALICE, BOB, CAROL = 1, 2, 3
 
 
-def row_text(db_path: Path) -> str:
-    """Every row's distilled text, decrypted."""
-    return plain_text(db_path)
+async def row_text(database: str) -> str:
+    """Every row's distilled text, decrypted (the tests' channels only: 10, 11, 12, 20)."""
+    return await stored_text(database, (GENERAL, RANDOM, 12, 20))
 
 
 async def everything_shown(memory: ShortTermMemory, users: tuple[int, ...]) -> str:
@@ -50,14 +54,16 @@ async def everything_shown(memory: ShortTermMemory, users: tuple[int, ...]) -> s
 
 
 async def test_words_recalled_from_another_channel_are_purged_from_its_summary(
-    tmp_path: Path,
+    store_kind: str, store_database: str
 ) -> None:
     """Alice's words in #random are shown in Bob's prompt in #general; the model copies them
-    into #general's summary; purging Alice drops that summary everywhere, and no key that
-    encrypted it is left in the files."""
-    db = tmp_path / "stm.sqlite3"
+    into #general's summary; purging Alice drops that summary everywhere, and (on SQLite,
+    whose files the test reads; PostgreSQL's pages are read in test_postgres_erasure) no
+    key that encrypted it is left in the files."""
+    db = store_database
+    on_file = store_kind == "sqlite"
     witness = KeyWitness(db)
-    async with ShortTermMemory.open(STMConfig(database=str(db))) as memory:
+    async with ShortTermMemory.open(STMConfig(database=db)) as memory:
         await memory.capture(turn(ctx(user=ALICE, channel=RANDOM), "ALICE-SECRET-PLAN"))
         bob = ctx(user=BOB, channel=GENERAL)
         await memory.capture(turn(ctx(user=BOB, channel=GENERAL), "hello"))
@@ -65,29 +71,29 @@ async def test_words_recalled_from_another_channel_are_purged_from_its_summary(
         assert "ALICE-SECRET-PLAN" in prompt
         assert (await memory.run_tool(bob, {"summary": "Copied: ALICE-SECRET-PLAN"})).success
         await memory.flush()
-        witness.look()
-        assert "ALICE-SECRET-PLAN" in row_text(db)
-        copied = witness.rows(f":{GENERAL}")
-        assert copied and witness.left_in_files(copied) == len(copied)
+        assert "ALICE-SECRET-PLAN" in await row_text(db)
+        if on_file:
+            witness.look()
+            copied = witness.rows(f":{GENERAL}")
+            assert copied and witness.left_in_files(copied) == len(copied)
         await memory.clear_short_term_memory_for_user(ALICE)
         assert "ALICE-SECRET-PLAN" not in await everything_shown(memory, (ALICE, BOB))
         await memory.flush()
-        assert "ALICE-SECRET-PLAN" not in row_text(db)
-        assert b"ALICE-SECRET-PLAN" not in file_bytes(db)
-        assert witness.left_in_files(copied) == 0
+        assert "ALICE-SECRET-PLAN" not in await row_text(db)
+        if on_file:
+            assert b"ALICE-SECRET-PLAN" not in file_bytes(db)
+            assert witness.left_in_files(copied) == 0
 
 
 @pytest.mark.parametrize("erasure", ["complete", "direct"])
 async def test_distilled_memory_recalled_passes_its_contributors_on_under_complete(
-    tmp_path: Path, erasure: str
+    store_database: str, erasure: str
 ) -> None:
     """A summary shown from another channel carries its contributors into the summary made
     from it under ``complete`` (supersede mode: only the distilled memory of #random is
     rendered); under ``direct`` the copy stays, as documented, while #random's own notes
     go."""
-    config = STMConfig(
-        database=str(tmp_path / "stm.sqlite3"), render_mode="supersede", erasure=erasure
-    )
+    config = STMConfig(database=store_database, render_mode="supersede", erasure=erasure)
     async with ShortTermMemory.open(config) as memory:
         alice = ctx(user=ALICE, channel=RANDOM)
         await memory.capture(turn(alice, "alice talks"))
@@ -110,11 +116,11 @@ async def test_distilled_memory_recalled_passes_its_contributors_on_under_comple
 
 
 async def test_run_tool_without_build_context_credits_what_the_prompt_would_show(
-    tmp_path: Path,
+    store_database: str,
 ) -> None:
     """A host that built the prompt through another context still gets the upgrade credited
     with the other channels' words a prompt of this turn would show."""
-    async with ShortTermMemory.open(STMConfig(database=str(tmp_path / "stm.sqlite3"))) as memory:
+    async with ShortTermMemory.open(STMConfig(database=store_database)) as memory:
         await memory.capture(turn(ctx(user=ALICE, channel=RANDOM), "ALICE-WORDS"))
         bob = ctx(user=BOB, channel=GENERAL)
         await memory.build_context(ctx(user=BOB, channel=GENERAL))  # another context object
@@ -124,10 +130,10 @@ async def test_run_tool_without_build_context_credits_what_the_prompt_would_show
         assert entry is None or entry.summary is None
 
 
-async def test_a_purge_of_someone_never_shown_keeps_the_summary(tmp_path: Path) -> None:
+async def test_a_purge_of_someone_never_shown_keeps_the_summary(store_database: str) -> None:
     """Provenance is not a wipe: a user whose words no prompt of the turn showed (another
     server) is not credited."""
-    async with ShortTermMemory.open(STMConfig(database=str(tmp_path / "stm.sqlite3"))) as memory:
+    async with ShortTermMemory.open(STMConfig(database=store_database)) as memory:
         await memory.capture(turn(ctx(user=ALICE, channel=20, server=200), "elsewhere"))
         bob = ctx(user=BOB, channel=GENERAL)
         await memory.build_context(bob)
@@ -174,7 +180,7 @@ def copied_from(seen: str, erasure: str) -> str:
 
 
 async def _play(
-    db: Path,
+    db: str,
     plan: list[tuple[int, int, list[int], str]],
     target: int,
     server: int | None,
@@ -182,7 +188,7 @@ async def _play(
     erasure: str = "complete",
 ) -> None:
     config = STMConfig(
-        database=str(db),
+        database=db,
         max_messages_per_channel=4,
         crude_message_count=2,
         render_mode=mode,
@@ -227,56 +233,76 @@ async def _play(
 
         assert not leaked(await everything_shown(memory, USERS))
         await memory.flush()
-        assert not leaked(row_text(db))
+        assert not leaked(await row_text(db))
 
 
-@settings(
-    max_examples=200,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-@given(
-    plan=turns,
-    target=st.sampled_from(USERS),
-    server=st.sampled_from([None, 100]),
-    mode=st.sampled_from(["crude_summary", "supersede"]),
-    erasure=st.sampled_from(["complete", "direct"]),
-)
 # Members of the class that a search may not reach in its budget, named outright: words
 # recalled from another channel, with and without a prompt built; distilled memory recalled
 # in supersede mode; another author's message inside someone else's turn.
-@example([(1, 11, [1], "none"), (2, 10, [2], "built")], 1, None, "crude_summary", "direct")
-@example([(1, 11, [1], "none"), (2, 10, [2], "blind")], 1, 100, "crude_summary", "direct")
-@example(
-    [(1, 11, [1], "built"), (2, 11, [2], "none"), (2, 10, [2], "built")],
-    1,
-    None,
-    "supersede",
-    "complete",
-)
-@example([(1, 10, [1, 3], "built")], 3, None, "crude_summary", "direct")
-@example(
-    [(1, 11, [2], "built"), (1, 10, [1], "built"), (2, 10, [1], "built")],
-    2,
-    None,
-    "supersede",
-    "complete",
-)
+NAMED = [
+    ([(1, 11, [1], "none"), (2, 10, [2], "built")], 1, None, "crude_summary", "direct"),
+    ([(1, 11, [1], "none"), (2, 10, [2], "blind")], 1, 100, "crude_summary", "direct"),
+    (
+        [(1, 11, [1], "built"), (2, 11, [2], "none"), (2, 10, [2], "built")],
+        1,
+        None,
+        "supersede",
+        "complete",
+    ),
+    ([(1, 10, [1, 3], "built")], 3, None, "crude_summary", "direct"),
+    (
+        [(1, 11, [2], "built"), (1, 10, [1], "built"), (2, 10, [1], "built")],
+        2,
+        None,
+        "supersede",
+        "complete",
+    ),
+]
+
+
 def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
-    plan: list[tuple[int, int, list[int], str]],
-    target: int,
-    server: int | None,
-    mode: str,
-    erasure: str,
+    store_kind: str, fresh_database: Callable[[str], str]
 ) -> None:
     """Any assignment of authors to turns and channels, upgrades after a prompt built on
     their context or on another, any purge target (everywhere or in the server), either
-    render mode: none of the purged user's words (their messages, the replies to their
-    turns, summaries that copied either) remain in the cache, get_entry, any prompt or any
-    row."""
-    # In RAM where there is a RAM disk: every upgrade waits for a durable commit.
-    shm = Path("/dev/shm")
-    with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as folder:
-        asyncio.run(_play(Path(folder) / "stm.sqlite3", plan, target, server, mode, erasure))
+    render mode, either erasure policy, on each store: none of the purged user's words
+    (their messages, the replies to their turns, summaries that copied either) remain in
+    the cache, get_entry, any prompt or any row. (Fewer examples on PostgreSQL, where each
+    needs a schema of its own.)"""
+    made = itertools.count()
+
+    @settings(
+        max_examples=200 if store_kind == "sqlite" else 40,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(
+        plan=turns,
+        target=st.sampled_from(USERS),
+        server=st.sampled_from([None, 100]),
+        mode=st.sampled_from(["crude_summary", "supersede"]),
+        erasure=st.sampled_from(["complete", "direct"]),
+    )
+    def purge_leaves_nothing(
+        plan: list[tuple[int, int, list[int], str]],
+        target: int,
+        server: int | None,
+        mode: str,
+        erasure: str,
+    ) -> None:
+        if store_kind != "sqlite":
+            database = fresh_database(f"example{next(made)}")
+            asyncio.run(_play(database, plan, target, server, mode, erasure))
+            return
+        # In RAM where there is a RAM disk: every upgrade waits for a durable commit.
+        shm = Path("/dev/shm")
+        with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as folder:
+            asyncio.run(
+                _play(str(Path(folder) / "stm.sqlite3"), plan, target, server, mode, erasure)
+            )
+
+    for named in NAMED:
+        purge_leaves_nothing = example(*named)(purge_leaves_nothing)
+    purge_leaves_nothing()
