@@ -13,9 +13,10 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
+from stm.store.base import StoredRow
 from stm.store.shred import DEAD_KEY, readable
 
-__all__ = ["KeyWitness", "file_bytes", "plain_text", "stored_text"]
+__all__ = ["KeyWitness", "file_bytes", "plain_text", "stored_rows", "stored_text"]
 
 
 def file_bytes(db_path: object) -> bytes:
@@ -35,21 +36,29 @@ def plain_text(db_path: object) -> str:
     return "\n".join(f"{k} {s} {c}" for k, s, c in rows)
 
 
-async def stored_text(database: str, channels: Iterable[int]) -> str:
-    """The distilled text of every row of these channels, decrypted, on either store (read
-    through the read-only view the operator commands use)."""
+async def stored_rows(database: str) -> list[StoredRow]:
+    """Every row, its distilled text decrypted, on either store (read through the
+    read-only view the operator commands use)."""
     from stm import STMConfig
     from stm.store.inspect import open_inspector
 
     inspector = await open_inspector(STMConfig(database=database))
     try:
-        parts = []
-        for channel in channels:
-            for row in await inspector.rows_of_channel(channel):
-                parts.append(f"{row.key} {row.summary} {row.categories}")
+        found = await inspector.execute(  # type: ignore[attr-defined]
+            "SELECT DISTINCT channel_id FROM short_term_memories"
+        )
+        rows: list[StoredRow] = []
+        for (channel,) in found:
+            rows += await inspector.rows_of_channel(int(channel))
     finally:
         await inspector.close()
-    return "\n".join(parts)
+    return rows
+
+
+async def stored_text(database: str) -> str:
+    """Every row's key and distilled text, decrypted, as one string, on either store."""
+    rows = await stored_rows(database)
+    return "\n".join(f"{r.key} {r.summary} {r.categories}" for r in rows)
 
 
 class KeyWitness:

@@ -42,11 +42,13 @@ import contextlib
 import random
 import re
 import sqlite3
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from helpers import scaled, seed_for
+from shredding import stored_rows
 
 from stm import (
     DialogueMessage,
@@ -56,9 +58,10 @@ from stm import (
     STMConfig,
     TurnContext,
 )
-from stm.store.shred import readable
-from stm.store.sqlite import SQLiteStore
+from stm.store import is_postgres_url, open_store
 from stm.testing import Clock, FaultyStore
+
+BOTH_STORES = True
 
 TOKEN = re.compile(r"qz(\d+)x")
 # A copy of token M held by the summary or reply H: ``qz{M}c{H}x``.
@@ -271,15 +274,45 @@ class Model:
         return any(self.killed_between(token, key, low, high) for token, key in seen)
 
 
+@contextlib.asynccontextmanager
+async def write_lock_held(database: str) -> AsyncIterator[None]:
+    """Another connection holds what every writing batch needs until the block ends: the
+    SQLite file's write lock, or on PostgreSQL the feed's counter row."""
+    if not is_postgres_url(database):
+        with contextlib.closing(sqlite3.connect(database, timeout=5)) as lock:
+            lock.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            finally:
+                lock.rollback()
+        return
+    import asyncpg
+
+    conn = await asyncpg.connect(database)
+    try:
+        transaction = conn.transaction()
+        await transaction.start()
+        await conn.execute("SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE")
+        try:
+            yield
+        finally:
+            await transaction.rollback()
+    finally:
+        await conn.close()
+
+
 class Run:
     """One seeded run against one database."""
 
-    def __init__(self, db_path: Path, seed: int, erasure: str = "complete") -> None:
+    def __init__(
+        self, database: str, seed: int, erasure: str = "complete", journal: Path | None = None
+    ) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
         self.clock = Clock(1_700_000_000.0)
         self.config = STMConfig(
-            database=str(db_path),
+            database=database,
+            journal=None if journal is None else str(journal),
             cache_max_keys=6,
             max_messages_per_channel=1000,
             crude_ttl_hours=CRUDE_TTL_HOURS,
@@ -291,7 +324,7 @@ class Run:
             busy_timeout_ms=50,  # a restart with the database locked gives up quickly
             erasure=erasure,
         )
-        self.db_path = db_path
+        self.database = database
         self.model = Model(erasure)
         self.memory: ShortTermMemory | None = None
         self.batches = self.operations = self.restarts = 0
@@ -522,11 +555,9 @@ class Run:
     async def flush_and_check_rows(self) -> None:
         at = self.model.tick()
         await self.m.flush()
-        with contextlib.closing(sqlite3.connect(str(self.db_path))) as db:
-            rows = db.execute(f"SELECT key, summary, categories FROM {readable(db)}").fetchall()
-        for key, summary, categories in rows:
-            text = f"{summary or ''} {categories}"
-            self.failures += self.model.violations(text, [key], at, f"row {key}")
+        for row in await stored_rows(self.database):
+            text = f"{row.summary or ''} {' '.join(row.categories.values())}"
+            self.failures += self.model.violations(text, [row.key], at, f"row {row.key}")
 
     async def restart(self) -> None:
         if self.rng.random() < 0.5:
@@ -543,8 +574,7 @@ class Run:
         and the memory closes: they stay pending, and the next open must apply them before
         anything is served."""
         await self.m.flush()
-        with contextlib.closing(sqlite3.connect(str(self.db_path), timeout=5)) as lock:
-            lock.execute("BEGIN IMMEDIATE")
+        async with write_lock_held(self.database):
             await self.purge()
             if self.rng.random() < 0.5:
                 await self.clear()
@@ -552,7 +582,6 @@ class Run:
                 await self.m.close()
             except DurabilityError:
                 self.pending_restarts += 1
-            lock.rollback()
 
     async def go(self, batches: int) -> None:
         await self.open()
@@ -576,7 +605,10 @@ class Run:
 
 @pytest.mark.slow
 async def test_nothing_deleted_comes_back(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    store_kind: str,
+    fresh_database: Callable[[str], str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Seeded races of writes, deletes, evictions, expiry and restarts never bring back
     what was deleted."""
@@ -587,7 +619,7 @@ async def test_nothing_deleted_comes_back(
     for i in range(runs):
         # Each erasure policy on every other seed: each has its own rule of what must go.
         erasure = ("complete", "direct")[(base + i) % 2]
-        run = Run(tmp_path / f"run{i}.sqlite3", base + i, erasure)
+        run = Run(fresh_database(f"run{i}"), base + i, erasure, tmp_path / f"run{i}-pending")
         await run.go(per_run)
         assert not run.failures, (
             f"seed {run.seed}, {erasure} (replay with STM_SEED={run.seed}): {run.failures[:5]}"
@@ -605,16 +637,16 @@ async def test_nothing_deleted_comes_back(
             f"({totals['operations']} operations, {totals['deletions']} clears and purges, "
             f"{totals['restarts']} restarts ({totals['pending']} with deletes left pending), "
             f"{totals['poisons']} poison values, {totals['tokens']} tokens) over {runs} seeds "
-            f"from {base}"
+            f"from {base}, on {store_kind}"
         )
 
 
 async def test_upgrade_never_raises_when_reading_one_key_evicts_the_other(
-    tmp_path: Path,
+    store_database: str,
 ) -> None:
     """With a full cache, reading the server row can evict the user entry just read; the
     upgrade then either lands in entries the cache holds or is refused, never raises."""
-    config = STMConfig(database=str(tmp_path / "stm.sqlite3"), write_behind_seconds=0.01)
+    config = STMConfig(database=store_database, write_behind_seconds=0.01)
     ctx = TurnContext(user_id=1, channel_id=10, server_id=100)
     async with ShortTermMemory.open(config.model_copy(update={"cache_max_keys": 1})) as memory:
         result = await memory.run_tool(ctx, {"summary": "one key at a time"})
@@ -634,12 +666,12 @@ async def test_upgrade_never_raises_when_reading_one_key_evicts_the_other(
 
 
 async def test_a_read_in_flight_across_a_janitor_pass_does_not_revive_expired_memory(
-    tmp_path: Path,
+    store_database: str,
 ) -> None:
     """A row read before the clock moved past its TTL is not merged into the fresh entry
     that a capture made after the janitor dropped the expired one."""
     clock = Clock(1_700_000_000.0)
-    config = STMConfig(database=str(tmp_path / "stm.sqlite3"), write_behind_seconds=0.01)
+    config = STMConfig(database=store_database, write_behind_seconds=0.01)
     ctx = TurnContext(user_id=1, channel_id=10, server_id=100)
 
     def said(text: str) -> GenerationFinished:
@@ -650,7 +682,7 @@ async def test_a_read_in_flight_across_a_janitor_pass_does_not_revive_expired_me
     async with ShortTermMemory.open(config, clock=clock) as memory:
         await memory.capture(said("first"))
         assert (await memory.run_tool(ctx.model_copy(), {"summary": "EXPIRED-SUMMARY"})).success
-    store = FaultyStore(await SQLiteStore.open(config.database))
+    store = FaultyStore(await open_store(config))
     async with ShortTermMemory.open(config, store=store, clock=clock) as memory:
         store.hold()
         await memory.capture(said("cold capture"))
@@ -665,10 +697,10 @@ async def test_a_read_in_flight_across_a_janitor_pass_does_not_revive_expired_me
         assert "EXPIRED-SUMMARY" not in str(await memory.build_context(ctx.model_copy()))
 
 
-async def test_a_clear_during_the_recall_read_is_not_rendered(tmp_path: Path) -> None:
+async def test_a_clear_during_the_recall_read_is_not_rendered(store_database: str) -> None:
     """build_context holds this channel's entry while it reads the other channels' rows; a
     clear landing during that read must not be rendered when the read returns."""
-    config = STMConfig(database=str(tmp_path / "stm.sqlite3"), write_behind_seconds=0.01)
+    config = STMConfig(database=store_database, write_behind_seconds=0.01)
     ctx = TurnContext(user_id=1, channel_id=10, server_id=100)
     turn_event = GenerationFinished(
         context=ctx, messages=[DialogueMessage(role="user", content="x", author_id=1)]
@@ -676,7 +708,7 @@ async def test_a_clear_during_the_recall_read_is_not_rendered(tmp_path: Path) ->
     async with ShortTermMemory.open(config) as memory:
         await memory.capture(turn_event)
         assert (await memory.run_tool(ctx.model_copy(), {"summary": "CLEARED-MID-READ"})).success
-    store = FaultyStore(await SQLiteStore.open(config.database))
+    store = FaultyStore(await open_store(config))
     async with ShortTermMemory.open(config, store=store) as memory:
         await memory.capture(turn_event)  # the entry is hot again, its recall group is not
         await memory.flush()
@@ -688,10 +720,12 @@ async def test_a_clear_during_the_recall_read_is_not_rendered(tmp_path: Path) ->
         assert "CLEARED-MID-READ" not in str(await building)
 
 
-async def test_a_row_exactly_at_its_ttl_goes_in_the_same_janitor_pass(tmp_path: Path) -> None:
+async def test_a_row_exactly_at_its_ttl_goes_in_the_same_janitor_pass(
+    store_database: str,
+) -> None:
     """The cache counts an entry expired at its TTL; the janitor must delete its row then too."""
     clock = Clock(1_700_000_000.0)
-    config = STMConfig(database=str(tmp_path / "stm.sqlite3"))
+    config = STMConfig(database=store_database)
     ctx = TurnContext(user_id=1, channel_id=10, server_id=100)
     async with ShortTermMemory.open(config, clock=clock) as memory:
         await memory.capture(
@@ -704,5 +738,7 @@ async def test_a_row_exactly_at_its_ttl_goes_in_the_same_janitor_pass(tmp_path: 
         await memory.run_janitor()
         await memory.flush()
         assert await memory.get_entry("shortterm:server:100:10") is None
-    with contextlib.closing(sqlite3.connect(str(tmp_path / "stm.sqlite3"))) as db:
-        assert db.execute("SELECT count(*) FROM short_term_memories").fetchone() == (0,)
+        rows = await memory.store.execute(  # type: ignore[attr-defined]
+            "SELECT count(*) FROM short_term_memories"
+        )
+        assert rows == [(0,)]
