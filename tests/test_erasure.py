@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ from stm import ShortTermMemory, STMConfig, StoreError
 from stm.readthrough import ReadThrough
 from stm.store import chains, open_store
 from stm.store.base import SweepPurge
-from stm.store.sqlite import SQLiteStore
 from stm.testing import FaultyStore, ctx, turn
 
 BOTH_STORES = True
@@ -101,10 +99,10 @@ async def test_a_purge_of_many_entries_clears_them_in_chunks_with_other_work_bet
         assert rows == [(0,)]
 
 
-async def test_a_purge_stopped_mid_way_is_finished_at_the_next_open(tmp_path: Path) -> None:
+async def test_a_purge_stopped_mid_way_is_finished_at_the_next_open(store_database: str) -> None:
     """Rows a stopped process left to clear read as cleared, and the next open clears them
     before anything else."""
-    config = STMConfig(database=str(tmp_path / "stm.sqlite3"))
+    config = STMConfig(database=store_database)
     users = range(100, 100 + chains.SWEEP_CHUNK + 30)
     async with ShortTermMemory.open(config) as memory:
         alice = ctx(user=ALICE, channel=GENERAL)
@@ -112,7 +110,7 @@ async def test_a_purge_stopped_mid_way_is_finished_at_the_next_open(tmp_path: Pa
         for user in users:
             here = ctx(user=user, channel=GENERAL)
             assert (await memory.run_tool(here, {"summary": f"NOTES-{user}"})).success
-    store = FaultyStore(await SQLiteStore.open(config.database))
+    store = FaultyStore(await open_store(config))
     memory = await ShortTermMemory.open(config, store=store)
     original = store._run
 
@@ -129,7 +127,7 @@ async def test_a_purge_stopped_mid_way_is_finished_at_the_next_open(tmp_path: Pa
     memory.writer._task.cancel()  # the process stops: no close, nothing more written
     memory.closed = True
     await store.close()
-    left = await SQLiteStore.open(config.database)
+    left = await open_store(config)
     try:
         assert await left.pending_sweeps()
     finally:
