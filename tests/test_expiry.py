@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sqlite3
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from helpers import Opener
@@ -16,16 +19,22 @@ import stm.memory as memory_module
 from stm import ShortTermMemory, STMConfig
 from stm.cache import Entry, MemoryCache
 from stm.expiry import EXPIRED_SQL, Thresholds, row_expired
+from stm.store import chains, open_store
 from stm.store.base import DeleteExpired, Expired, SaveDistilled
-from stm.store.dialect import SQLITE
+from stm.store.dialect import POSTGRES, SQLITE
 from stm.store.schema import SLOT_SECONDS
 from stm.store.sqlite import migrate, run_batch
 from stm.testing import Clock, ManualScheduler, ctx, turn
 
+# Each test on a memory runs on both stores.
+BOTH_STORES = True
 
-def row_count(db_path: object) -> int:
-    with sqlite3.connect(str(db_path)) as db:
-        return int(db.execute("SELECT count(*) FROM short_term_memories").fetchone()[0])
+
+async def row_count(memory: ShortTermMemory) -> int:
+    rows = await memory.store.execute(  # type: ignore[attr-defined]
+        "SELECT count(*) FROM short_term_memories"
+    )
+    return int(rows[0][0])
 
 
 async def test_crude_only_entries_expire_after_crude_ttl(
@@ -63,24 +72,24 @@ async def test_activity_extends_life(memory: ShortTermMemory, clock: Clock) -> N
 
 
 async def test_janitor_deletes_expired_rows_and_cache(
-    memory: ShortTermMemory, clock: Clock, db_path: object
+    memory: ShortTermMemory, clock: Clock
 ) -> None:
     """A janitor pass drops expired entries from the cache and their rows from the file."""
     await memory.capture(turn(ctx(), "crude"))
     await memory.capture(turn(ctx(channel=11), "crude too"))
     assert (await memory.run_tool(ctx(channel=11), {"summary": "kept"})).success
     await memory.flush()
-    assert row_count(db_path) == 4
+    assert await row_count(memory) == 4
     clock.advance(hours=13)
     dropped = await memory.run_janitor()
     await memory.flush()
     assert dropped == 2
-    assert row_count(db_path) == 2
+    assert await row_count(memory) == 2
     assert len(memory.cache) == 2
 
 
 async def test_expired_rows_are_not_hydrated_after_restart(
-    open_memory: Opener, clock: Clock, db_path: object
+    open_memory: Opener, clock: Clock
 ) -> None:
     """A row past its TTL is dead at hydration even before the janitor ran."""
     first = await open_memory()
@@ -94,10 +103,10 @@ async def test_expired_rows_are_not_hydrated_after_restart(
     await second.flush()
     entry = await second.get_entry("shortterm:server:100:10")
     assert entry is not None and entry.summary is None
-    with sqlite3.connect(str(db_path)) as db:
-        assert db.execute(
-            "SELECT count(*) FROM short_term_memories WHERE summary IS NOT NULL"
-        ).fetchone() == (0,)
+    distilled = await second.store.execute(  # type: ignore[attr-defined]
+        "SELECT count(*) FROM short_term_memories WHERE summary IS NOT NULL"
+    )
+    assert distilled == [(0,)]
 
 
 async def test_janitor_runs_on_its_interval(config: STMConfig, clock: Clock) -> None:
@@ -312,3 +321,185 @@ def test_a_pass_in_chunks_deletes_exactly_what_has_expired(
         left = {key for (key,) in db.execute("SELECT key FROM short_term_memories")}
     assert deleted == len(expected)
     assert left == {f"k{n}" for n in kept} - expected
+
+
+# -- the same rules in PostgreSQL's SQL -----------------------------------------------
+# Each store spells the rule, the time slot and the janitor's chunks in its own SQL; these
+# run the properties above against a migrated PostgreSQL schema (one per test, emptied
+# between examples).
+Check = Callable[[Any], Awaitable[None]]
+
+
+@contextlib.contextmanager
+def _postgres_examples(postgres_url: str) -> Iterator[Callable[[Check], None]]:
+    """``run(check)`` runs ``check(store)`` on one open PostgreSQL store, emptied first."""
+    with asyncio.Runner() as runner:
+        store = runner.run(open_store(STMConfig(database=postgres_url)))
+
+        def run(check: Check) -> None:
+            async def go() -> None:
+                await store.execute("DELETE FROM short_term_memories")
+                await check(store)
+
+            runner.run(go())
+
+        try:
+            yield run
+        finally:
+            runner.run(store.close())
+
+
+def _positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
+    text, names = chains.positional(sql)
+    return text, [params[name] for name in names]
+
+
+def test_the_expiry_rule_is_one_rule_on_postgres(postgres_url: str) -> None:
+    """PostgreSQL's spelling of the rule (its casts included) agrees with the cache and the
+    row check of reads on every row, as SQLite's does above."""
+
+    with _postgres_examples(postgres_url) as run:
+
+        @given(
+            ages=_ages(),
+            summary=st.sampled_from([None, "", "a summary"]),
+            categories=st.sampled_from([{}, {"plans": "a trip"}]),
+        )
+        @settings(max_examples=150, deadline=None)
+        def agree(
+            ages: tuple[float, float, float, float],
+            summary: str | None,
+            categories: dict[str, str],
+        ) -> None:
+            crude_hours, summary_hours, now, updated_at = ages
+            expiry = MemoryCache(
+                max_keys=1,
+                crude_ttl_hours=crude_hours,
+                summary_ttl_hours=summary_hours,
+                clock=lambda: now,
+            ).expiry
+            thresholds = expiry.thresholds(now)
+            in_reads = row_expired(updated_at, bool(summary) or bool(categories), thresholds)
+            found: list[bool] = []
+
+            async def check(store: Any) -> None:
+                await store.execute(
+                    "INSERT INTO short_term_memories (key, scope, channel_id, updated_at, "
+                    "summary, categories) VALUES ('shortterm:server:1:2', 'server', 2, $1, "
+                    "$2, $3)",
+                    (updated_at, summary, json.dumps(categories)),
+                )
+                params = {"crude": thresholds.crude_before, "summary": thresholds.summary_before}
+                sql, values = _positional(
+                    f"SELECT {POSTGRES.expired()} FROM short_term_memories", params
+                )
+                ((in_store,),) = await store.execute(sql, values)
+                found.append(bool(in_store))
+
+            run(check)
+            assert found == [in_reads]
+
+        agree()
+
+
+def test_a_rows_time_slot_orders_as_its_time_does_on_postgres(postgres_url: str) -> None:
+    """PostgreSQL's generated slot never decreases as the time grows, as SQLite's does."""
+
+    with _postgres_examples(postgres_url) as run:
+        # PostgreSQL raises an underflow error for float8 arithmetic whose result is too
+        # small to hold (a time within about 1e-300 s of zero, which no clock gives).
+        times_of_clocks = _TIMES.filter(lambda t: t == 0 or abs(t) >= 1e-300)
+
+        @given(times=st.lists(times_of_clocks, min_size=1, max_size=12))
+        @settings(max_examples=100, deadline=None)
+        def ordered(times: list[float]) -> None:
+            found: list[float] = []
+
+            async def check(store: Any) -> None:
+                for n, at in enumerate(times):
+                    await store.execute(
+                        "INSERT INTO short_term_memories (key, scope, channel_id, updated_at) "
+                        "VALUES ($1, 'server', 2, $2)",
+                        (f"k{n}", at),
+                    )
+                rows = await store.execute(
+                    "SELECT updated_at FROM short_term_memories "
+                    "ORDER BY updated_slot DESC, updated_at DESC"
+                )
+                found.extend(row[0] for row in rows)
+
+            run(check)
+            assert found == sorted(times, reverse=True)
+
+        ordered()
+
+
+def test_a_pass_in_chunks_deletes_exactly_what_has_expired_on_postgres(postgres_url: str) -> None:
+    """PostgreSQL's janitor chunks delete exactly what has expired and end, as SQLite's do."""
+
+    with _postgres_examples(postgres_url) as run:
+
+        @given(
+            rows=st.lists(
+                st.tuples(
+                    st.integers(min_value=0, max_value=40).map(
+                        lambda n: 1_000_000 + n * SLOT_SECONDS / 4
+                    ),
+                    st.booleans(),
+                ),
+                max_size=30,
+            ),
+            crude=st.integers(min_value=0, max_value=40).map(
+                lambda n: 1_000_000 + n * SLOT_SECONDS / 4
+            ),
+            older=st.integers(min_value=0, max_value=20).map(lambda n: n * SLOT_SECONDS / 4),
+            limit=st.integers(min_value=1, max_value=7),
+            span=st.integers(min_value=1, max_value=7),
+            gone=st.sets(st.integers(min_value=0, max_value=29)),
+        )
+        @settings(max_examples=60, deadline=None)
+        def exactly(
+            rows: list[tuple[float, bool]],
+            crude: float,
+            older: float,
+            limit: int,
+            span: int,
+            gone: set[int],
+        ) -> None:
+            thresholds = Thresholds(crude, crude - older)
+            kept = {n for n in range(len(rows)) if n not in gone}
+            expected = {f"k{n}" for n in kept if row_expired(*rows[n], thresholds)}
+            outcome: dict[str, Any] = {}
+
+            async def check(store: Any) -> None:
+                for n, (at, notes) in enumerate(rows):
+                    await store.execute(
+                        "INSERT INTO short_term_memories (key, scope, channel_id, updated_at, "
+                        "summary) VALUES ($1, 'server', 2, $2, $3)",
+                        (f"k{n}", at, "notes" if notes else None),
+                    )
+                for n in gone:
+                    await store.execute(
+                        "DELETE FROM short_term_memories WHERE key = $1", (f"k{n}",)
+                    )
+                op = DeleteExpired(*thresholds, limit, span=span)
+                deleted = 0
+                for _ in range(2 * len(rows) + 2):
+                    (done,) = await store.run([op])
+                    assert isinstance(done, Expired) and done.deleted <= limit
+                    deleted += done.deleted
+                    if done.after is None:
+                        break
+                    assert done.after > op.after
+                    op = replace(op, after=done.after)
+                else:
+                    raise AssertionError("the pass did not end")
+                outcome["deleted"] = deleted
+                left = await store.execute("SELECT key FROM short_term_memories")
+                outcome["left"] = {key for (key,) in left}
+
+            run(check)
+            assert outcome["deleted"] == len(expected)
+            assert outcome["left"] == {f"k{n}" for n in kept} - expected
+
+        exactly()
