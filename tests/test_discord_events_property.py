@@ -12,8 +12,10 @@ a turn that was shown the message and began before its delete) holds its token.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
+from collections.abc import Callable
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -21,6 +23,8 @@ from hypothesis import strategies as st
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 from stm.keys import server_key, user_key
 
+BOTH_STORES = True
+SLOW_ON_POSTGRES = True
 SERVER = 100
 USERS = (1, 2, 3)
 CHANNELS = (10, 11, 12)
@@ -45,13 +49,32 @@ def keys() -> list[str]:
     return found + [user_key(u, c) for u in USERS for c in CHANNELS]
 
 
-@settings(max_examples=25, deadline=None)
-@given(script=ops)
 # A turn shown a message that is deleted before its upgrade, and one shown an edited one.
-@example(script=[("say", 1, 10), ("begin", 1, 10), ("delete", 0, False), ("upgrade", 0, False)])
-@example(script=[("say", 2, 11), ("begin", 3, 11), ("edit", 1, True), ("upgrade", 0, False)])
-async def test_no_deleted_or_superseded_text_comes_back(script: list[tuple]) -> None:
-    memory = await ShortTermMemory.open(STMConfig(database=":memory:", refresh_cadence=1000))
+NAMED = [
+    [("say", 1, 10), ("begin", 1, 10), ("delete", 0, False), ("upgrade", 0, False)],
+    [("say", 2, 11), ("begin", 3, 11), ("edit", 1, True), ("upgrade", 0, False)],
+]
+
+
+def test_no_deleted_or_superseded_text_comes_back(
+    store_kind: str, fresh_database: Callable[[str], str]
+) -> None:
+    """On each store (SQLite in memory; a PostgreSQL schema per example)."""
+    made = itertools.count()
+
+    @settings(max_examples=25, deadline=None)
+    @given(script=ops)
+    def never_back(script: list[tuple]) -> None:
+        database = ":memory:" if store_kind == "sqlite" else fresh_database(f"e{next(made)}")
+        asyncio.run(_play(database, script))
+
+    for named in NAMED:
+        never_back = example(script=named)(never_back)
+    never_back()
+
+
+async def _play(database: str, script: list[tuple]) -> None:
+    memory = await ShortTermMemory.open(STMConfig(database=database, refresh_cadence=1000))
     try:
         counter = itertools.count(1)
         sent: list[tuple[int, int, str]] = []  # (channel, message id, token) of each message
