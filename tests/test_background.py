@@ -4,26 +4,27 @@ until durable, and close() waits for all of it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import sqlite3
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import Opener
+from shredding import stored_rows
 
 from stm import ShortTermMemory, STMConfig
-from stm.store.shred import readable
 from stm.testing import Clock, ManualScheduler, ctx, faulty_memory, turn
 
 STM_DIR = str(Path(__file__).parent.parent / "stm")
 
 
-def rows(db_path: Path) -> dict[str, str | None]:
-    with contextlib.closing(sqlite3.connect(str(db_path))) as db:
-        return dict(db.execute(f"SELECT key, summary FROM {readable(db)}").fetchall())
+# Each test runs on both stores.
+BOTH_STORES = True
+
+
+async def rows(database: str) -> dict[str, str | None]:
+    return {row.key: row.summary for row in await stored_rows(database)}
 
 
 async def test_every_background_task_is_held_by_reference(open_memory: Opener) -> None:
@@ -84,7 +85,7 @@ async def test_a_failing_background_task_is_logged_with_its_scope_key(
 
 
 async def test_a_failed_delete_is_retried_until_durable_without_a_flush(
-    config: STMConfig, clock: Clock, db_path: Path, caplog: pytest.LogCaptureFixture
+    config: STMConfig, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Nobody waits: the writer keeps retrying the delete until it lands."""
     scheduler = ManualScheduler()
@@ -106,13 +107,11 @@ async def test_a_failed_delete_is_retried_until_durable_without_a_flush(
     # Backoff doubles from delete_retry_seconds.
     assert waits[:4] == pytest.approx([0.05, 0.1, 0.2, 0.4])
     assert "clearing channel 10" in caplog.text
-    assert rows(db_path) == {}
+    assert await rows(config.database) == {}
     await memory.close()
 
 
-async def test_close_waits_for_everything_in_flight(
-    config: STMConfig, clock: Clock, db_path: Path
-) -> None:
+async def test_close_waits_for_everything_in_flight(config: STMConfig, clock: Clock) -> None:
     """close() right after work was started (not awaited) finishes it all: the upgrade,
     the write-behind of captures, the clear and the purge."""
     first, store = await faulty_memory(
@@ -137,12 +136,14 @@ async def test_close_waits_for_everything_in_flight(
     store.release()
     await closing
     assert (await upgrade).success
-    stored = rows(db_path)
+    found = await stored_rows(config.database)
+    stored = {row.key: row.summary for row in found}
     assert stored["shortterm:server:100:10"] == "IN-FLIGHT"
-    with contextlib.closing(sqlite3.connect(str(db_path))) as db:
-        counters = db.execute(
-            "SELECT turns_since_refresh FROM short_term_memories "
-            "WHERE key LIKE 'shortterm:server:100:2_' OR key LIKE 'shortterm:server:100:3_'"
-        ).fetchall()
-    assert counters == [(2,)] * 20  # both captures' counters were written behind
+    counters = [
+        row.turns_since_refresh
+        for row in found
+        if row.key.startswith(("shortterm:server:100:2", "shortterm:server:100:3"))
+        and len(row.key) == len("shortterm:server:100:20")
+    ]
+    assert counters == [2] * 20  # both captures' counters were written behind
     assert "CLEARED" not in stored.values() and "PURGED" not in stored.values()
