@@ -4,6 +4,7 @@ rejected and reported, and what is queued behind it (a purge above all) still la
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -16,6 +17,7 @@ import stm.timing
 from stm import DurabilityError, RejectedWriteError, STMConfig
 from stm.cache import Entry
 from stm.lineage import Lineage
+from stm.store import open_store
 from stm.store.base import (
     DeleteChannel,
     PurgeUser,
@@ -25,11 +27,13 @@ from stm.store.base import (
     SaveServerSettings,
     StoredRow,
 )
-from stm.store.sqlite import SQLiteStore
 from stm.testing import ctx, faulty_memory, turn
 from stm.writer import Writer
 
-# Values no SQLite column can hold: integers beyond 64 bits, text that is not UTF-8 (and,
+# Each test runs on both stores.
+BOTH_STORES = True
+
+# Values no column of either store can hold: integers beyond 64 bits, text that is not UTF-8 (and,
 # below, a row no constraint of the schema lets in).
 BAD_INTS = st.one_of(st.integers(min_value=2**63), st.integers(max_value=-(2**63) - 1))
 BAD_TEXT = st.sampled_from(["\ud800", "a\udfffb", "\udc80" * 3])
@@ -71,8 +75,8 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(test())
 
 
-async def _poison_before_purge(poison: Any) -> None:
-    store = await SQLiteStore.open(":memory:")
+async def _poison_before_purge(poison: Any, database: str = ":memory:") -> None:
+    store = await open_store(STMConfig(database=database))
     writer = Writer(store, write_behind=3600, retry_delay=3600)
     writer.start()
     try:
@@ -98,29 +102,35 @@ async def _poison_before_purge(poison: Any) -> None:
         await store.close()
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(bad_int=BAD_INTS, bad_text=BAD_TEXT, which=st.integers(min_value=0, max_value=13))
 def test_a_poison_operation_queued_before_a_purge_does_not_stop_it(
-    bad_int: int, bad_text: str, which: int
+    store_kind: str, fresh_database: Callable[[str], str]
 ) -> None:
     """Any operation with a value the store can never hold, queued before a purge, is
     rejected (its caller hears RejectedWriteError); the purge and the write queued with
-    it land."""
-    _, poison = poisons(bad_int, bad_text)[which]
-    run(lambda: _poison_before_purge(poison))
+    it land. On each store (SQLite in memory; a PostgreSQL schema per example)."""
+    made = itertools.count()
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(bad_int=BAD_INTS, bad_text=BAD_TEXT, which=st.integers(min_value=0, max_value=13))
+    def rejected(bad_int: int, bad_text: str, which: int) -> None:
+        _, poison = poisons(bad_int, bad_text)[which]
+        database = ":memory:" if store_kind == "sqlite" else fresh_database(f"e{next(made)}")
+        run(lambda: _poison_before_purge(poison, database))
+
+    rejected()
 
 
 @pytest.mark.parametrize("index", range(14), ids=[name for name, _ in poisons(2**63, "\ud800")])
-async def test_each_kind_of_poison_is_rejected(index: int) -> None:
+async def test_each_kind_of_poison_is_rejected(index: int, store_database: str) -> None:
     """Every kind, once each (the property test above draws them at random)."""
-    await _poison_before_purge(poisons(2**64, "\ud800")[index][1])
+    await _poison_before_purge(poisons(2**64, "\ud800")[index][1], store_database)
 
 
-async def test_operations_submitted_together_are_answered_together() -> None:
+async def test_operations_submitted_together_are_answered_together(store_database: str) -> None:
     """``submit_all`` answers the list of its operations' results, in a batch shared with
     single submissions; with a poison among them, all of them are refused together (none
     is written) and what was queued around them still lands."""
-    store = await SQLiteStore.open(":memory:")
+    store = await open_store(STMConfig(database=store_database))
     writer = Writer(store, write_behind=3600, retry_delay=3600)
     writer.start()
     try:
