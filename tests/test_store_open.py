@@ -1,15 +1,18 @@
-"""Opening one SQLite file from many processes at the same moment."""
+"""Opening one new database (a SQLite file, a PostgreSQL schema) from many processes at
+the same moment."""
 
 from __future__ import annotations
 
 import multiprocessing
 import sqlite3
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from store_open_worker import open_in_step
+from store_open_worker import open_in_step, open_urls_in_step
 
+from stm.store.schema import POSTGRES_MIGRATIONS
 from stm.store.sqlite import MIGRATIONS, SQLiteStore
 
 PROCESSES = 4
@@ -49,6 +52,32 @@ def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path, trials
         with sqlite3.connect(f"{base}-{trial}.sqlite3") as db:
             assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
             assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+@pytest.mark.parametrize("store_kind", ["postgres"], indirect=True)
+def test_processes_creating_a_new_postgres_schema_at_once_all_succeed(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """Any number of processes may create and migrate one new PostgreSQL schema at the same
+    moment: none fails and every one sees the newest schema (the advisory lock lets one
+    migrate while the others wait for it)."""
+    trials = 10
+    urls = [fresh_database(f"race{trial}") for trial in range(trials)]
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(PROCESSES)
+    results = context.Queue()
+    workers = [
+        context.Process(target=open_urls_in_step, args=(urls, barrier, results))
+        for _ in range(PROCESSES)
+    ]
+    for worker in workers:
+        worker.start()
+    reports = [results.get(timeout=120) for _ in range(PROCESSES * trials)]
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    assert [r for r in reports if r[2] is not None] == []
+    assert {version for _, version, _ in reports} == {len(POSTGRES_MIGRATIONS)}
 
 
 async def test_reopening_an_empty_file_is_not_empty_at_open(db_path: Path) -> None:
