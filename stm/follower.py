@@ -6,7 +6,9 @@ The follower reads the feed in the background, in position order, and applies
 each change that another process made:
 
 - an upgrade: the key's distilled memory is dropped at once and its row read
-  again (the crude messages this process holds stay: they exist only here);
+  again (the crude messages this process holds stay: they exist only here); of a
+  key not held here, its server's recall group is read again at its next turn, so
+  notes written elsewhere are recalled in the server's other channels here too;
 - a channel clear, a user purge: the same as the local ones (``forget.py``),
   crude messages held only by this process included, and recorded in the
   deletion log, so reads in flight and turns that began earlier are overtaken
@@ -31,9 +33,10 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from .cache import MemoryCache
+from .cache import MemoryCache, group_of
 from .deletions import Purge
 from .forget import clear_channel, clear_ranges, forget_everything, forget_key, purge_user
+from .keys import parse_key
 from .messages import RecentlyForgotten, forget_messages, nudge_rewrite
 from .models import TurnContext
 from .readthrough import ReadThrough
@@ -222,9 +225,14 @@ class Follower:
                 log.warning("short-term memory ignored an unknown change: %r", change)
 
     def _replaced(self, key: str) -> None:
-        """Another process wrote the key's distilled memory: stop showing ours, read theirs."""
+        """Another process wrote the key's distilled memory: stop showing ours, read theirs.
+        A key this process does not hold may be one its prompts recall from another channel:
+        its recall group's newest rows are read again at the group's next turn."""
         entry = self.cache.peek(key)
         if entry is None:
+            scope = parse_key(key)
+            if scope.scope == "server":  # only a server's group recalls other channels
+                self.reads.forget_group(group_of("server", scope.owner_id, None, scope.persona_id))
             return
         self.cache.drop_distilled(entry)
         self._spawn(self.reads.reload(key), f"stm-reload {key}")

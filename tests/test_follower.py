@@ -204,3 +204,20 @@ async def test_two_reads_of_the_feed_at_once_never_move_the_position_back(
     newest = await store.current_position()
     assert b.follower.position == newest
     assert applied == 1  # A's clear, once
+
+
+async def test_notes_written_elsewhere_for_a_conversation_not_held_here_are_recalled(
+    open_memory: Opener,
+) -> None:
+    """B has recalled its server's other channels once (the group is warm) and never held
+    #11; A writes #11's notes. Once B read the feed, its prompts in the server's other
+    channels recall them (B used to show the group as first read until a restart)."""
+    a = await open_memory()
+    b = await paused(await open_memory())
+    await b.capture(turn(ctx(user=2, channel=10), "b talks"))
+    assert "ELSEWHERE-NOTES" not in str(await b.build_context(ctx(user=2, channel=12)))
+    await a.capture(turn(ctx(user=1, channel=11), "a talks"))
+    assert (await a.run_tool(ctx(user=1, channel=11), {"summary": "ELSEWHERE-NOTES"})).success
+    await a.flush()
+    await b.follower.catch_up()
+    assert "ELSEWHERE-NOTES" in str(await b.build_context(ctx(user=2, channel=12)))

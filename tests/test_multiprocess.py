@@ -37,8 +37,9 @@ class Worker(BotProcess):
         cwd: Path,
         coherence: float = COHERENCE,
         test_env: dict[str, str] | None = None,
+        **settings: object,
     ) -> None:
-        super().__init__(database, cwd, test_env, coherence_seconds=coherence)
+        super().__init__(database, cwd, test_env, coherence_seconds=coherence, **settings)
 
 
 @pytest.fixture
@@ -46,8 +47,8 @@ def workers(store_database: str, tmp_path: Path) -> Any:
     """Start worker processes on the test's database; all are stopped at the end."""
     started: list[Worker] = []
 
-    def start(coherence: float = COHERENCE) -> Worker:
-        worker = Worker(store_database, tmp_path, coherence)
+    def start(coherence: float = COHERENCE, **settings: object) -> Worker:
+        worker = Worker(store_database, tmp_path, coherence, **settings)
         started.append(worker)
         return worker
 
@@ -120,6 +121,41 @@ async def test_a_purge_reaches_every_process_and_no_upgrade_brings_it_back(
     assert row.summary == "AFTER"
     assert row.pin is not None
     assert not {1, 2} & set(await members(store_database, row.pin))
+
+
+@pytest.mark.parametrize("erasure", ["complete", "direct"])
+async def test_each_policy_reaches_across_processes(
+    workers: Any, store_database: str, erasure: str
+) -> None:
+    """#general's notes hold Alice's words (written in B); C writes #random's notes from a
+    prompt that showed #general's notes. A purge of Alice in A: every process stops showing
+    #general's notes, and #random's under ``complete`` (kept under ``direct``, in every
+    process and in the row), within the bound."""
+    a, b, c = (workers(erasure=erasure, render_mode="supersede") for _ in range(3))
+    b.call(op="capture", text="ALICE-SAID", **turn(1, 10))
+    assert b.call(op="upgrade", summary="GENERAL-NOTES", **turn(1, 10))["success"]
+    b.call(op="flush")
+    c.call(op="capture", text="bob here", **turn(2, 11))
+    assert c.call(op="wait_shown", marker="GENERAL-NOTES", **turn(2, 11))["at"] is not None
+    assert c.call(op="upgrade", summary="RANDOM-NOTES", **turn(2, 11))["success"]
+    c.call(op="flush")
+    assert b.call(op="wait_shown", marker="RANDOM-NOTES", **turn(3, 12))["at"] is not None
+    a.call(op="purge", user=1, server=None)
+    for worker in (a, b, c):
+        assert worker.call(op="wait_gone", marker="GENERAL-NOTES", **turn(3, 12))["at"]
+    if erasure == "complete":
+        for worker in (a, b, c):
+            assert worker.call(op="wait_gone", marker="RANDOM-NOTES", **turn(3, 12))["at"]
+    for worker in (a, b, c):
+        worker.call(op="flush")
+        worker.call(op="caught_up")
+    rows = await stored_rows(store_database, key(10), key(11))
+    assert key(10) not in rows or not rows[key(10)].summary
+    random_notes = rows[key(11)].summary if key(11) in rows else None
+    assert random_notes == (None if erasure == "complete" else "RANDOM-NOTES")
+    for worker in (a, b, c):
+        shown = worker.call(op="shown", **turn(3, 12))["text"]
+        assert ("RANDOM-NOTES" in shown) == (erasure == "direct"), shown
 
 
 async def test_a_purge_whose_process_died_is_carried_out_by_a_running_one(
@@ -241,13 +277,15 @@ def test_purge_propagation_stays_within_the_bound(
     assert b.call(op="stats")["dropped_caches"] == 0
 
 
+@pytest.mark.parametrize("erasure", ["complete", "direct"])
 async def test_randomized_processes_never_bring_deleted_memory_back(
-    workers: Any, store_database: str
+    workers: Any, store_database: str, erasure: str
 ) -> None:
-    """Random captures, upgrades, purges and clears in three processes: nothing deleted
-    comes back in any process, and at the end every process's view matches the rows."""
+    """Random captures, upgrades, purges and clears in three processes, under each erasure
+    policy: nothing deleted comes back in any process, and at the end every process's view
+    matches the rows."""
     rng = random.Random(seed_for("multiprocess-race"))
-    procs = [workers(), workers(), workers()]
+    procs = [workers(erasure=erasure) for _ in range(3)]
     users, channels = [1, 2, 3, 4], [10, 11, 12]
     deleted: list[tuple[str, float]] = []  # marker, and when its delete was committed
     written: dict[str, tuple[int, int]] = {}  # marker -> (user, channel)
