@@ -193,9 +193,42 @@ class ReadThrough:
             updated_at=now,
             hydrated=hydrated,
         )
+        self._take_over(entry)
         self.describe(entry, ctx)
         self.put(entry)
         return entry
+
+    def _counts_of(self, key: str) -> Entry | None:
+        """A new entry of ``key`` with nothing in it but what its evicted entry (if any)
+        identifies it by, for the turns it counted before its row was read to be taken
+        over; None when there is none."""
+        old = self._writer.write_behind.unread(key)
+        if old is None:
+            return None
+        return Entry(
+            key=key,
+            scope=old.scope,
+            server_id=old.server_id,
+            user_id=old.user_id,
+            channel_id=old.channel_id,
+            persona_id=old.persona_id,
+            messages=EMPTY,
+            updated_at=old.updated_at,
+            channel_name=old.channel_name,
+            server_name=old.server_name,
+            parent_channel_id=old.parent_channel_id,
+            channel_private=old.channel_private,
+        )
+
+    def _take_over(self, entry: Entry) -> bool:
+        """Count in ``entry`` the turns its key's evicted entry counted before its row was
+        read (see ``WriteBehind.unread``); True when there were any."""
+        old = self._writer.write_behind.unread(entry.key)
+        if old is None or not (old.turns_since_refresh or old.last_refreshed_turn):
+            return False
+        entry.turns_since_refresh += old.turns_since_refresh
+        entry.last_refreshed_turn = max(entry.last_refreshed_turn, old.last_refreshed_turn)
+        return True
 
     def put(self, entry: Entry, *, touched: bool = True) -> None:
         """Hold ``entry``; a group that lost an entry to eviction is warmed again."""
@@ -354,8 +387,18 @@ class ReadThrough:
                 entry = self.cache.peek(key)
                 if entry is not None and not entry.hydrated:
                     self._merge(entry, row)
-                elif entry is None and row is not None:
-                    self.put(entry_from(row), touched=False)
+                elif entry is None:
+                    # Evicted while this read ran, or never held: the row, or nothing; with
+                    # the turns an evicted entry counted before its row was read (only
+                    # counts: its words and notes went with it).
+                    fresh = entry_from(row) if row is not None else self._counts_of(key)
+                    if fresh is not None and self._take_over(fresh):
+                        self.put(fresh, touched=False)
+                        # The row lacks the turns taken over. Known now, they are written
+                        # ahead of the key's next read even if the entry is evicted again.
+                        self._writer.mark_dirty(fresh)
+                    elif row is not None:
+                        self.put(fresh, touched=False)  # type: ignore[arg-type]
             return True
         finally:
             for key in keys:
@@ -433,6 +476,8 @@ class ReadThrough:
         if pending is None and not await self.hydrate([key]):
             raise Unavailable(key)
         entry = self.cache.get(key)
+        if entry is None and self._writer.write_behind.evicted_counts(key):
+            return AGAIN  # the next read is of a row written with them
         if entry is None or entry.hydrated:
             return entry
         return AGAIN

@@ -15,6 +15,9 @@ from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig
 from stm.store.shred import readable
 from stm.testing import ctx, turn
 
+# Each test that does not inspect the SQLite file runs on both stores.
+BOTH_STORES = True
+
 
 async def test_server_turn_is_captured_under_both_keys(memory: ShortTermMemory) -> None:
     """A server turn lands in the user key and the server key."""

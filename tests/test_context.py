@@ -7,6 +7,9 @@ from helpers import Opener
 from stm import ShortTermMemory, STMConfig, TurnContext
 from stm.testing import Clock, ctx, turn
 
+# Each test that does not inspect the SQLite file runs on both stores.
+BOTH_STORES = True
+
 
 async def upgrade(memory: ShortTermMemory, text: str, **where: object) -> None:
     c = ctx(**where)  # type: ignore[arg-type]

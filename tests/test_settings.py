@@ -8,6 +8,9 @@ from helpers import Opener
 from stm import Category, InvalidInput, ServerSettings, ShortTermMemory
 from stm.testing import ctx, turn
 
+# Each test that does not inspect the SQLite file runs on both stores.
+BOTH_STORES = True
+
 
 async def test_unconfigured_servers_and_dms_get_the_global_defaults(open_memory: Opener) -> None:
     """Defaults come from the config; DMs (None) get them too."""

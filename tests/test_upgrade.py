@@ -11,6 +11,9 @@ from stm import Category, ShortTermMemory, STMConfig
 from stm.store.shred import readable
 from stm.testing import Clock, ctx, faulty_memory, turn
 
+# Each test that does not inspect the SQLite file runs on both stores.
+BOTH_STORES = True
+
 
 def durable_rows(db_path: object) -> dict[str, tuple[object, ...]]:
     """What another connection sees in the file right now."""
@@ -170,6 +173,7 @@ async def test_a_failed_upgrade_does_not_restore_what_a_purge_removed_meanwhile(
     await memory.capture(turn(other, "user two speaks"))
     assert (await memory.run_tool(other, {"summary": "USER2-SECRET"})).success
     await memory.capture(turn(here, "user one speaks"))
+    await memory.background.gather()  # the held commit is the upgrade's, not a hydration's
     store.hold()
     upgrade = asyncio.create_task(memory.run_tool(here, {"summary": "Both spoke."}))
     await store.holding()  # the upgrade's commit is in flight
@@ -227,6 +231,8 @@ async def test_a_failed_upgrade_releases_the_turn_for_a_retry(
     memory, store = await faulty_memory(config, clock=clock)
     c = ctx()
     await memory.capture(turn(c, "x"))
+    await memory.build_context(c)  # the turn's reads are done: the failure is the commit's
+    await memory.background.gather()
     store.failures = 1
     assert not (await memory.run_tool(c, {"summary": "LOST"})).success
     assert (await memory.run_tool(c, {"summary": "RETRIED"})).success
