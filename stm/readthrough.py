@@ -205,19 +205,18 @@ class ReadThrough:
         old = self._writer.write_behind.unread(key)
         if old is None:
             return None
-        return Entry(
-            key=key,
-            scope=old.scope,
-            server_id=old.server_id,
-            user_id=old.user_id,
-            channel_id=old.channel_id,
-            persona_id=old.persona_id,
+        # Its identity only: no words, no notes, no counts (those are taken over).
+        return replace(
+            old,
             messages=EMPTY,
-            updated_at=old.updated_at,
-            channel_name=old.channel_name,
-            server_name=old.server_name,
-            parent_channel_id=old.parent_channel_id,
-            channel_private=old.channel_private,
+            summary=None,
+            categories=NO_CATEGORIES,
+            pin=None,
+            turns_since_refresh=0,
+            last_refreshed_turn=0,
+            hydrated=True,
+            version=0,
+            scrolled=None,
         )
 
     def _take_over(self, entry: Entry) -> bool:

@@ -267,21 +267,21 @@ async def test_a_janitor_pass_over_many_rows_deletes_them_in_bounded_transaction
     assert entry is not None and entry.summary == "WRITTEN-MEANWHILE"
 
 
-@given(
-    rows=st.lists(
-        st.tuples(
-            st.integers(min_value=0, max_value=40).map(lambda n: 1_000_000 + n * SLOT_SECONDS / 4),
-            st.booleans(),
-        ),
-        min_size=0,
-        max_size=30,
-    ),
-    crude=st.integers(min_value=0, max_value=40).map(lambda n: 1_000_000 + n * SLOT_SECONDS / 4),
+# A janitor pass's cases: rows at times a quarter slot apart (some distilled), the crude
+# threshold and how much older the summary one is, the chunk's limit and span, and the rows
+# deleted before (gaps in the ids).
+_TIME = st.integers(min_value=0, max_value=40).map(lambda n: 1_000_000 + n * SLOT_SECONDS / 4)
+CHUNK_CASES = dict(
+    rows=st.lists(st.tuples(_TIME, st.booleans()), max_size=30),
+    crude=_TIME,
     older=st.integers(min_value=0, max_value=20).map(lambda n: n * SLOT_SECONDS / 4),
     limit=st.integers(min_value=1, max_value=7),
     span=st.integers(min_value=1, max_value=7),
     gone=st.sets(st.integers(min_value=0, max_value=29)),
 )
+
+
+@given(**CHUNK_CASES)
 @settings(max_examples=80, deadline=None)
 def test_a_pass_in_chunks_deletes_exactly_what_has_expired(
     rows: list[tuple[float, bool]],
@@ -439,24 +439,7 @@ def test_a_pass_in_chunks_deletes_exactly_what_has_expired_on_postgres(postgres_
 
     with _postgres_examples(postgres_url) as run:
 
-        @given(
-            rows=st.lists(
-                st.tuples(
-                    st.integers(min_value=0, max_value=40).map(
-                        lambda n: 1_000_000 + n * SLOT_SECONDS / 4
-                    ),
-                    st.booleans(),
-                ),
-                max_size=30,
-            ),
-            crude=st.integers(min_value=0, max_value=40).map(
-                lambda n: 1_000_000 + n * SLOT_SECONDS / 4
-            ),
-            older=st.integers(min_value=0, max_value=20).map(lambda n: n * SLOT_SECONDS / 4),
-            limit=st.integers(min_value=1, max_value=7),
-            span=st.integers(min_value=1, max_value=7),
-            gone=st.sets(st.integers(min_value=0, max_value=29)),
-        )
+        @given(**CHUNK_CASES)
         @settings(max_examples=60, deadline=None)
         def exactly(
             rows: list[tuple[float, bool]],

@@ -8,6 +8,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from store_open_worker import open_in_step, open_urls_in_step
@@ -17,6 +18,24 @@ from stm.store.sqlite import MIGRATIONS, SQLiteStore
 
 PROCESSES = 4
 pytestmark = pytest.mark.process
+
+
+def in_step(target: Callable[..., None], args: tuple[Any, ...], trials: int) -> list[Any]:
+    """Run ``target(*args, barrier, results)`` in PROCESSES spawned processes, which open
+    a database each trial at the same moment; every report they put, once each exited."""
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(PROCESSES)
+    results = context.Queue()
+    workers = [
+        context.Process(target=target, args=(*args, barrier, results)) for _ in range(PROCESSES)
+    ]
+    for worker in workers:
+        worker.start()
+    reports = [results.get(timeout=120) for _ in range(PROCESSES * trials)]
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    return reports
 
 
 @pytest.mark.parametrize(
@@ -29,20 +48,8 @@ def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path, trials
     """Any number of processes may create and migrate one new file at the same moment:
     none fails, every one sees the newest schema, and exactly one (the one that made the
     schema) reports the file as empty at open."""
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(PROCESSES)
-    results = context.Queue()
     base = str(tmp_path / "race")
-    workers = [
-        context.Process(target=open_in_step, args=(base, trials, barrier, results))
-        for _ in range(PROCESSES)
-    ]
-    for worker in workers:
-        worker.start()
-    reports = [results.get(timeout=120) for _ in range(PROCESSES * trials)]
-    for worker in workers:
-        worker.join(timeout=60)
-        assert worker.exitcode == 0
+    reports = in_step(open_in_step, (base, trials), trials)
     errors = [r for r in reports if r[3] is not None]
     assert errors == []
     assert {version for *_, version, _ in reports} == {len(MIGRATIONS)}
@@ -63,19 +70,7 @@ def test_processes_creating_a_new_postgres_schema_at_once_all_succeed(
     migrate while the others wait for it)."""
     trials = 10
     urls = [fresh_database(f"race{trial}") for trial in range(trials)]
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(PROCESSES)
-    results = context.Queue()
-    workers = [
-        context.Process(target=open_urls_in_step, args=(urls, barrier, results))
-        for _ in range(PROCESSES)
-    ]
-    for worker in workers:
-        worker.start()
-    reports = [results.get(timeout=120) for _ in range(PROCESSES * trials)]
-    for worker in workers:
-        worker.join(timeout=60)
-        assert worker.exitcode == 0
+    reports = in_step(open_urls_in_step, (urls,), trials)
     assert [r for r in reports if r[2] is not None] == []
     assert {version for _, version, _ in reports} == {len(POSTGRES_MIGRATIONS)}
 
