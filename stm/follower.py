@@ -6,9 +6,9 @@ The follower reads the feed in the background, in position order, and applies
 each change that another process made:
 
 - an upgrade: the key's distilled memory is dropped at once and its row read
-  again (the crude messages this process holds stay: they exist only here); of a
-  key not held here, its server's recall group is read again at its next turn, so
-  notes written elsewhere are recalled in the server's other channels here too;
+  again (the crude messages this process holds stay: they exist only here); a key
+  not held here whose server's channels this process recalls is read in, so notes
+  written elsewhere are recalled in the server's other channels here too;
 - a channel clear, a user purge: the same as the local ones (``forget.py``),
   crude messages held only by this process included, and recorded in the
   deletion log, so reads in flight and turns that began earlier are overtaken
@@ -227,12 +227,14 @@ class Follower:
     def _replaced(self, key: str) -> None:
         """Another process wrote the key's distilled memory: stop showing ours, read theirs.
         A key this process does not hold may be one its prompts recall from another channel:
-        its recall group's newest rows are read again at the group's next turn."""
+        when they recall its group, its row is read in, in the background."""
         entry = self.cache.peek(key)
         if entry is None:
             scope = parse_key(key)
             if scope.scope == "server":  # only a server's group recalls other channels
-                self.reads.forget_group(group_of("server", scope.owner_id, None, scope.persona_id))
+                group = group_of("server", scope.owner_id, None, scope.persona_id)
+                if self.reads.recalls(group):
+                    self._spawn(self.reads.adopt(key, group), f"stm-adopt {key}")
             return
         self.cache.drop_distilled(entry)
         self._spawn(self.reads.reload(key), f"stm-reload {key}")

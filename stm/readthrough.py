@@ -544,6 +544,18 @@ class ReadThrough:
                 self.put(entry_from(row), touched=False)
 
     # -- another process's upgrade ----------------------------------------------
+    def recalls(self, group: GroupKey) -> bool:
+        """True when this process's prompts recall ``group``'s channels (it was read)."""
+        return group in self._warmed
+
+    async def adopt(self, key: str, group: GroupKey) -> None:
+        """Another process wrote the notes of ``key``, which this one does not hold but whose
+        group it recalls: read its row in, so the group's next turn shows them (a read here
+        costs the turns nothing; deletions made while it runs are applied to it)."""
+        rows = await self._read(LoadRows((key,), *self.thresholds()), [key])
+        if rows and group in self._warmed and self.cache.peek(key) is None:
+            self.put(entry_from(rows[0]), touched=False)
+
     async def reload(self, key: str) -> None:
         """Take the key's distilled content and counters from its row again (another process
         wrote them); the crude messages held here stay. A change made here meanwhile wins."""

@@ -210,8 +210,9 @@ async def test_notes_written_elsewhere_for_a_conversation_not_held_here_are_reca
     open_memory: Opener,
 ) -> None:
     """B has recalled its server's other channels once (the group is warm) and never held
-    #11; A writes #11's notes. Once B read the feed, its prompts in the server's other
-    channels recall them (B used to show the group as first read until a restart)."""
+    #11; A writes #11's notes. Once B read the feed (and the row it then reads in), its
+    prompts in the server's other channels recall them (B used to show the group as first
+    read until a restart)."""
     a = await open_memory()
     b = await paused(await open_memory())
     await b.capture(turn(ctx(user=2, channel=10), "b talks"))
@@ -220,4 +221,5 @@ async def test_notes_written_elsewhere_for_a_conversation_not_held_here_are_reca
     assert (await a.run_tool(ctx(user=1, channel=11), {"summary": "ELSEWHERE-NOTES"})).success
     await a.flush()
     await b.follower.catch_up()
+    await b.background.gather()  # the row is read in in the background
     assert "ELSEWHERE-NOTES" in str(await b.build_context(ctx(user=2, channel=12)))
