@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from .cache import MemoryCache, group_of
+from .cache import GroupKey, MemoryCache, group_of
 from .deletions import Purge
 from .forget import clear_channel, clear_ranges, forget_everything, forget_key, purge_user
 from .keys import parse_key
@@ -89,6 +89,9 @@ class Follower:
         self._reading = asyncio.Lock()
         # Purges applied to the cache whose ranges could not be read yet, by position.
         self._unplanned: dict[int, Purge] = {}
+        # Keys another process upgraded that this one does not hold but whose server's
+        # channels it recalls: read in together, once per page of the feed.
+        self._adopting: dict[str, GroupKey] = {}
         # Message ids deleted or edited lately (the facade's), for captures in flight.
         # Message ids deleted or edited on Discord lately, shared with the memory's captures.
         self.forgotten = forgotten if forgotten is not None else RecentlyForgotten()
@@ -137,6 +140,9 @@ class Follower:
                     applied += 1
                 # Applied: a read that fails later in the page starts after it.
                 self.position = change.position
+            if self._adopting:
+                adopting, self._adopting = self._adopting, {}
+                self._spawn(self.reads.adopt(adopting), f"stm-adopt {len(adopting)} keys")
             self.position = page.next_after
             if not page.more:
                 break
@@ -234,7 +240,7 @@ class Follower:
             if scope.scope == "server":  # only a server's group recalls other channels
                 group = group_of("server", scope.owner_id, None, scope.persona_id)
                 if self.reads.recalls(group):
-                    self._spawn(self.reads.adopt(key, group), f"stm-adopt {key}")
+                    self._adopting[key] = group  # read in with the page's others
             return
         self.cache.drop_distilled(entry)
         self._spawn(self.reads.reload(key), f"stm-reload {key}")

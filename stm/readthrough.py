@@ -548,13 +548,14 @@ class ReadThrough:
         """True when this process's prompts recall ``group``'s channels (it was read)."""
         return group in self._warmed
 
-    async def adopt(self, key: str, group: GroupKey) -> None:
-        """Another process wrote the notes of ``key``, which this one does not hold but whose
-        group it recalls: read its row in, so the group's next turn shows them (a read here
-        costs the turns nothing; deletions made while it runs are applied to it)."""
-        rows = await self._read(LoadRows((key,), *self.thresholds()), [key])
-        if rows and group in self._warmed and self.cache.peek(key) is None:
-            self.put(entry_from(rows[0]), touched=False)
+    async def adopt(self, keys: dict[str, GroupKey]) -> None:
+        """Another process wrote the notes of ``keys``, which this one does not hold but
+        whose groups it recalls: read their rows in, so the groups' next turns show them (a
+        read here costs the turns nothing; deletions made while it runs are applied)."""
+        rows = await self._read(LoadRows(tuple(keys), *self.thresholds()), list(keys))
+        for row in rows or ():
+            if keys[row.key] in self._warmed and self.cache.peek(row.key) is None:
+                self.put(entry_from(row), touched=False)
 
     async def reload(self, key: str) -> None:
         """Take the key's distilled content and counters from its row again (another process
