@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -461,3 +462,30 @@ def test_a_full_disk_is_retried_not_dropped() -> None:
     assert [c.__name__ for c in passing if is_permanent(c("x"))] == []
     assert [c.__name__ for c in permanent if not is_permanent(c("x"))] == []
     assert not is_permanent(TimeoutError()) and not is_permanent(StoreError("no answer"))
+
+
+async def test_a_batch_cancelled_anywhere_leaves_no_connection_mid_transaction(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store batch cancelled at any point (BEGIN, its statements, COMMIT), as the memory's
+    background tasks are when it closes: no connection goes back to the pool inside a
+    transaction (asyncpg would reset it and log an error), and the store works on."""
+    from stm.store import open_store
+    from stm.store.base import LoadRows, SaveOptOut
+
+    store = await open_store(STMConfig(database=postgres_url))
+    try:
+        with caplog.at_level(logging.ERROR, logger="asyncio"):
+            for turns in range(40):  # cancelled after 0, 1, ... event-loop turns
+                ops = [SaveOptOut(7, turns % 2 == 0, 1.0)] if turns % 3 else []
+                task = asyncio.create_task(store.run([*ops, LoadRows(("k",), 0.0, 0.0)]))
+                for _ in range(turns):
+                    await asyncio.sleep(0)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            assert await store.run([LoadRows(("k",), 0.0, 0.0)]) == [[]]
+            await asyncio.sleep(0.05)  # a reset would be logged as its connection is released
+        assert "active transaction" not in caplog.text
+    finally:
+        await store.close()

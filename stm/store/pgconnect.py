@@ -27,6 +27,7 @@ deletes are retried until they land. Pure: no I/O but the one check below.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -110,6 +111,13 @@ async def unwritable_tables(conn: Any) -> list[str]:
     return [str(row[0]) for row in await conn.fetch(UNWRITABLE_SQL)]
 
 
+def _drop(conn: Any) -> None:
+    """Close ``conn`` at once, without a word to the server (which rolls back what it had
+    open); one already closed or handed back, as a timed-out command leaves it, stays so."""
+    with contextlib.suppress(Exception):
+        conn.terminate()
+
+
 @contextlib.asynccontextmanager
 async def pooled(pool: Any, name: str, limits: Limits) -> AsyncIterator[Any]:
     """A connection of ``pool``, waited for at most ``limits.acquire_seconds``. A command
@@ -123,7 +131,7 @@ async def pooled(pool: Any, name: str, limits: Limits) -> AsyncIterator[Any]:
     try:
         yield conn
     except TimeoutError as exc:
-        conn.terminate()
+        _drop(conn)
         raise _no_answer(name, limits, "") from exc
     finally:
         await pool.release(conn, timeout=limits.command_seconds)
@@ -135,20 +143,35 @@ async def transaction(conn: Any, **options: Any) -> AsyncIterator[None]:
     connection is dropped at once instead of sending a ROLLBACK that would wait as long
     again (the server rolls back a transaction whose connection is gone)."""
     started = conn.transaction(**options)
-    await started.start()
+    # Whatever stops BEGIN, COMMIT or ROLLBACK half-way (a task cancelled as the memory
+    # closes, above all) leaves the connection in a state nobody knows: it is dropped,
+    # not handed back to the pool, which would reset it and log an error.
+    try:
+        await started.start()
+    except BaseException:
+        _drop(conn)
+        raise
     try:
         yield
     except TimeoutError:
-        conn.terminate()
+        _drop(conn)
         raise
     except BaseException:
         # A connection the server dropped cannot roll back (the server did): the error
         # that broke the transaction is the one to report.
-        with contextlib.suppress(Exception):
+        try:
             await started.rollback()
+        except asyncio.CancelledError:
+            _drop(conn)
+            raise  # cancelled again while rolling back: the cancel wins
+        except Exception:
+            _drop(conn)
         raise
-    else:
+    try:
         await started.commit()
+    except BaseException:
+        _drop(conn)
+        raise
 
 
 def _no_answer(name: str, limits: Limits, waiting: str) -> StoreError:
