@@ -128,6 +128,30 @@ def turn_scope(ctx: TurnContext) -> tuple[str, str | None, GroupKey]:
     return made
 
 
+def _identity_of(old: Entry) -> Entry:
+    """A new entry of ``old``'s key holding only what identifies it: no words, no notes, no
+    counts."""
+    return replace(
+        old,
+        messages=EMPTY,
+        summary=None,
+        categories=NO_CATEGORIES,
+        pin=None,
+        turns_since_refresh=0,
+        last_refreshed_turn=0,
+        hydrated=True,
+        version=0,
+        scrolled=None,
+    )
+
+
+def _take_over(entry: Entry, old: Entry) -> None:
+    """Count in ``entry`` the turns ``old``, an evicted entry of its key whose row was never
+    read, counted (see ``WriteBehind.take_unread_counts``)."""
+    entry.turns_since_refresh += old.turns_since_refresh
+    entry.last_refreshed_turn = max(entry.last_refreshed_turn, old.last_refreshed_turn)
+
+
 class ReadThrough:
     """The cache over the store: reads that merge rows in, and the deletion log."""
 
@@ -193,41 +217,12 @@ class ReadThrough:
             updated_at=now,
             hydrated=hydrated,
         )
-        self._take_over(entry)
+        old = self._writer.write_behind.take_unread_counts(key)
+        if old is not None:
+            _take_over(entry, old)
         self.describe(entry, ctx)
         self.put(entry)
         return entry
-
-    def _counts_of(self, key: str) -> Entry | None:
-        """A new entry of ``key`` with nothing in it but what its evicted entry (if any)
-        identifies it by, for the turns it counted before its row was read to be taken
-        over; None when there is none."""
-        old = self._writer.write_behind.unread(key)
-        if old is None:
-            return None
-        # Its identity only: no words, no notes, no counts (those are taken over).
-        return replace(
-            old,
-            messages=EMPTY,
-            summary=None,
-            categories=NO_CATEGORIES,
-            pin=None,
-            turns_since_refresh=0,
-            last_refreshed_turn=0,
-            hydrated=True,
-            version=0,
-            scrolled=None,
-        )
-
-    def _take_over(self, entry: Entry) -> bool:
-        """Count in ``entry`` the turns its key's evicted entry counted before its row was
-        read (see ``WriteBehind.unread``); True when there were any."""
-        old = self._writer.write_behind.unread(entry.key)
-        if old is None or not (old.turns_since_refresh or old.last_refreshed_turn):
-            return False
-        entry.turns_since_refresh += old.turns_since_refresh
-        entry.last_refreshed_turn = max(entry.last_refreshed_turn, old.last_refreshed_turn)
-        return True
 
     def put(self, entry: Entry, *, touched: bool = True) -> None:
         """Hold ``entry``; a group that lost an entry to eviction is warmed again."""
@@ -387,17 +382,18 @@ class ReadThrough:
                 if entry is not None and not entry.hydrated:
                     self._merge(entry, row)
                 elif entry is None:
-                    # Evicted while this read ran, or never held: the row, or nothing; with
-                    # the turns an evicted entry counted before its row was read (only
-                    # counts: its words and notes went with it).
-                    fresh = entry_from(row) if row is not None else self._counts_of(key)
-                    if fresh is not None and self._take_over(fresh):
+                    # Evicted while this read ran, or never held: the row, if any, with the
+                    # turns an evicted entry counted before its row was read.
+                    old = self._writer.write_behind.take_unread_counts(key)
+                    if old is not None:
+                        fresh = entry_from(row) if row is not None else _identity_of(old)
+                        _take_over(fresh, old)
                         self.put(fresh, touched=False)
-                        # The row lacks the turns taken over. Known now, they are written
-                        # ahead of the key's next read even if the entry is evicted again.
+                        # The row lacks them. Known now, they are written ahead of the
+                        # key's next read even if this entry is evicted again.
                         self._writer.mark_dirty(fresh)
                     elif row is not None:
-                        self.put(fresh, touched=False)  # type: ignore[arg-type]
+                        self.put(entry_from(row), touched=False)
             return True
         finally:
             for key in keys:
@@ -475,11 +471,11 @@ class ReadThrough:
         if pending is None and not await self.hydrate([key]):
             raise Unavailable(key)
         entry = self.cache.get(key)
-        if entry is None and self._writer.write_behind.evicted_counts(key):
-            return AGAIN  # the next read is of a row written with them
-        if entry is None or entry.hydrated:
-            return entry
-        return AGAIN
+        if entry is None:
+            evicted = self._writer.write_behind.evicted(key)
+            # An evicted entry's counters are written just ahead of the next read of its row.
+            return AGAIN if evicted is not None and evicted.hydrated else None
+        return entry if entry.hydrated else AGAIN
 
     def settled(self, key: str, group: GroupKey) -> Entry | Literal[_NoRow.NO_ROW] | None:
         """What a turn's read of ``key`` and of its recall group would find, when it can be
@@ -553,7 +549,13 @@ class ReadThrough:
         whose groups it recalls: read their rows in, so the groups' next turns show them (a
         read here costs the turns nothing; deletions made while it runs are applied)."""
         rows = await self._read(LoadRows(tuple(keys), *self.thresholds()), list(keys))
-        for row in rows or ():
+        if rows is None:
+            # Not read (the store failed, or too many deletions came meanwhile): the groups
+            # are read again at their next turns instead.
+            for group in set(keys.values()):
+                self._warmed.discard(group)
+            return
+        for row in rows:
             if keys[row.key] in self._warmed and self.cache.peek(row.key) is None:
                 self.put(entry_from(row), touched=False)
 

@@ -56,26 +56,24 @@ class WriteBehind:
         self._dirty[entry.key] = entry
         return first
 
-    def unread(self, key: str) -> Entry | None:
-        """The entry of ``key`` left dirty here before its row was read, which the cache no
-        longer holds (evicted): the turns it counted are known nowhere else, and it writes
-        no counters (they are not known), so the key's next entry takes them over."""
+    def evicted(self, key: str) -> Entry | None:
+        """The dirty entry of ``key`` that the cache no longer holds (evicted), if any."""
         entry = self._dirty.get(key)
-        if entry is None or entry.hydrated or entry.deleted or not self._held_known(entry):
+        if entry is None or entry.deleted or self.held is None or self.held(entry):
             return None
         return entry
 
-    def evicted_counts(self, key: str) -> bool:
-        """True when an entry of ``key`` that the cache no longer holds has counters to
-        write (they are written just ahead of the key's next read)."""
-        entry = self._dirty.get(key)
-        return (
-            entry is not None and entry.hydrated and not entry.deleted and self._held_known(entry)
-        )
-
-    def _held_known(self, entry: Entry) -> bool:
-        """True when the cache is known not to hold ``entry`` any more."""
-        return self.held is not None and not self.held(entry)
+    def take_unread_counts(self, key: str) -> Entry | None:
+        """The evicted entry of ``key`` that counted turns before its row was read, taken
+        out (None: there is none). It writes no counters (they are not known), so the turns
+        it counted are known nowhere else: the key's next entry takes them over."""
+        entry = self.evicted(key)
+        if entry is None or entry.hydrated:
+            return None
+        if not (entry.turns_since_refresh or entry.last_refreshed_turn):
+            return None  # nothing to take over; its identity is still written behind
+        del self._dirty[key]
+        return entry
 
     def forget(self, keys: Iterable[str]) -> None:
         """Do not write these keys behind (they were deleted)."""

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
+import itertools
 import os
 import secrets
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -202,6 +205,27 @@ def fresh_database(
             pytest.skip(POSTGRES_HOW)
         return lambda name: _new_schema(database)
     return lambda name: str(tmp_path / f"{name}.sqlite3")
+
+
+@pytest.fixture
+def example_database(
+    store_kind: str, fresh_database: Callable[[str], str]
+) -> Callable[[], contextlib.AbstractContextManager[str]]:
+    """A new database of the test's kind for each example of a property test: a schema of
+    its own on PostgreSQL, a file in a new temporary folder on SQLite (in RAM where there
+    is a RAM disk: every upgrade waits for a durable commit)."""
+    made = itertools.count()
+
+    @contextlib.contextmanager
+    def database() -> Iterator[str]:
+        if store_kind != "sqlite":
+            yield fresh_database(f"example{next(made)}")
+            return
+        shm = Path("/dev/shm")
+        with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as folder:
+            yield str(Path(folder) / "stm.sqlite3")
+
+    return database
 
 
 @pytest.fixture

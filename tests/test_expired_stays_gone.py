@@ -9,12 +9,10 @@ by the next janitor pass (or by whichever write or read meets it first).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import re
-import tempfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -167,13 +165,12 @@ NAMED = [
 
 
 def test_nothing_past_its_ttl_is_ever_returned_or_rendered(
-    store_kind: str, fresh_database: Callable[[str], str]
+    example_database: Callable[[], AbstractContextManager[str]],
 ) -> None:
     """Any mix of captures, upgrades, clock jumps past a TTL, write-behind, restarts and
     janitor passes (or none), on each store: no note of an entry that expired is rendered
     or returned afterwards (other channels' prompts show every channel's notes, so nothing
     hides it)."""
-    made = itertools.count()
 
     @settings(
         max_examples=40,
@@ -184,11 +181,8 @@ def test_nothing_past_its_ttl_is_ever_returned_or_rendered(
     )
     @given(steps=STEPS)
     def never_back(steps: list[tuple[str, int, int, float]]) -> None:
-        if store_kind != "sqlite":
-            asyncio.run(_play(fresh_database(f"example{next(made)}"), steps))
-            return
-        with tempfile.TemporaryDirectory() as folder:
-            asyncio.run(_play(str(Path(folder) / "stm.sqlite3"), steps))
+        with example_database() as database:
+            asyncio.run(_play(database, steps))
 
     for named in NAMED:
         never_back = example(named)(never_back)

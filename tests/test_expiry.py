@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import stm.memory as memory_module
 from stm import ShortTermMemory, STMConfig
 from stm.cache import Entry, MemoryCache
-from stm.expiry import EXPIRED_SQL, Thresholds, row_expired
+from stm.expiry import EXPIRED_SQL, Expiry, Thresholds, row_expired
 from stm.store import chains, open_store
 from stm.store.base import DeleteExpired, Expired, SaveDistilled
 from stm.store.dialect import POSTGRES, SQLITE
@@ -149,11 +149,20 @@ def _ages(draw: st.DrawFn) -> tuple[float, float, float, float]:
     return crude, summary, now, now - inactive * 3600
 
 
-@given(
+# A row's case for the expiry rule: TTLs, now and its time; its summary; its categories.
+RULE_CASES = dict(
     ages=_ages(),
     summary=st.sampled_from([None, "", "a summary"]),
     categories=st.sampled_from([{}, {"plans": "a trip"}]),
 )
+# The row, its time, summary and categories as parameters (each store spells them).
+RULE_ROW = (
+    "INSERT INTO short_term_memories (key, scope, channel_id, updated_at, summary, "
+    "categories) VALUES ('shortterm:server:1:2', 'server', 2, {})"
+)
+
+
+@given(**RULE_CASES)
 @settings(max_examples=300, deadline=None)
 def test_the_sql_condition_and_the_cache_apply_one_expiry_rule(
     ages: tuple[float, float, float, float],
@@ -183,11 +192,7 @@ def test_the_sql_condition_and_the_cache_apply_one_expiry_rule(
     in_reads = row_expired(updated_at, bool(summary) or bool(categories), thresholds)
     with contextlib.closing(sqlite3.connect(":memory:", isolation_level=None)) as db:
         migrate(db)
-        db.execute(
-            "INSERT INTO short_term_memories (key, scope, channel_id, updated_at, summary, "
-            "categories) VALUES ('shortterm:server:1:2', 'server', 2, ?, ?, ?)",
-            (updated_at, summary, json.dumps(categories)),
-        )
+        db.execute(RULE_ROW.format("?, ?, ?"), (updated_at, summary, json.dumps(categories)))
         params = {"crude": thresholds.crude_before, "summary": thresholds.summary_before}
         in_sql, in_store = db.execute(
             f"SELECT {EXPIRED_SQL}, {SQLITE.expired()} FROM short_term_memories", params
@@ -281,6 +286,23 @@ CHUNK_CASES = dict(
 )
 
 
+def _chunks(op: DeleteExpired, rows: int) -> Generator[DeleteExpired, object, int]:
+    """A janitor pass over ``rows`` rows, chunk after chunk from where the last stopped, as
+    the writer queues them: yields each chunk's operation and is sent its result; returns
+    how many rows went. Fails when a chunk deletes more than its limit, does not move on,
+    or the pass does not end."""
+    deleted = 0
+    for _ in range(2 * rows + 2):  # each chunk moves on by a row at least
+        done = yield op
+        assert isinstance(done, Expired) and done.deleted <= op.limit
+        deleted += done.deleted
+        if done.after is None:
+            return deleted
+        assert done.after > op.after
+        op = replace(op, after=done.after)
+    raise AssertionError("the pass did not end")
+
+
 @given(**CHUNK_CASES)
 @settings(max_examples=80, deadline=None)
 def test_a_pass_in_chunks_deletes_exactly_what_has_expired(
@@ -306,18 +328,13 @@ def test_a_pass_in_chunks_deletes_exactly_what_has_expired(
         db.executemany("DELETE FROM short_term_memories WHERE key = ?", [(f"k{n}",) for n in gone])
         kept = {n for n in range(len(rows)) if n not in gone}
         expected = {f"k{n}" for n in kept if row_expired(*rows[n], thresholds)}
-        op = DeleteExpired(*thresholds, limit, span=span)
-        deleted = 0
-        for _ in range(2 * len(rows) + 2):  # each chunk moves on by a row at least
-            (done,) = run_batch(db, [op])
-            assert isinstance(done, Expired) and done.deleted <= limit
-            deleted += done.deleted
-            if done.after is None:
-                break
-            assert done.after > op.after
-            op = replace(op, after=done.after)
-        else:
-            raise AssertionError("the pass did not end")
+        steps = _chunks(DeleteExpired(*thresholds, limit, span=span), len(rows))
+        try:
+            chunk = next(steps)
+            while True:
+                chunk = steps.send(run_batch(db, [chunk])[0])
+        except StopIteration as end:
+            deleted = end.value
         left = {key for (key,) in db.execute("SELECT key FROM short_term_memories")}
     assert deleted == len(expected)
     assert left == {f"k{n}" for n in kept} - expected
@@ -360,11 +377,7 @@ def test_the_expiry_rule_is_one_rule_on_postgres(postgres_url: str) -> None:
 
     with _postgres_examples(postgres_url) as run:
 
-        @given(
-            ages=_ages(),
-            summary=st.sampled_from([None, "", "a summary"]),
-            categories=st.sampled_from([{}, {"plans": "a trip"}]),
-        )
+        @given(**RULE_CASES)
         @settings(max_examples=150, deadline=None)
         def agree(
             ages: tuple[float, float, float, float],
@@ -372,22 +385,13 @@ def test_the_expiry_rule_is_one_rule_on_postgres(postgres_url: str) -> None:
             categories: dict[str, str],
         ) -> None:
             crude_hours, summary_hours, now, updated_at = ages
-            expiry = MemoryCache(
-                max_keys=1,
-                crude_ttl_hours=crude_hours,
-                summary_ttl_hours=summary_hours,
-                clock=lambda: now,
-            ).expiry
-            thresholds = expiry.thresholds(now)
+            thresholds = Expiry.hours(crude_hours, summary_hours).thresholds(now)
             in_reads = row_expired(updated_at, bool(summary) or bool(categories), thresholds)
             found: list[bool] = []
 
             async def check(store: Any) -> None:
                 await store.execute(
-                    "INSERT INTO short_term_memories (key, scope, channel_id, updated_at, "
-                    "summary, categories) VALUES ('shortterm:server:1:2', 'server', 2, $1, "
-                    "$2, $3)",
-                    (updated_at, summary, json.dumps(categories)),
+                    RULE_ROW.format("$1, $2, $3"), (updated_at, summary, json.dumps(categories))
                 )
                 params = {"crude": thresholds.crude_before, "summary": thresholds.summary_before}
                 sql, values = _positional(
@@ -465,19 +469,13 @@ def test_a_pass_in_chunks_deletes_exactly_what_has_expired_on_postgres(postgres_
                     await store.execute(
                         "DELETE FROM short_term_memories WHERE key = $1", (f"k{n}",)
                     )
-                op = DeleteExpired(*thresholds, limit, span=span)
-                deleted = 0
-                for _ in range(2 * len(rows) + 2):
-                    (done,) = await store.run([op])
-                    assert isinstance(done, Expired) and done.deleted <= limit
-                    deleted += done.deleted
-                    if done.after is None:
-                        break
-                    assert done.after > op.after
-                    op = replace(op, after=done.after)
-                else:
-                    raise AssertionError("the pass did not end")
-                outcome["deleted"] = deleted
+                steps = _chunks(DeleteExpired(*thresholds, limit, span=span), len(rows))
+                try:
+                    chunk = next(steps)
+                    while True:
+                        chunk = steps.send((await store.run([chunk]))[0])
+                except StopIteration as end:
+                    outcome["deleted"] = end.value
                 left = await store.execute("SELECT key FROM short_term_memories")
                 outcome["left"] = {key for (key,) in left}
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
+import pytest
 from helpers import Opener
 
 from stm import ShortTermMemory
@@ -222,4 +224,34 @@ async def test_notes_written_elsewhere_for_a_conversation_not_held_here_are_reca
     await a.flush()
     await b.follower.catch_up()
     await b.background.gather()  # the row is read in in the background
+    assert "ELSEWHERE-NOTES" in str(await b.build_context(ctx(user=2, channel=12)))
+
+
+async def test_notes_elsewhere_whose_read_in_failed_are_read_at_the_next_turn(
+    open_memory: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B's background read of the notes A wrote fails: B does not go on showing the group
+    as first read; its next turn there reads the group again and shows them."""
+    a = await open_memory()
+    b = await paused(await open_memory())
+    await b.capture(turn(ctx(user=2, channel=10), "b talks"))
+    await b.build_context(ctx(user=2, channel=12))
+    await a.capture(turn(ctx(user=1, channel=11), "a talks"))
+    assert (await a.run_tool(ctx(user=1, channel=11), {"summary": "ELSEWHERE-NOTES"})).success
+    await a.flush()
+    reads = b._reads  # type: ignore[attr-defined]
+    read = reads._read
+
+    def unreadable(op: object, keys: list[str]) -> Any:
+        monkeypatch.setattr(reads, "_read", read)  # once
+
+        async def nothing() -> None:
+            return None
+
+        return nothing()
+
+    monkeypatch.setattr(reads, "_read", unreadable)
+    await b.follower.catch_up()
+    await b.background.gather()
+    assert reads._read is read, "the read-in was not tried"
     assert "ELSEWHERE-NOTES" in str(await b.build_context(ctx(user=2, channel=12)))

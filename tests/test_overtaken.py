@@ -4,11 +4,9 @@ while the turn runs, refuses its upgrade and keeps its capture from bringing wor
 from __future__ import annotations
 
 import asyncio
-import itertools
 import re
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
+from contextlib import AbstractContextManager
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -250,14 +248,13 @@ NAMED = [
 
 
 def test_any_deletion_during_a_turn_overtakes_it_exactly_when_it_touched_what_it_showed(
-    store_kind: str, fresh_database: Callable[[str], str]
+    store_kind: str, example_database: Callable[[], AbstractContextManager[str]]
 ) -> None:
     """Any windows, any turn, any clear or purge between its prompt and its tool call and
     capture, on each store: the upgrade is refused exactly when the deletion touched a
     channel or a user's words its prompt showed or its own scope, and nothing deleted shows
     anywhere afterwards (the summary and the reply copied the prompt). (Fewer examples on
     PostgreSQL, where each needs a schema of its own.)"""
-    made = itertools.count()
 
     @settings(
         max_examples=150 if store_kind == "sqlite" else 40,
@@ -276,12 +273,8 @@ def test_any_deletion_during_a_turn_overtakes_it_exactly_when_it_touched_what_it
         turn_of: tuple[int, int],
         deletion: tuple[str, int, int | None],
     ) -> None:
-        if store_kind != "sqlite":
-            asyncio.run(_race(fresh_database(f"example{next(made)}"), before, turn_of, deletion))
-            return
-        shm = Path("/dev/shm")
-        with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as folder:
-            asyncio.run(_race(str(Path(folder) / "stm.sqlite3"), before, turn_of, deletion))
+        with example_database() as database:
+            asyncio.run(_race(database, before, turn_of, deletion))
 
     for named in NAMED:
         overtaken_exactly = example(*named)(overtaken_exactly)

@@ -11,11 +11,9 @@ such notes.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import re
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
+from contextlib import AbstractContextManager
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -261,7 +259,7 @@ NAMED = [
 
 
 def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
-    store_kind: str, fresh_database: Callable[[str], str]
+    store_kind: str, example_database: Callable[[], AbstractContextManager[str]]
 ) -> None:
     """Any assignment of authors to turns and channels, upgrades after a prompt built on
     their context or on another, any purge target (everywhere or in the server), either
@@ -269,7 +267,6 @@ def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
     (their messages, the replies to their turns, summaries that copied either) remain in
     the cache, get_entry, any prompt or any row. (Fewer examples on PostgreSQL, where each
     needs a schema of its own.)"""
-    made = itertools.count()
 
     @settings(
         max_examples=200 if store_kind == "sqlite" else 40,
@@ -292,16 +289,8 @@ def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
         mode: str,
         erasure: str,
     ) -> None:
-        if store_kind != "sqlite":
-            database = fresh_database(f"example{next(made)}")
+        with example_database() as database:
             asyncio.run(_play(database, plan, target, server, mode, erasure))
-            return
-        # In RAM where there is a RAM disk: every upgrade waits for a durable commit.
-        shm = Path("/dev/shm")
-        with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as folder:
-            asyncio.run(
-                _play(str(Path(folder) / "stm.sqlite3"), plan, target, server, mode, erasure)
-            )
 
     for named in NAMED:
         purge_leaves_nothing = example(*named)(purge_leaves_nothing)
