@@ -14,7 +14,7 @@ import secrets
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -30,6 +30,9 @@ from processes import processes_only_where_marked  # noqa: F401
 
 from stm import ShortTermMemory, STMConfig
 from stm.testing import Clock
+
+if TYPE_CHECKING:
+    from discord_fakes import BotOpener
 
 
 @pytest.fixture
@@ -226,6 +229,22 @@ def example_database(
             yield str(Path(folder) / "stm.sqlite3")
 
     return database
+
+
+@pytest.fixture
+def open_bot(store_kind: str, fresh_database: Callable[[str], str], tmp_path: Path) -> BotOpener:
+    """Open a bot with the cog over a database of the test's store: ``open_bot()`` the
+    test's own (the same one each time it is opened again), ``open_bot("two")`` another."""
+    from discord_fakes import harness
+
+    databases: dict[str, str] = {}
+
+    def opened(name: str = "stm", **settings: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        if name not in databases:
+            databases[name] = fresh_database(name)
+        return harness(tmp_path, database=databases[name], **settings)
+
+    return opened
 
 
 @pytest.fixture

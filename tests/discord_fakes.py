@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from host.demo import make_bot, settle
 from host.world import World
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 
-__all__ = ["Harness", "harness"]
+__all__ = ["BotOpener", "Harness", "harness"]
 
 
 class Harness:
@@ -92,3 +92,7 @@ async def harness(
             tools = bot.tools  # type: ignore[attr-defined]
             await bot.add_cog(ShortTermMemoryCog(bot, config, tools=tools, **cog_options))
         yield Harness(bot, World(bot))
+
+
+# Opens a bot with the cog over a database of the test's store (conftest's ``open_bot``).
+BotOpener = Callable[..., AbstractAsyncContextManager[Harness]]

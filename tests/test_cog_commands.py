@@ -9,7 +9,7 @@ from pathlib import Path
 
 import discord
 import pytest
-from discord_fakes import harness
+from discord_fakes import BotOpener, harness
 
 from cogs.testing import channel_payload, message_payload, option, subcommand
 from cogs.utils.context import turn_context_from_interaction, turn_context_from_message
@@ -18,6 +18,8 @@ from stm import DialogueMessage, DurabilityError, GenerationFinished
 from stm.keys import server_key, user_key
 
 EVE = Person(505, "Eve", ADMIN, key="eve")  # a server admin who does not own the bot
+
+BOTH_STORES = True  # each test that opens its bot through ``open_bot`` runs on both stores
 
 
 def only(replies: list, *, ephemeral: bool = True) -> str:
@@ -28,9 +30,9 @@ def only(replies: list, *, ephemeral: bool = True) -> str:
 
 
 class TestRefresh:
-    async def test_clears_the_channel_for_everyone_and_says_so_publicly(self, tmp_path: Path):
+    async def test_clears_the_channel_for_everyone_and_says_so_publicly(self, open_bot: BotOpener):
         """/refresh forgets every scope of this channel, keeps other channels."""
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
             await h.say(h.alice, h.general, "lisbon trip")
             await h.say(h.alice, h.games, "chess tonight")
             text = only(await h.run("refresh", person=h.bob, place=h.general), ephemeral=False)
@@ -39,9 +41,9 @@ class TestRefresh:
             assert await h.memory.get_entry(user_key(h.alice.id, h.general.id)) is None
             assert await h.memory.get_entry(server_key(1100, h.games.id)) is not None
 
-    async def test_has_a_per_user_cooldown(self, tmp_path: Path):
+    async def test_has_a_per_user_cooldown(self, open_bot: BotOpener):
         """A second /refresh by the same user is refused; another user may still refresh."""
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
             await h.run("refresh", person=h.bob, place=h.general)
             await h.say(h.alice, h.general, "still here")
             text = only(await h.run("refresh", person=h.bob, place=h.general))
@@ -50,9 +52,9 @@ class TestRefresh:
             text = only(await h.run("refresh", person=h.alice, place=h.general), ephemeral=False)
             assert "cleared" in text
 
-    async def test_a_cooldown_is_of_one_bot(self, tmp_path: Path):
+    async def test_a_cooldown_is_of_one_bot(self, open_bot: BotOpener):
         """Two bots in one process: a member slowed down in one may still use the other."""
-        async with harness(tmp_path / "one") as first, harness(tmp_path / "two") as second:
+        async with open_bot("one") as first, open_bot("two") as second:
             await first.run("refresh", person=first.bob, place=first.general)
             assert "Slow down" in only(
                 await first.run("refresh", person=first.bob, place=first.general)
@@ -63,10 +65,10 @@ class TestRefresh:
             )
             assert "cleared" in text
 
-    async def test_forget_has_a_per_user_cooldown(self, tmp_path: Path):
+    async def test_forget_has_a_per_user_cooldown(self, open_bot: BotOpener):
         """A second /memory forget by the same member at once is refused before any preview;
         others may forget."""
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
             await h.confirmed("memory", subcommand("forget"), person=h.bob, place=h.general)
             await h.say(h.bob, h.general, "said after forgetting")
             (refused,) = await h.run("memory", subcommand("forget"), person=h.bob, place=h.general)
@@ -77,8 +79,8 @@ class TestRefresh:
             )
             assert "This erases what the bot remembers about you" in text
 
-    async def test_works_in_a_dm(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_works_in_a_dm(self, open_bot: BotOpener):
+        async with open_bot() as h:
             dm = h.world.dm(h.alice)
             await h.say(h.alice, dm, "secret plans")
             only(await h.run("refresh", person=h.alice, place=dm), ephemeral=False)
@@ -86,8 +88,8 @@ class TestRefresh:
 
 
 class TestMemoryShow:
-    async def test_shows_your_memory_here_ephemerally(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_shows_your_memory_here_ephemerally(self, open_bot: BotOpener):
+        async with open_bot() as h:
             await h.say(h.alice, h.general, "I love pastel de nata")
             await h.say(h.bob, h.general, "bob's private thoughts")
             text = only(await h.run("memory", subcommand("show"), person=h.alice, place=h.general))
@@ -95,8 +97,8 @@ class TestMemoryShow:
             assert "bob's private thoughts" not in text
             assert "Expires <t:" in text
 
-    async def test_shows_the_shared_notes_of_the_channel(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_shows_the_shared_notes_of_the_channel(self, open_bot: BotOpener):
+        async with open_bot() as h:
             ctx = await h.say(h.alice, h.general, "planning")
             result = await h.memory.run_tool(ctx, {"summary": "Alice plans a **trip**"})
             assert result.success
@@ -104,13 +106,13 @@ class TestMemoryShow:
             assert "Shared notes of this channel" in text
             assert "Alice plans a \\*\\*trip\\*\\*" in text  # markdown cannot break the reply
 
-    async def test_says_when_nothing_is_held(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_says_when_nothing_is_held(self, open_bot: BotOpener):
+        async with open_bot() as h:
             text = only(await h.run("memory", subcommand("show"), person=h.bob, place=h.games))
             assert "holds no short-term memory about you" in text
 
-    async def test_long_content_is_split_into_messages_discord_accepts(self, tmp_path: Path):
-        async with harness(tmp_path, max_messages_per_channel=10) as h:
+    async def test_long_content_is_split_into_messages_discord_accepts(self, open_bot: BotOpener):
+        async with open_bot(max_messages_per_channel=10) as h:
             for n in range(5):
                 await h.say(h.alice, h.general, f"{n} " + "word " * 300, reply="reply " * 300)
             replies = await h.run("memory", subcommand("show"), person=h.alice, place=h.general)
@@ -134,10 +136,12 @@ async def _wait_for(check, seconds: float = 5.0) -> None:
 
 
 class TestForget:
-    async def test_forget_shows_what_will_go_and_erases_only_once_confirmed(self, tmp_path: Path):
+    async def test_forget_shows_what_will_go_and_erases_only_once_confirmed(
+        self, open_bot: BotOpener
+    ):
         """The preview counts your entries and the shared ones beyond them, with the share of
         this server's memory; nothing goes until Confirm; then the message says what went."""
-        async with harness(tmp_path, render_mode="supersede") as h:
+        async with open_bot(render_mode="supersede") as h:
             dm = h.world.dm(h.alice)
             ctx = await h.say(h.alice, h.general, "alpha secret")
             assert (await h.memory.run_tool(ctx, {"summary": "Alice's alpha plans"})).success
@@ -177,8 +181,8 @@ class TestForget:
             games = await h.memory.get_entry(server_key(1100, h.games.id))
             assert games is not None and games.summary == "Carol plays chess"
 
-    async def test_only_the_asker_can_answer_and_cancel_erases_nothing(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_only_the_asker_can_answer_and_cancel_erases_nothing(self, open_bot: BotOpener):
+        async with open_bot() as h:
             await h.say(h.alice, h.general, "alpha secret")
             (preview,) = await h.run("memory", FORGET, person=h.alice, place=h.general)
             (refused,) = await h.click(preview, "Confirm", person=h.bob)
@@ -195,8 +199,8 @@ class TestForget:
             assert await h.memory.get_entry(user_key(h.alice.id, h.general.id)) is not None
             assert h.memory.metrics.user_purges == 0
 
-    async def test_an_unanswered_confirmation_expires_and_erases_nothing(self, tmp_path: Path):
-        async with harness(tmp_path, cog_options={"confirm_seconds": 0.05}) as h:
+    async def test_an_unanswered_confirmation_expires_and_erases_nothing(self, open_bot: BotOpener):
+        async with open_bot(cog_options={"confirm_seconds": 0.05}) as h:
             await h.say(h.alice, h.general, "alpha secret")
             (preview,) = await h.run("memory", FORGET, person=h.alice, place=h.general)
             assert "within 0.05 seconds" in preview.content
@@ -209,8 +213,8 @@ class TestForget:
             assert await h.memory.get_entry(user_key(h.alice.id, h.general.id)) is not None
             assert h.memory.metrics.user_purges == 0
 
-    async def test_two_presses_at_once_erase_once(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_two_presses_at_once_erase_once(self, open_bot: BotOpener):
+        async with open_bot() as h:
             await h.say(h.alice, h.general, "alpha secret")
             (preview,) = await h.run("memory", FORGET, person=h.alice, place=h.general)
             offline = h.world.offline
@@ -224,9 +228,9 @@ class TestForget:
             assert h.memory.metrics.user_purges == 1
 
     async def test_says_plainly_when_the_purge_is_not_durable(
-        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+        self, open_bot: BotOpener, caplog: pytest.LogCaptureFixture
     ):
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
 
             async def failing_flush(**_: object) -> None:
                 raise DurabilityError(["purging user 501 everywhere: disk I/O error"])
@@ -241,9 +245,9 @@ class TestForget:
             assert "disk I/O error" in caplog.text
 
     async def test_a_failing_purge_is_logged_and_apologised_for(
-        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+        self, open_bot: BotOpener, caplog: pytest.LogCaptureFixture
     ):
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
 
             async def broken(*args: object, **kwargs: object) -> None:
                 raise RuntimeError("store on fire")
@@ -286,8 +290,8 @@ class TestForget:
 
 
 class TestPauseResume:
-    async def test_pause_stops_capture_and_resume_restarts_it(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_pause_stops_capture_and_resume_restarts_it(self, open_bot: BotOpener):
+        async with open_bot() as h:
             text = only(await h.run("memory", subcommand("pause"), person=h.alice, place=h.general))
             assert "Paused" in text
             await h.say(h.alice, h.general, "not remembered")
@@ -316,8 +320,8 @@ class TestPurgeMemory:
         await h.say(h.bob, h.elsewhere, "bob in lighthouse")
         await h.say(h.bob, h.world.dm(h.bob), "bob in dm")
 
-    async def test_a_member_is_refused(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_a_member_is_refused(self, open_bot: BotOpener):
+        async with open_bot() as h:
             await self._setup(h)
             options, extra = self.purge(h, h.bob)
             replies = await h.run(
@@ -327,8 +331,8 @@ class TestPurgeMemory:
             assert replies[0].buttons == []  # refused before any preview
             assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is not None
 
-    async def test_manage_server_is_not_enough(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_manage_server_is_not_enough(self, open_bot: BotOpener):
+        async with open_bot() as h:
             await self._setup(h)
             options, extra = self.purge(h, h.bob)
             text = only(
@@ -336,8 +340,8 @@ class TestPurgeMemory:
             )
             assert "Administrator" in text
 
-    async def test_an_admin_purges_in_this_server_only(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_an_admin_purges_in_this_server_only(self, open_bot: BotOpener):
+        async with open_bot() as h:
             await self._setup(h)
             options, extra = self.purge(h, h.bob)
             preview, pressed = await h.confirmed(
@@ -354,16 +358,16 @@ class TestPurgeMemory:
             dm = h.world.dm(h.bob)
             assert await h.memory.get_entry(user_key(h.bob.id, dm.id)) is not None
 
-    async def test_everywhere_is_for_the_owner_only(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_everywhere_is_for_the_owner_only(self, open_bot: BotOpener):
+        async with open_bot() as h:
             await self._setup(h)
             options, extra = self.purge(h, h.bob, everywhere=True)
             replies = await h.run("purge-memory", *options, person=EVE, place=h.general, **extra)
             assert "Only the bot's owner" in only(replies) and replies[0].buttons == []
             assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is not None
 
-    async def test_the_owner_without_permissions_may_purge_everywhere(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_the_owner_without_permissions_may_purge_everywhere(self, open_bot: BotOpener):
+        async with open_bot() as h:
             await self._setup(h)
             owner = replace(h.carol, permissions=0)
             options, extra = self.purge(h, h.bob, everywhere=True)
@@ -375,20 +379,20 @@ class TestPurgeMemory:
             for place in (h.general, h.elsewhere, h.world.dm(h.bob)):
                 assert await h.memory.get_entry(user_key(h.bob.id, place.id)) is None
 
-    async def test_refused_in_a_dm(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_refused_in_a_dm(self, open_bot: BotOpener):
+        async with open_bot() as h:
             options, extra = self.purge(h, h.bob)
             dm = h.world.dm(h.carol)
             text = only(await h.run("purge-memory", *options, person=h.carol, place=dm, **extra))
             assert "only be used in a server" in text
 
     async def test_an_admin_who_keeps_clearing_shared_notes_is_logged_and_shown(
-        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+        self, open_bot: BotOpener, caplog: pytest.LogCaptureFixture
     ):
         """Each round Bob speaks, Alice's notes are written from his words, and Eve purges
         Bob: the third purge within the day is a warning on the cog's logger naming the
         member, the server and the counts; /memory-settings show says what went."""
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
             options, extra = self.purge(h, h.bob)
             for round_ in range(3):
                 await h.say(h.bob, h.general, f"bob's words {round_}")
@@ -420,9 +424,9 @@ class TestPurgeMemory:
 
 class TestErrors:
     async def test_unexpected_errors_are_logged_and_apologised_for(
-        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+        self, open_bot: BotOpener, caplog: pytest.LogCaptureFixture
     ):
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
 
             async def broken(key: str) -> None:
                 raise RuntimeError("cache on fire")
@@ -438,9 +442,9 @@ class TestErrors:
             assert record.exc_info is not None and "/memory show" in record.getMessage()
 
     async def test_a_failing_capture_is_logged_with_its_key_and_not_raised(
-        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+        self, open_bot: BotOpener, caplog: pytest.LogCaptureFixture
     ):
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
 
             async def broken(event: object) -> None:
                 raise RuntimeError("disk full")
@@ -458,8 +462,8 @@ FAR = Place("far/lobby", channel_payload(3301, "lobby", 3300))  # a server not i
 class TestServersNotInTheCache:
     """Interactions from a server the client has not cached work, and fail closed."""
 
-    async def test_every_member_command_answers(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_every_member_command_answers(self, open_bot: BotOpener):
+        async with open_bot() as h:
             assert h.bot.get_guild(3300) is None
             for name, options in (
                 ("memory", [subcommand("show")]),
@@ -476,8 +480,10 @@ class TestServersNotInTheCache:
             text = only(await h.run("memory-settings", subcommand("show"), person=h.dan, place=FAR))
             assert "Short-term memory is **on**" in text
 
-    async def test_the_channel_counts_as_private_and_as_part_of_its_server(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_the_channel_counts_as_private_and_as_part_of_its_server(
+        self, open_bot: BotOpener
+    ):
+        async with open_bot() as h:
             payload = h.world.offline.interaction_payload(
                 "memory", subcommand("show"), user=h.alice.payload, channel=FAR.payload
             )
@@ -486,8 +492,8 @@ class TestServersNotInTheCache:
             assert ctx.server_id == 3300 and ctx.channel_id == 3301
             assert ctx.channel_is_private
 
-    async def test_a_message_there_keeps_its_server(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_a_message_there_keeps_its_server(self, open_bot: BotOpener):
+        async with open_bot() as h:
             state = h.bot._connection
             channel = discord.PartialMessageable(
                 state=state, id=3301, guild_id=3300, type=discord.ChannelType.text
@@ -499,8 +505,8 @@ class TestServersNotInTheCache:
 
 
 class TestMemoryShowPersonas:
-    async def test_persona_memory_is_shown(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_persona_memory_is_shown(self, open_bot: BotOpener):
+        async with open_bot() as h:
             ctx = h.world.context(h.alice, h.general, "to the pirate", persona_id=7)
             event = GenerationFinished(
                 context=ctx,
@@ -516,20 +522,20 @@ class TestMemoryShowPersonas:
             text = only(await h.run("memory", subcommand("show"), person=h.bob, place=h.general))
             assert "Alice sails" in text and "ahoy captain" not in text
 
-    async def test_persona_notes_are_shown_after_a_restart(self, tmp_path: Path):
+    async def test_persona_notes_are_shown_after_a_restart(self, open_bot: BotOpener):
         """After a restart, a persona that has not talked since is found by its rows."""
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
             for persona in (7, 8):
                 ctx = h.world.context(h.alice, h.general, "hi", persona_id=persona)
                 summary = {"summary": f"Persona {persona} notes"}
                 assert (await h.memory.run_tool(ctx, summary)).success
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
             text = only(await h.run("memory", subcommand("show"), person=h.alice, place=h.general))
             assert "Persona 7 notes" in text and "Persona 8 notes" in text
             assert "(persona 7)" in text and "(persona 8)" in text
 
-    async def test_the_console_shows_names_and_relative_times(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_the_console_shows_names_and_relative_times(self, open_bot: BotOpener):
+        async with open_bot() as h:
             await h.say(h.alice, h.general, "hello")
             (reply,) = await h.run("memory", subcommand("show"), person=h.alice, place=h.general)
             assert "<t:" in reply.content  # Discord clients render this
@@ -572,9 +578,9 @@ class TestDeferBeforeWaiting:
         ],
     )  # fmt: skip
     async def test_deferred_before_the_database_is_asked(
-        self, tmp_path: Path, name: str, options: list, person: str, method: str
+        self, open_bot: BotOpener, name: str, options: list, person: str, method: str
     ):
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
             entered, gate = asyncio.Event(), asyncio.Event()
             real = getattr(h.memory, method)
 
@@ -597,8 +603,8 @@ class TestDeferBeforeWaiting:
 
 
 class TestErrorsForUsers:
-    async def test_refused_values_reach_the_user_without_pydantic_text(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_refused_values_reach_the_user_without_pydantic_text(self, open_bot: BotOpener):
+        async with open_bot() as h:
             text = only(
                 await h.run(
                     "memory-settings",
@@ -612,9 +618,9 @@ class TestErrorsForUsers:
             assert "pydantic" not in text and "http" not in text and "validation error" not in text
 
     async def test_a_library_value_error_is_logged_and_apologised_for(
-        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+        self, open_bot: BotOpener, caplog: pytest.LogCaptureFixture
     ):
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
 
             async def broken(*args: object, **kwargs: object) -> None:
                 raise ValueError("internal invariant broken at https://example.invalid")

@@ -13,7 +13,7 @@ import discord
 import pytest
 from discord import app_commands
 from discord.ext import commands
-from discord_fakes import harness
+from discord_fakes import BotOpener, harness
 
 from cogs.short_term_memory import (
     COG_NAME,
@@ -27,6 +27,10 @@ from host.demo import make_bot
 from host.world import World
 from stm import STMConfig, ToolRegistry
 from stm.keys import server_key
+
+# The tests that open their bot through ``open_bot`` (what unloading and reloading keep
+# durable) run on both stores.
+BOTH_STORES = True
 
 
 async def test_tool_is_registered_on_load_and_removed_on_unload(tmp_path: Path):
@@ -43,9 +47,9 @@ async def test_tool_is_registered_on_load_and_removed_on_unload(tmp_path: Path):
         assert memory.closed
 
 
-async def test_unloading_drains_pending_writes(tmp_path: Path):
+async def test_unloading_drains_pending_writes(open_bot: BotOpener):
     """What was written before unload is there after a reload on the same file."""
-    async with harness(tmp_path) as h:
+    async with open_bot() as h:
         await h.say(h.alice, h.general, "hello")
         ctx = h.world.context(h.alice, h.general, "hello")
         assert (await h.memory.run_tool(ctx, {"summary": "Alice greeted"})).success
@@ -236,9 +240,9 @@ class TestNextToExistingCommands:
             ShortTermMemoryCog(bot, command_names={"reset": "x"})
 
 
-async def test_reload_keeps_durable_memory_and_drops_crude_messages(tmp_path: Path):
+async def test_reload_keeps_durable_memory_and_drops_crude_messages(open_bot: BotOpener):
     """What the README says a reload does: notes, counters and opt-outs stay."""
-    async with harness(tmp_path) as h:
+    async with open_bot() as h:
         ctx = await h.say(h.alice, h.general, "crude words")
         assert (await h.memory.run_tool(ctx, {"summary": "Alice said hello"})).success
         await h.say(h.alice, h.general, "after the upgrade")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
-from discord_fakes import harness
+from discord_fakes import BotOpener
 
 from cogs.testing import option, subcommand
 from stm.keys import server_key
+
+BOTH_STORES = True  # the settings live in the store
 
 
 def only(replies: list) -> str:
@@ -25,8 +26,8 @@ def categories(action: str, *options: dict) -> dict:
 
 
 class TestWhoMayChangeSettings:
-    async def test_a_member_is_refused(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_a_member_is_refused(self, open_bot: BotOpener):
+        async with open_bot() as h:
             text = only(
                 await h.run(
                     "memory-settings",
@@ -38,8 +39,8 @@ class TestWhoMayChangeSettings:
             assert "Manage Server" in text
             assert (await h.memory.get_server_settings(1100)).refresh_cadence == 5
 
-    async def test_manage_server_admin_and_owner_may(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_manage_server_admin_and_owner_may(self, open_bot: BotOpener):
+        async with open_bot() as h:
             owner = replace(h.carol, permissions=0)
             for value, person in ((2, h.dan), (3, h.carol), (4, owner)):
                 text = only(
@@ -54,8 +55,8 @@ class TestWhoMayChangeSettings:
             assert (await h.memory.get_server_settings(1100)).refresh_cadence == 4
             assert (await h.memory.get_server_settings(1200)).refresh_cadence == 5
 
-    async def test_refused_in_a_dm(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_refused_in_a_dm(self, open_bot: BotOpener):
+        async with open_bot() as h:
             dm = h.world.dm(h.carol)
             text = only(
                 await h.run("memory-settings", subcommand("show"), person=h.carol, place=dm)
@@ -64,8 +65,8 @@ class TestWhoMayChangeSettings:
 
 
 class TestSettings:
-    async def test_render_mode_crude_count_and_show(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_render_mode_crude_count_and_show(self, open_bot: BotOpener):
+        async with open_bot() as h:
             await h.run(
                 "memory-settings",
                 setting("render-mode", "mode", "supersede", 3),
@@ -85,8 +86,8 @@ class TestSettings:
             )
             assert "`supersede`" in text and "per other channel: 2" in text
 
-    async def test_a_bad_value_is_answered_clearly_and_changes_nothing(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_a_bad_value_is_answered_clearly_and_changes_nothing(self, open_bot: BotOpener):
+        async with open_bot() as h:
             text = only(
                 await h.run(
                     "memory-settings",
@@ -108,8 +109,8 @@ class TestSettings:
             settings = await h.memory.get_server_settings(1100)
             assert settings.render_mode == "crude_summary" and settings.refresh_cadence == 5
 
-    async def test_token_budget_is_set_shown_and_returned_to_the_default(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_token_budget_is_set_shown_and_returned_to_the_default(self, open_bot: BotOpener):
+        async with open_bot() as h:
             text = only(
                 await h.run(
                     "memory-settings",
@@ -135,10 +136,10 @@ class TestSettings:
             assert "each prompt: no limit" in text
             assert (await h.memory.get_server_settings(1100)).context_token_budget is None
 
-    async def test_a_budget_smaller_than_the_tool_is_pointed_out(self, tmp_path: Path):
+    async def test_a_budget_smaller_than_the_tool_is_pointed_out(self, open_bot: BotOpener):
         """A budget the tool's definition does not fit in leaves the model no tool: the
         answer says so, as long as the budget stays that small."""
-        async with harness(tmp_path) as h:
+        async with open_bot() as h:
             small = only(
                 await h.run(
                     "memory-settings",
@@ -158,8 +159,8 @@ class TestSettings:
             )
             assert "smaller than the memory tool" not in roomy
 
-    async def test_off_means_nothing_is_captured(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_off_means_nothing_is_captured(self, open_bot: BotOpener):
+        async with open_bot() as h:
             text = only(
                 await h.run(
                     "memory-settings",
@@ -176,8 +177,8 @@ class TestSettings:
 
 
 class TestCategories:
-    async def test_add_edit_remove_and_list(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_add_edit_remove_and_list(self, open_bot: BotOpener):
+        async with open_bot() as h:
 
             async def run(action: str, *options: dict) -> str:
                 return only(
@@ -210,8 +211,8 @@ class TestCategories:
             await run("remove", option("label", "Atmosphere", 3))
             assert (await h.memory.get_server_settings(1100)).summary_mode
 
-    async def test_at_most_the_configured_number(self, tmp_path: Path):
-        async with harness(tmp_path, max_categories=2) as h:
+    async def test_at_most_the_configured_number(self, open_bot: BotOpener):
+        async with open_bot(max_categories=2) as h:
             for label in ("One", "Two", "Three"):
                 text = only(
                     await h.run(
@@ -224,8 +225,8 @@ class TestCategories:
             assert text.startswith("That was not accepted") and "at most 2" in text
             assert len((await h.memory.get_server_settings(1100)).categories) == 2
 
-    async def test_unknown_or_duplicate_labels_are_refused(self, tmp_path: Path):
-        async with harness(tmp_path) as h:
+    async def test_unknown_or_duplicate_labels_are_refused(self, open_bot: BotOpener):
+        async with open_bot() as h:
             await h.run(
                 "memory-settings",
                 categories("add", option("label", "Mood", 3)),
