@@ -86,6 +86,9 @@ class Entry:
     last_refreshed_turn: int = 0
     # False until the durable row (if any) has been merged in.
     hydrated: bool = True
+    # While not hydrated: the turns its write-behind added to its row, with the place in
+    # the writer's queue of each write (a read queued after it finds them in the row).
+    deposited: tuple[tuple[int, int], ...] = field(default=(), repr=False)
     # Set when a delete removed this entry: background work must not write it back.
     deleted: bool = False
     # Bumped on every change of the distilled content.

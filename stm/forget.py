@@ -20,6 +20,7 @@ from .deletions import Purge
 from .lineage import Erasure, Range
 from .readthrough import ReadThrough
 from .store.base import DeleteChannel, PurgeUser
+from .writebehind import read_again
 from .writer import Writer
 
 __all__ = [
@@ -99,7 +100,7 @@ def forget_unplanned(cache: MemoryCache, purge: Purge) -> int:
     for entry in cache:
         if (entry.summary or entry.categories) and purge.may_reach(entry.server_id):
             cache.drop_distilled(entry)
-            entry.hydrated = False
+            read_again(entry)
             purge.keys.add(entry.key)
             dropped += 1
     return dropped

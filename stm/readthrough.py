@@ -33,6 +33,7 @@ from .models import DialogueMessage, TurnContext
 from .provenance import Shown
 from .store.base import LoadChannelKeys, LoadRecent, LoadRows, StoredRow
 from .window import EMPTY
+from .writebehind import read_again, unread_turns
 from .writer import Writer
 
 __all__ = [
@@ -140,15 +141,17 @@ def _identity_of(old: Entry) -> Entry:
         turns_since_refresh=0,
         last_refreshed_turn=0,
         hydrated=True,
+        deposited=(),
         version=0,
         scrolled=None,
     )
 
 
-def _take_over(entry: Entry, old: Entry) -> None:
+def _take_over(entry: Entry, old: Entry, read_seq: int | None = None) -> None:
     """Count in ``entry`` the turns ``old``, an evicted entry of its key whose row was never
-    read, counted (see ``WriteBehind.take_unread_counts``)."""
-    entry.turns_since_refresh += old.turns_since_refresh
+    read, counted and did not add to the row ``entry`` has read at ``read_seq`` (None: will
+    read, after every write so far; see ``WriteBehind.take_unread_counts``)."""
+    entry.turns_since_refresh += unread_turns(old, read_seq)
     entry.last_refreshed_turn = max(entry.last_refreshed_turn, old.last_refreshed_turn)
 
 
@@ -371,7 +374,9 @@ class ReadThrough:
     async def hydrate(self, keys: list[str]) -> bool:
         """Read the rows of ``keys`` and merge them into the cache (inserting missing ones);
         False when they could not be read."""
-        rows = await self._read(LoadRows(tuple(keys), *self.thresholds()), keys)
+        read = self._read(LoadRows(tuple(keys), *self.thresholds()), keys)
+        queued = self._writer.last_queued  # the read's place: write-behind before it, it sees
+        rows = await read
         try:
             if rows is None:
                 return False
@@ -380,19 +385,21 @@ class ReadThrough:
                 row = found.get(key)
                 entry = self.cache.peek(key)
                 if entry is not None and not entry.hydrated:
-                    self._merge(entry, row)
+                    self._merge(entry, row, queued)
                 elif entry is None:
                     # Evicted while this read ran, or never held: the row, if any, with the
                     # turns an evicted entry counted before its row was read.
                     old = self._writer.write_behind.take_unread_counts(key)
                     if old is not None:
                         fresh = entry_from(row) if row is not None else _identity_of(old)
-                        _take_over(fresh, old)
+                        _take_over(fresh, old, queued if row is not None else None)
                         self.put(fresh, touched=False)
                         # The row lacks them. Known now, they are written ahead of the
                         # key's next read even if this entry is evicted again.
                         self._writer.mark_dirty(fresh)
-                    elif row is not None:
+                    elif row is not None and self._writer.write_behind.evicted(key) is None:
+                        # (An evicted entry of the key still to be written behind counted
+                        # past this row: its write goes ahead of the key's next read.)
                         self.put(entry_from(row), touched=False)
             return True
         finally:
@@ -440,14 +447,18 @@ class ReadThrough:
                 result.append(kept)
         return result
 
-    def _merge(self, entry: Entry, row: StoredRow | None) -> None:
+    def _merge(self, entry: Entry, row: StoredRow | None, read_seq: int) -> None:
+        """Merge ``row``, read at ``read_seq`` in the writer's queue, into ``entry``: its
+        turns are the row's and those the row did not hold of the entry's own."""
         entry.hydrated = True
         if row is not None:
             if not entry.distilled:
                 entry.summary, entry.categories = row.summary, dict(row.categories)
                 self.cache.set_pin(entry, row.pin)
-            entry.turns_since_refresh += row.turns_since_refresh
+            own = unread_turns(entry, read_seq)
+            entry.turns_since_refresh = row.turns_since_refresh + own
             entry.last_refreshed_turn = max(entry.last_refreshed_turn, row.last_refreshed_turn)
+        entry.deposited = ()
         if not entry.deleted:
             self._writer.mark_dirty(entry)
 
@@ -570,7 +581,7 @@ class ReadThrough:
         if self.cache.peek(key) is not entry or entry.deleted or entry.version != version:
             return
         if rows is None:
-            entry.hydrated = False  # the next turn reads the row
+            read_again(entry)  # the next turn reads the row
             return
         row = rows[0] if rows else None
         if row is None:

@@ -4,13 +4,21 @@ one round trip per capture."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from .cache import Entry
 from .convert import row_of
-from .store.base import LoadChannelKeys, LoadRecent, LoadRows, Touch
+from .store.base import LoadChannelKeys, LoadRecent, LoadRows, StoredRow, Touch
 from .timing import Scheduler
 
-__all__ = ["TouchGuard", "WriteBehind", "describe"]
+__all__ = [
+    "TouchGuard",
+    "WriteBehind",
+    "deposit",
+    "describe",
+    "read_again",
+    "unread_turns",
+]
 
 # (the feed position the cache is current with, crude and summary expiry thresholds) for
 # each write-behind batch: see ``Touch``.
@@ -75,6 +83,12 @@ class WriteBehind:
         del self._dirty[key]
         return entry
 
+    @staticmethod
+    def dropped(dirty: dict[str, Entry], seq: int) -> None:
+        """The batch ``seq`` was dropped (no retry can write it): it added nothing."""
+        for entry in dirty.values():
+            entry.deposited = tuple(d for d in entry.deposited if d[0] != seq)
+
     def forget(self, keys: Iterable[str]) -> None:
         """Do not write these keys behind (they were deleted)."""
         for key in keys:
@@ -130,10 +144,14 @@ class WriteBehind:
         """When the dirty entries are to be written (0: none are dirty)."""
         return self._since + self.delay if self._dirty or self._displaced else 0.0
 
-    def touch(self, dirty: dict[str, Entry]) -> Touch:
-        """The operation that writes a batch. Built when it runs, not when marked: the
-        latest counters, and never a deleted entry."""
-        rows = tuple(row_of(e) for e in dirty.values() if not e.deleted)
+    def touch(self, dirty: dict[str, Entry], seq: int) -> Touch:
+        """The operation that writes a batch (``seq``, its place in the writer's queue).
+        Built when it runs, not when marked: the latest counters, and never a deleted
+        entry. An entry whose row was not read yet adds to the row the turns it did not
+        add before (``deposit``)."""
+        rows = tuple(
+            row_of(e) if e.hydrated else deposit(e, seq) for e in dirty.values() if not e.deleted
+        )
         if self.guard is None:
             return Touch(rows)
         after, crude_before, summary_before = self.guard()
@@ -145,3 +163,29 @@ def describe(dirty: dict[str, Entry]) -> str:
     keys = list(dirty)
     more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
     return f"write-behind of {', '.join(keys[:3])}{more}"
+
+
+def deposit(entry: Entry, seq: int) -> StoredRow:
+    """The row the batch ``seq`` writes of ``entry``, whose row was not read yet: the turns
+    it counted that no other batch added to its row, recorded against ``seq`` (again when
+    the batch is retried: the failed attempt added nothing). A read queued after ``seq``
+    finds them in the row, and the entry does not count them twice (``unread_turns``)."""
+    earlier = tuple(d for d in entry.deposited if d[0] != seq)
+    turns = entry.turns_since_refresh - sum(t for _, t in earlier)
+    entry.deposited = (*earlier, (seq, turns)) if turns else earlier
+    return replace(row_of(entry), turns_since_refresh=turns)
+
+
+def unread_turns(entry: Entry, read_seq: int | None = None) -> int:
+    """The turns ``entry`` counted that a row read at ``read_seq`` (None: read after every
+    write so far) does not hold: those its write-behind had not added to the row by then."""
+    return entry.turns_since_refresh - sum(
+        t for s, t in entry.deposited if read_seq is None or s < read_seq
+    )
+
+
+def read_again(entry: Entry) -> None:
+    """Have ``entry``'s row read again, though its counters were known: the row holds them
+    (as far as they were written behind), so the read does not add them a second time."""
+    entry.hydrated = False
+    entry.deposited = ((0, entry.turns_since_refresh),)  # before any read's place

@@ -230,6 +230,11 @@ class Writer:
         """Queue the dirty entries now, so that what is submitted next is written after them."""
         self._swap_dirty()
 
+    @property
+    def last_queued(self) -> int:
+        """The place in the queue of the item queued last (what is queued after it, later)."""
+        return self._seq
+
     def forget_dirty(self, keys: Iterable[str]) -> None:
         """Do not write these keys behind (they were deleted)."""
         self.write_behind.forget(keys)
@@ -463,7 +468,7 @@ class Writer:
                         ops.extend(item.more)
                         several = True
                 else:
-                    ops.append(self.write_behind.touch(item.dirty))
+                    ops.append(self.write_behind.touch(item.dirty, item.seq))
             counters.round_trips += 1
             if not self.retrying.healthy:
                 counters.retries += 1
@@ -587,6 +592,8 @@ class Writer:
         self._queue.extendleft(reversed(replacing))
         if not replacing:
             self.pending_deletes.done([item])
+            if item.op is None:
+                self.write_behind.dropped(item.dirty, item.seq)
 
     def _fail(self, items: list[Queued], exc: Exception) -> None:
         first = self.retrying.failed(exc)

@@ -60,11 +60,11 @@ def test_the_touch_carries_the_guard_and_leaves_deleted_entries_out() -> None:
     behind.mark(gone)
     dirty = behind.take()
     assert asked == []
-    touch = behind.touch(dirty)
+    touch = behind.touch(dirty, 1)
     assert asked == [1]
     assert [row.key for row in touch.rows] == [kept.key]
     assert (touch.after, touch.crude_before, touch.summary_before) == (42, 10.0, 20.0)
-    unguarded = WriteBehind(5.0, ManualScheduler(), None).touch(dirty)
+    unguarded = WriteBehind(5.0, ManualScheduler(), None).touch(dirty, 2)
     assert unguarded.after is None and unguarded.crude_before is None
 
 

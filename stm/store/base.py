@@ -205,14 +205,15 @@ def row_from_columns(row: Sequence[Any], summary: str | None, categories: str | 
 class Touch:
     """Write identity, activity and counters of many rows; never their distilled content.
 
-    A row whose ``counters_known`` is False (not hydrated yet) only gets its
-    identity and ``updated_at``. ``after`` is the feed position this process's view
-    was current with when the rows were taken: a row whose channel another process
-    cleared after it, or whose user (or, for a server row, nothing: its words are
-    not in the row) another process purged after it, is not written, so that
-    write-behind cannot bring back what another process deleted. A row whose stored
-    copy has expired by ``crude_before``/``summary_before`` is deleted first, so that
-    activity cannot bring expired memory back.
+    A row whose ``counters_known`` is False (not hydrated yet) adds its counters to the
+    row's (its entry's turns not added before; the entry, once it reads the row, counts
+    the row's less what it added) and takes its identity and ``updated_at``. ``after``
+    is the feed position this process's view was current with when the rows were taken:
+    a row whose channel another process cleared after it, or whose user (or, for a
+    server row, nothing: its words are not in the row) another process purged after it,
+    is not written, so that write-behind cannot bring back what another process
+    deleted. A row whose stored copy has expired by ``crude_before``/``summary_before``
+    is deleted first, so that activity cannot bring expired memory back.
     """
 
     rows: tuple[StoredRow, ...]

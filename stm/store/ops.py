@@ -195,6 +195,19 @@ def _touch_sql(dialect: Dialect) -> str:
     )
 
 
+@functools.cache
+def _deposit_sql(dialect: Dialect) -> str:
+    """The write-behind of an entry whose row was not read yet: its turns not written
+    before are added to the row's (the entry adds the row's count, less what it added, when
+    it reads the row; ``ReadThrough._merge``)."""
+    return (
+        _identity(dialect) + ", turns_since_refresh = "
+        "m.turns_since_refresh + excluded.turns_since_refresh, "
+        f"last_refreshed_turn = {dialect.greatest}(m.last_refreshed_turn, "
+        "excluded.last_refreshed_turn)"
+    )
+
+
 def save_sql(values: str, dialect: Dialect) -> str:
     """The upsert of an upgraded row, its ``values`` (in ``save_values`` order, then the
     row's version, 1) spelled by the store; it returns the row's id and version."""
@@ -475,7 +488,7 @@ def touch(op: Touch, feed: Changes, dialect: Dialect) -> Procedure[int]:
     if known:
         yield Many(_touch_sql(dialect), known)
     if unknown:
-        yield Many(_identity(dialect), unknown)
+        yield Many(_deposit_sql(dialect), unknown)
     return len(rows)
 
 
