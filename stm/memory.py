@@ -73,6 +73,7 @@ from .readthrough import (
     settle,
     turn_scope,
 )
+from .redact import redact_text
 from .render import RenderCache, nudge, other_channels_blocks, same_channel_block, shown_by
 from .settings import SettingsBook
 from .store import open_store
@@ -1205,10 +1206,18 @@ class ShortTermMemory:
         # process's own follower has not read goes: when the clock jumps (a test's, a
         # simulation's), pruning past it would make this process drop its own cache and
         # refuse every upgrade of a turn that began before its next read.
-        await self.store.prune_changes(
-            older_than=now - max(FEED_RETENTION_SECONDS, 100 * self.config.coherence_seconds),
-            keep_after=self.follower.position,
-        )
+        # Housekeeping: a failure (the feed's lock held past the store's lock timeout by a
+        # long batch elsewhere, an outage) is logged, and the next pass prunes.
+        try:
+            await self.store.prune_changes(
+                older_than=now - max(FEED_RETENTION_SECONDS, 100 * self.config.coherence_seconds),
+                keep_after=self.follower.position,
+            )
+        except Exception as exc:
+            log.warning(
+                "the change feed could not be pruned this janitor pass: %s",
+                redact_text(str(exc), self.config.database) or type(exc).__name__,
+            )
         return len(expired)
 
     # -- inspection -----------------------------------------------------------

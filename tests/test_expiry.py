@@ -88,6 +88,30 @@ async def test_janitor_deletes_expired_rows_and_cache(
     assert len(memory.cache) == 2
 
 
+async def test_a_feed_that_cannot_be_pruned_does_not_stop_the_pass(
+    memory: ShortTermMemory, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pruning the change feed is housekeeping: when it fails (its lock held past the
+    store's lock timeout, an outage), the pass still drops and deletes what expired and
+    says so in a warning; the next pass prunes."""
+    await memory.capture(turn(ctx(), "crude"))
+    await memory.flush()
+    clock.advance(hours=13)
+
+    async def locked(**_: object) -> int:
+        raise RuntimeError("canceling statement due to lock timeout")
+
+    pruned = memory.store.prune_changes
+    memory.store.prune_changes = locked  # type: ignore[method-assign]
+    try:
+        assert await memory.run_janitor() == 2
+    finally:
+        memory.store.prune_changes = pruned  # type: ignore[method-assign]
+    await memory.flush()
+    assert await row_count(memory) == 0
+    assert "could not be pruned" in caplog.text and "lock timeout" in caplog.text
+
+
 async def test_expired_rows_are_not_hydrated_after_restart(
     open_memory: Opener, clock: Clock
 ) -> None:
