@@ -591,4 +591,4 @@ class ReadThrough:
         self.cache.set_pin(entry, row.pin)
         entry.turns_since_refresh = row.turns_since_refresh
         entry.last_refreshed_turn = row.last_refreshed_turn
-        entry.hydrated = True
+        entry.hydrated, entry.deposited = True, ()

@@ -1,6 +1,6 @@
-"""A key's turn count is the turns captured there since its channel was last cleared: never
-counted twice or lost, whatever evictions, reads, write-behind, clears and restarts come
-between.
+"""A key's turn count is the turns captured there since its channel was last cleared or its
+conversation distilled: never counted twice or lost, whatever evictions, reads,
+write-behind, clears, upgrades and restarts come between.
 
 The count is what nudges the model to distill a conversation (``refresh_cadence``). An
 entry the cache had to create before its row was read counts from zero and adds the row's
@@ -31,6 +31,7 @@ STEP = st.one_of(
     st.tuples(st.just("capture"), st.sampled_from(CHANNELS)),
     st.tuples(st.just("clear"), st.sampled_from(CHANNELS)),
     st.tuples(st.just("read"), st.sampled_from(CHANNELS)),
+    st.tuples(st.just("upgrade"), st.sampled_from(CHANNELS)),
     st.tuples(st.sampled_from(["flush", "settle", "restart"]), st.just(0)),
 )
 STEPS = st.lists(STEP, max_size=30)
@@ -73,6 +74,10 @@ async def _play(database: str, steps: list[tuple[str, int]]) -> None:
                 counted[channel] = 0
             elif kind == "read":
                 await memory.build_context(here)
+            elif kind == "upgrade":
+                # A distilled conversation counts from zero again.
+                if (await memory.run_tool(here, {"summary": f"notes {number}"})).success:
+                    counted[channel] = 0
             elif kind == "flush":
                 await memory.flush()
             elif kind == "settle":
@@ -95,9 +100,9 @@ async def _play(database: str, steps: list[tuple[str, int]]) -> None:
 def test_a_keys_turns_are_counted_once(
     example_database: Callable[[], AbstractContextManager[str]],
 ) -> None:
-    """Any mix of captures, clears, reads, flushes and restarts over more keys than the
-    cache holds, on each store: each key's count, in memory and in its row once closed, is
-    the turns captured there since its channel was last cleared."""
+    """Any mix of captures, clears, reads, upgrades, flushes and restarts over more keys
+    than the cache holds, on each store: each key's count, in memory and in its row once
+    closed, is the turns captured there since its channel was last cleared or distilled."""
 
     @settings(
         max_examples=40,
