@@ -20,6 +20,7 @@ from stm.keys import server_key, user_key
 EVE = Person(505, "Eve", ADMIN, key="eve")  # a server admin who does not own the bot
 
 BOTH_STORES = True  # each test that opens its bot through ``open_bot`` runs on both stores
+SLOW_ON_POSTGRES = True  # the cog sits above the store: PostgreSQL in the full run
 
 
 def only(replies: list, *, ephemeral: bool = True) -> str:

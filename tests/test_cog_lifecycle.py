@@ -31,6 +31,7 @@ from stm.keys import server_key
 # The tests that open their bot through ``open_bot`` (what unloading and reloading keep
 # durable) run on both stores.
 BOTH_STORES = True
+SLOW_ON_POSTGRES = True  # the cog sits above the store: PostgreSQL in the full run
 
 
 async def test_tool_is_registered_on_load_and_removed_on_unload(tmp_path: Path):

@@ -10,6 +10,7 @@ from cogs.testing import option, subcommand
 from stm.keys import server_key
 
 BOTH_STORES = True  # the settings live in the store
+SLOW_ON_POSTGRES = True  # the cog sits above the store: PostgreSQL in the full run
 
 
 def only(replies: list) -> str:
