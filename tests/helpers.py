@@ -10,6 +10,8 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from hypothesis import HealthCheck, settings
+
 from stm import ShortTermMemory
 from stm.cache import Entry
 from stm.keys import server_key
@@ -30,6 +32,18 @@ STRESS = os.environ.get("STM_STRESS", "").strip().lower() not in ("", "0", "fals
 def scaled(default: int, stress: int) -> int:
     """The default count, or the stress count when STM_STRESS is set."""
     return stress if STRESS else default
+
+
+def replayable(max_examples: int) -> settings:
+    """Hypothesis settings of a property whose examples each open a database: the same
+    examples every run (a failure replays), no deadline, no saved examples."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 
 
 def seed_for(name: str) -> int:

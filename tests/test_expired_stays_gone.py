@@ -14,7 +14,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, example, given, settings
+from helpers import replayable
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stm import ShortTermMemory, STMConfig
@@ -172,13 +173,7 @@ def test_nothing_past_its_ttl_is_ever_returned_or_rendered(
     or returned afterwards (other channels' prompts show every channel's notes, so nothing
     hides it)."""
 
-    @settings(
-        max_examples=40,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
+    @replayable(40)
     @given(steps=STEPS)
     def never_back(steps: list[tuple[str, int, int, float]]) -> None:
         with example_database() as database:

@@ -8,7 +8,8 @@ import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-from hypothesis import HealthCheck, example, given, settings
+from helpers import replayable
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig
@@ -256,13 +257,7 @@ def test_any_deletion_during_a_turn_overtakes_it_exactly_when_it_touched_what_it
     anywhere afterwards (the summary and the reply copied the prompt). (Fewer examples on
     PostgreSQL, where each needs a schema of its own.)"""
 
-    @settings(
-        max_examples=150 if store_kind == "sqlite" else 40,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
+    @replayable(150 if store_kind == "sqlite" else 40)
     @given(
         before=said,
         turn_of=st.tuples(st.sampled_from((ALICE, BOB)), st.sampled_from(CHANNELS)),

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from helpers import replayable
+from hypothesis import example, given
 from hypothesis import strategies as st
 from shredding import KeyWitness, file_bytes, stored_text
 
@@ -268,13 +269,7 @@ def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
     the cache, get_entry, any prompt or any row. (Fewer examples on PostgreSQL, where each
     needs a schema of its own.)"""
 
-    @settings(
-        max_examples=200 if store_kind == "sqlite" else 40,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
+    @replayable(200 if store_kind == "sqlite" else 40)
     @given(
         plan=turns,
         target=st.sampled_from(USERS),

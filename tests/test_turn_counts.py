@@ -14,7 +14,8 @@ import asyncio
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-from hypothesis import HealthCheck, example, given, settings
+from helpers import replayable
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stm import ShortTermMemory, STMConfig
@@ -104,13 +105,7 @@ def test_a_keys_turns_are_counted_once(
     than the cache holds, on each store: each key's count, in memory and in its row once
     closed, is the turns captured there since its channel was last cleared or distilled."""
 
-    @settings(
-        max_examples=40,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
+    @replayable(40)
     @given(steps=STEPS)
     def counted_once(steps: list[tuple[str, int]]) -> None:
         with example_database() as database:
