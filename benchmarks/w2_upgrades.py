@@ -14,7 +14,9 @@ transaction, also ``synchronous = FULL``; a caller hears back after the commit
 holding its rows. The old floor (one transaction per upgrade) is kept, labelled.
 
 The two-process rows start two OS processes upgrading against one database
-at once (half the callers each) and report their combined rate.
+at once (half the callers each) and report their combined rate; the four-process
+rows, four (a quarter each): every process reads in the rows the others upgrade in
+the server its callers share.
 """
 
 from __future__ import annotations
@@ -112,16 +114,17 @@ async def run_stm_postgresql(callers: int, per_caller: int) -> dict[str, Any]:
 
 
 async def run_stm_two_processes(
-    callers: int, per_caller: int, backend: str = "sqlite"
+    callers: int, per_caller: int, backend: str = "sqlite", processes: int = 2
 ) -> dict[str, Any]:
+    """The callers split over ``processes`` OS processes on one database."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    half = callers // 2
-    async with memory_database(backend, "w2x2") as database:
+    half = callers // processes  # each process's share of the callers
+    async with memory_database(backend, f"w2x{processes}") as database:
         children: list[asyncio.subprocess.Process] = []
         try:
             # Started one after the other: the first has created the schema before the
-            # second opens, as a second bot process would find it.
-            for first in (0, half):
+            # others open, as a further bot process would find it.
+            for first in range(0, half * processes, half):
                 child = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "benchmarks.w2_upgrades", "child", database,
                     str(first), str(half), str(per_caller),
@@ -146,7 +149,7 @@ async def run_stm_two_processes(
                 if child.returncode is None:
                     child.kill()
                     await child.wait()
-        wrong = await _wrong_rows(database, 2 * half, per_caller)
+        wrong = await _wrong_rows(database, processes * half, per_caller)
     if any("skipped" in p for p in parts):
         raise Skipped(parts[0]["skipped"])
     seconds = max(p["ended"] for p in parts) - min(p["started"] for p in parts)
@@ -157,7 +160,7 @@ async def run_stm_two_processes(
         "commits": sum(p["commits"] for p in parts),
         "round_trips": sum(p["round_trips"] for p in parts),
         "wrong_rows": wrong,
-        "processes": 2,
+        "processes": processes,
         "per_process_upgrades_per_s": [p["upgrades"] / p["seconds"] for p in parts],
     }
     return _rates(result)
@@ -165,6 +168,14 @@ async def run_stm_two_processes(
 
 async def run_stm_postgresql_two_processes(callers: int, per_caller: int) -> dict[str, Any]:
     return await run_stm_two_processes(callers, per_caller, backend="postgresql")
+
+
+async def run_stm_four_processes(callers: int, per_caller: int) -> dict[str, Any]:
+    return await run_stm_two_processes(callers, per_caller, processes=4)
+
+
+async def run_stm_postgresql_four_processes(callers: int, per_caller: int) -> dict[str, Any]:
+    return await run_stm_two_processes(callers, per_caller, backend="postgresql", processes=4)
 
 
 async def _child(database: str, first: int, callers: int, per_caller: int) -> None:
@@ -346,6 +357,8 @@ SYSTEMS: dict[str, Callable[[int, int], Coroutine[Any, Any, dict[str, Any]]]] = 
     "stm-2proc": run_stm_two_processes,
     "stm-postgresql": run_stm_postgresql,
     "stm-postgresql-2proc": run_stm_postgresql_two_processes,
+    "stm-4proc": run_stm_four_processes,
+    "stm-postgresql-4proc": run_stm_postgresql_four_processes,
     "sqlite3-group": run_sqlite3_group,
     "sqlite3-per-row": run_sqlite3_per_row,
 }
