@@ -113,21 +113,21 @@ async def run_stm_postgresql(callers: int, per_caller: int) -> dict[str, Any]:
     return await run_stm(callers, per_caller, backend="postgresql")
 
 
-async def run_stm_two_processes(
+async def run_stm_processes(
     callers: int, per_caller: int, backend: str = "sqlite", processes: int = 2
 ) -> dict[str, Any]:
     """The callers split over ``processes`` OS processes on one database."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    half = callers // processes  # each process's share of the callers
+    share = callers // processes  # the callers of each process
     async with memory_database(backend, f"w2x{processes}") as database:
         children: list[asyncio.subprocess.Process] = []
         try:
             # Started one after the other: the first has created the schema before the
             # others open, as a further bot process would find it.
-            for first in range(0, half * processes, half):
+            for first in range(0, share * processes, share):
                 child = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "benchmarks.w2_upgrades", "child", database,
-                    str(first), str(half), str(per_caller),
+                    str(first), str(share), str(per_caller),
                     cwd=ROOT, env=env, stdin=PIPE, stdout=PIPE,
                 )  # fmt: skip
                 children.append(child)
@@ -149,7 +149,7 @@ async def run_stm_two_processes(
                 if child.returncode is None:
                     child.kill()
                     await child.wait()
-        wrong = await _wrong_rows(database, processes * half, per_caller)
+        wrong = await _wrong_rows(database, processes * share, per_caller)
     if any("skipped" in p for p in parts):
         raise Skipped(parts[0]["skipped"])
     seconds = max(p["ended"] for p in parts) - min(p["started"] for p in parts)
@@ -167,15 +167,15 @@ async def run_stm_two_processes(
 
 
 async def run_stm_postgresql_two_processes(callers: int, per_caller: int) -> dict[str, Any]:
-    return await run_stm_two_processes(callers, per_caller, backend="postgresql")
+    return await run_stm_processes(callers, per_caller, backend="postgresql")
 
 
 async def run_stm_four_processes(callers: int, per_caller: int) -> dict[str, Any]:
-    return await run_stm_two_processes(callers, per_caller, processes=4)
+    return await run_stm_processes(callers, per_caller, processes=4)
 
 
 async def run_stm_postgresql_four_processes(callers: int, per_caller: int) -> dict[str, Any]:
-    return await run_stm_two_processes(callers, per_caller, backend="postgresql", processes=4)
+    return await run_stm_processes(callers, per_caller, backend="postgresql", processes=4)
 
 
 async def _child(database: str, first: int, callers: int, per_caller: int) -> None:
@@ -354,7 +354,7 @@ async def run_sqlite3_per_row(callers: int, per_caller: int) -> dict[str, Any]:
 
 SYSTEMS: dict[str, Callable[[int, int], Coroutine[Any, Any, dict[str, Any]]]] = {
     "stm": run_stm,
-    "stm-2proc": run_stm_two_processes,
+    "stm-2proc": run_stm_processes,
     "stm-postgresql": run_stm_postgresql,
     "stm-postgresql-2proc": run_stm_postgresql_two_processes,
     "stm-4proc": run_stm_four_processes,

@@ -392,14 +392,12 @@ class ReadThrough:
                     old = self._writer.write_behind.take_unread_counts(key)
                     if old is not None:
                         fresh = entry_from(row) if row is not None else _identity_of(old)
-                        _take_over(fresh, old, queued if row is not None else None)
+                        _take_over(fresh, old, queued)
                         self.put(fresh, touched=False)
                         # The row lacks them. Known now, they are written ahead of the
                         # key's next read even if this entry is evicted again.
                         self._writer.mark_dirty(fresh)
-                    elif row is not None and self._writer.write_behind.evicted(key) is None:
-                        # (An evicted entry of the key still to be written behind counted
-                        # past this row: its write goes ahead of the key's next read.)
+                    elif row is not None and not self._counted_past(key):
                         self.put(entry_from(row), touched=False)
             return True
         finally:
@@ -462,6 +460,13 @@ class ReadThrough:
         if not entry.deleted:
             self._writer.mark_dirty(entry)
 
+    def _counted_past(self, key: str) -> bool:
+        """True when an evicted entry of ``key``, its row merged, still waits to write
+        counters past what the row holds: they are written just ahead of the key's next
+        read, so a row read before is not the key's."""
+        evicted = self._writer.write_behind.evicted(key)
+        return evicted is not None and evicted.hydrated
+
     async def live(self, key: str) -> Entry | None:
         """The hydrated entry under ``key`` (None when there is none), reading its row if
         needed; raises Unavailable when the row cannot be read."""
@@ -483,9 +488,7 @@ class ReadThrough:
             raise Unavailable(key)
         entry = self.cache.get(key)
         if entry is None:
-            evicted = self._writer.write_behind.evicted(key)
-            # An evicted entry's counters are written just ahead of the next read of its row.
-            return AGAIN if evicted is not None and evicted.hydrated else None
+            return AGAIN if self._counted_past(key) else None
         return entry if entry.hydrated else AGAIN
 
     def settled(self, key: str, group: GroupKey) -> Entry | Literal[_NoRow.NO_ROW] | None:
