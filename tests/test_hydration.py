@@ -8,6 +8,7 @@ not hold, and every missing key is read again.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from helpers import Opener
@@ -124,3 +125,30 @@ async def test_a_capture_after_eviction_keeps_the_evicted_entrys_counters(
     entry = memory.cache.peek(user_key(1, 1))
     assert entry is not None and entry.turns_since_refresh == cadence
     assert context.nudge is not None
+
+
+async def test_a_read_that_finds_its_key_evicted_leaves_the_counted_entry_to_write(
+    open_memory: Opener,
+) -> None:
+    """A read of a key queued before the key's entry counted another turn, which comes
+    back once that entry has been evicted with the turn still to write, does not cache
+    its older row: the key's next read gets the row with every turn (written just ahead
+    of it), not a count one short whose next write-behind would lose the turn."""
+    memory = await open_memory(cache_max_keys=2, write_behind_seconds=3600)
+    dm = ctx(channel=1, server=None)
+    key = user_key(1, 1)
+    await memory.capture(turn(dm, "one"))
+    await memory.flush()  # the row holds one turn
+    read = asyncio.ensure_future(memory._reads.hydrate([key]))
+    await asyncio.sleep(0)  # queued: what it reads is the row of one turn
+    await memory.capture(turn(dm, "two"))  # counted past the read, still to write
+    for channel in (2, 3):  # two more DM keys push the first one out, still dirty
+        await memory.capture(turn(ctx(channel=channel, server=None), "hi"))
+    assert memory.cache.peek(key) is None
+    assert await read
+    entry = await memory.get_entry(key)
+    assert entry is not None and entry.turns_since_refresh == 2
+    await memory.capture(turn(dm, "three"))
+    await memory.flush()
+    row = await memory.store.row(key)
+    assert row is not None and row.turns_since_refresh == 3
