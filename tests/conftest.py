@@ -183,6 +183,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("store_kind", kinds, indirect=True)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules holding long tests (``slow`` or ``process``) first, each whole and in
+    its own order: the workers start on those, and the short ones fill in after, instead of
+    one worker running a minute-long test alone at the end of the run."""
+    heavy = {
+        item.module
+        for item in items
+        if item.get_closest_marker("slow") or item.get_closest_marker("process")
+    }
+    items.sort(key=lambda item: item.module not in heavy)  # stable: order kept within
+
+
 @pytest.fixture
 def store_kind(request: pytest.FixtureRequest) -> str:
     """``sqlite``, unless the module runs its tests on both stores."""
