@@ -46,16 +46,18 @@ from .base import (
     PurgeResult,
     PurgeUser,
     SaveDistilled,
+    StoredRow,
     SweepStep,
 )
+from .dialect import Dialect
 
 __all__ = [
     "PREVIEW_TABLES",
     "SWEEP_CHUNK",
     "Procedure",
     "Step",
+    "Versions",
     "collect",
-    "extend",
     "forget_purges",
     "guard_ranges",
     "inspect_preview",
@@ -71,7 +73,6 @@ __all__ = [
     "ranges_of",
     "reach",
     "reached",
-    "record",
     "sweep",
     "upgrades",
 ]
@@ -154,12 +155,6 @@ def positional(sql: str) -> tuple[str, list[str]]:
 
 
 # -- statements ------------------------------------------------------------------------
-_LIVE_PIN = (
-    "SELECT m.chain_id, m.chain_version, c.head, c.ended, (SELECT min(r.position) FROM "
-    "stm_purge_ranges r WHERE r.done = 0 AND r.chain_id = m.chain_id "
-    "AND r.from_version <= m.chain_version) "
-    "FROM short_term_memories m LEFT JOIN stm_chains c ON c.id = m.chain_id WHERE m.key = :key"
-)
 _NEW_CHAIN = (
     "INSERT INTO stm_chains (live_key, server_id, head, ended) "
     "VALUES (:key, :server, 1, 0) RETURNING id"
@@ -167,11 +162,6 @@ _NEW_CHAIN = (
 _MEMBER = (
     "INSERT INTO stm_chain_members (member, chain_id, first, server_id) "
     "VALUES (:member, :chain, :first, :server) ON CONFLICT DO NOTHING"
-)
-_PIN_OF = "SELECT chain_id, chain_version FROM short_term_memories WHERE key = :key"
-_EDGES_OF_PAIR = (
-    "SELECT parent_version, child_version FROM stm_chain_edges "
-    "WHERE parent = :parent AND child = :child AND own = :own"
 )
 _DROP_EDGE = (
     "DELETE FROM stm_chain_edges WHERE parent = :parent AND child = :child AND own = :own "
@@ -414,27 +404,165 @@ def live_of(group: Sequence[int], saves: Sequence[SaveDistilled]) -> int:
 
 
 # -- procedures ----------------------------------------------------------------------------
-def extend(live_key: str, server_id: int | None) -> Procedure[Pin | int]:
-    """The version an upgrade of ``live_key`` writes: the next of the chain the live row
-    pins, or the first of a new chain; the position of the purge clearing the live row
-    when one is (nothing may extend what a purge clears)."""
-    row = yield Step(_LIVE_PIN, {"key": live_key}, "one")
-    if row is not None and row[0] is not None:
-        chain, version, head, ended, purging = row
-        if purging is not None:
-            return int(purging)
-        if not ended and head is not None and int(version) == int(head):
-            pin = Pin(int(chain), int(head) + 1)
-            yield Step(
-                "UPDATE stm_chains SET head = :head WHERE id = :chain",
-                {"head": pin.version, "chain": pin.chain},
-                "exec",
+# The rows of a run of upgrades' keys (those they extend the chains of and those their
+# prompts showed), with their chains: how far each has got, whether it has ended, the key
+# it is the notes of, and the position of a purge clearing the row's version, if any.
+_ROWS_OF = (
+    "SELECT m.key, m.chain_id, m.chain_version, c.head, c.ended, c.live_key, "
+    "(SELECT min(r.position) FROM stm_purge_ranges r WHERE r.done = 0 "
+    "AND r.chain_id = m.chain_id AND r.from_version <= m.chain_version) "
+    "FROM short_term_memories m LEFT JOIN stm_chains c ON c.id = m.chain_id WHERE {keys}"
+)
+# The edges between the chains a run of upgrades extends and those their prompts showed.
+_EDGES_OF = (
+    "SELECT parent, child, own, parent_version, child_version FROM stm_chain_edges "
+    "WHERE {children} AND {parents}"
+)
+_HEAD = "UPDATE stm_chains SET head = :head WHERE id = :chain"
+
+
+@dataclass(slots=True)
+class _Chain:
+    head: int
+    ended: bool
+    live_key: str
+
+
+class Versions:
+    """The chain work of one run of upgrades, in a constant number of statements however
+    many upgrades the run holds (on PostgreSQL each statement is a round trip, and an
+    upgrade's were a dozen): the rows and chains it reads, in one statement (``load``);
+    each upgrade's version (``extend``, a statement only for a new chain) and what its
+    prompt showed (``record``), from what was read and what the run's earlier upgrades
+    wrote (``wrote``); the edges, heads, members and ends, read and written together at
+    the end (``finish``). Each upgrade sees what it would see run alone after the ones
+    before it."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        # Each row read or written: its pin (None: no distilled content, or no row), and
+        # the position of a purge clearing its version (rows written here: none).
+        self.pins: dict[str, Pin | None] = {}
+        self.purging: dict[str, int] = {}
+        self.chains: dict[int, _Chain] = {}
+        self.heads: dict[int, int] = {}  # chain -> head to write
+        self.left: list[dict[str, Any]] = []
+        self.members: list[dict[str, Any]] = []
+        # (parent chain, child chain, own) -> the newest parent version shown, in order.
+        self.shown: list[tuple[tuple[int, int, int], tuple[int, int]]] = []
+
+    def load(self, keys: Iterable[str]) -> Procedure[None]:
+        """Read the rows of ``keys`` and their chains (one statement)."""
+        wanted = sorted(set(keys) - set(self.pins))
+        if not wanted:
+            return
+        condition, params = self.dialect.in_list("m.key", "keys", wanted, "text[]")
+        found = yield Step(_ROWS_OF.format(keys=condition), params, "all")
+        self.pins.update(dict.fromkeys(wanted))
+        for key, chain, version, head, ended, live_key, purging in found:
+            if chain is None:
+                continue
+            self.pins[key] = Pin(int(chain), int(version))
+            if purging is not None:
+                self.purging[key] = int(purging)
+            if head is not None and int(chain) not in self.chains:
+                self.chains[int(chain)] = _Chain(int(head), bool(ended), str(live_key))
+
+    def extend(self, live_key: str, server_id: int | None) -> Procedure[Pin | int]:
+        """The version an upgrade of ``live_key`` (read by ``load``) writes: the next of
+        the chain the live row pins, or the first of a new chain; the position of the
+        purge clearing the live row when one is (nothing may extend what a purge
+        clears)."""
+        pin = self.pins.get(live_key)
+        if pin is not None:
+            if (purging := self.purging.get(live_key)) is not None:
+                return purging
+            chain = self.chains.get(pin.chain)
+            if chain is not None and not chain.ended and pin.version == chain.head:
+                chain.head = self.heads[pin.chain] = pin.version + 1
+                return Pin(pin.chain, chain.head)
+            # The live row holds notes of a chain it no longer extends: that one has ended.
+            self.left.append({"chain": pin.chain, "key": live_key})
+            if chain is not None and chain.live_key == live_key:
+                chain.ended = True
+        made = yield Step(_NEW_CHAIN, {"key": live_key, "server": server_id}, "one")
+        self.chains[int(made[0])] = _Chain(1, False, live_key)
+        return Pin(int(made[0]), 1)
+
+    def record(self, pin: Pin, lineage: Lineage, server_id: int | None) -> None:
+        """What the prompt that wrote ``pin`` (notes of ``server_id``) showed: its direct
+        members (kept from their first version) and its edges to other chains' notes (a
+        shown key, read by ``load``, as its row is now)."""
+        self.members.extend(
+            {"member": user, "chain": pin.chain, "first": pin.version, "server": server_id}
+            for user in sorted(lineage.direct)
+        )
+        parents: dict[tuple[int, bool], int] = {}
+        for own, shown in ((True, lineage.own), (False, lineage.other)):
+            for item in shown:
+                parent = self.pins.get(item) if isinstance(item, str) else item
+                if parent is None:
+                    continue  # the notes were cleared since: nothing of them is kept
+                if parent.chain == pin.chain:
+                    continue  # the chain's own earlier versions: held by every later one
+                slot = (parent.chain, own)
+                parents[slot] = max(parents.get(slot, 0), parent.version)
+        for (parent_chain, own), parent_version in parents.items():
+            self.shown.append(((parent_chain, pin.chain, int(own)), (parent_version, pin.version)))
+
+    def wrote(self, row: StoredRow, pin: Pin) -> None:
+        """``row`` was written at ``pin`` (with no chain when it holds no notes)."""
+        self.pins[row.key] = pin if row.summary is not None or row.categories else None
+        self.purging.pop(row.key, None)
+
+    def finish(self) -> Procedure[None]:
+        """Write what the run's upgrades recorded: the heads of the chains they extended,
+        the ends of those they left, their members, and their edges, each pair's merged
+        with those it held (read in one statement)."""
+        if self.heads:
+            heads = [{"head": head, "chain": chain} for chain, head in self.heads.items()]
+            yield Step(_HEAD, heads, "many")
+        if self.left:
+            yield Step(_LEFT, self.left, "many")
+        if self.members:
+            yield Step(_MEMBER, self.members, "many")
+        if not self.shown:
+            return
+        held: dict[tuple[int, int, int], list[tuple[int, int]]] = {
+            pair: [] for pair, _ in self.shown
+        }
+        children, c_params = self.dialect.in_list(
+            "child", "children", sorted({p[1] for p in held}), "bigint[]"
+        )
+        parents, p_params = self.dialect.in_list(
+            "parent", "parents", sorted({p[0] for p in held}), "bigint[]"
+        )
+        found = yield Step(
+            _EDGES_OF.format(children=children, parents=parents), c_params | p_params, "all"
+        )
+        for parent, child, own, parent_version, child_version in found:
+            pair = (int(parent), int(child), int(own))
+            if pair in held:
+                held[pair].append((int(parent_version), int(child_version)))
+        edges = {pair: list(kept) for pair, kept in held.items()}
+        for pair, new in self.shown:
+            edges[pair] = merge_edges(edges[pair], new)
+        # Every edge dropped, then every edge added, each kind in one statement. An edge
+        # kept with a new child version is dropped and added again.
+        drops: list[dict[str, int]] = []
+        adds: list[dict[str, int]] = []
+        for pair, kept in edges.items():
+            names = {"parent": pair[0], "child": pair[1], "own": pair[2]}
+            before, after = set(held[pair]), set(kept)
+            drops.extend({**names, "parent_version": pv} for pv, _ in sorted(before - after))
+            adds.extend(
+                {**names, "parent_version": pv, "child_version": cv}
+                for pv, cv in sorted(after - before)
             )
-            return pin
-        # The live row holds notes of a chain it no longer extends: that one has ended.
-        yield Step(_LEFT, {"chain": int(chain), "key": live_key}, "exec")
-    made = yield Step(_NEW_CHAIN, {"key": live_key, "server": server_id}, "one")
-    return Pin(int(made[0]), 1)
+        if drops:
+            yield Step(_DROP_EDGE, drops, "many")
+        if adds:
+            yield Step(_ADD_EDGE, adds, "many")
 
 
 def left(rows: Iterable[tuple[str, int | None]]) -> Procedure[None]:
@@ -443,50 +571,6 @@ def left(rows: Iterable[tuple[str, int | None]]) -> Procedure[None]:
     gone = [{"key": key, "chain": chain} for key, chain in rows if chain is not None]
     if gone:
         yield Step(_LEFT, gone, "many")
-
-
-def record(pin: Pin, lineage: Lineage, server_id: int | None) -> Procedure[None]:
-    """Record what the prompt that wrote ``pin`` (notes of ``server_id``) showed: its direct
-    members (kept from their first version) and its edges to other chains' notes."""
-    if lineage.direct:
-        members = [
-            {"member": user, "chain": pin.chain, "first": pin.version, "server": server_id}
-            for user in sorted(lineage.direct)
-        ]
-        yield Step(_MEMBER, members, "many")
-    parents: dict[tuple[int, bool], int] = {}
-    for own, shown in ((True, lineage.own), (False, lineage.other)):
-        for item in shown:
-            if isinstance(item, str):
-                row = yield Step(_PIN_OF, {"key": item}, "one")
-                if row is None or row[0] is None:
-                    continue  # the notes were cleared since: nothing of them is kept
-                parent = Pin(int(row[0]), int(row[1]))
-            else:
-                parent = item
-            if parent.chain == pin.chain:
-                continue  # the chain's own earlier versions: held by every later one
-            slot = (parent.chain, own)
-            parents[slot] = max(parents.get(slot, 0), parent.version)
-    # Every edge dropped, then every edge added, each kind in one statement (one round
-    # trip on PostgreSQL however many pairs the prompt showed).
-    drops: list[dict[str, int]] = []
-    adds: list[dict[str, int]] = []
-    for (parent_chain, own), parent_version in parents.items():
-        pair = {"parent": parent_chain, "child": pin.chain, "own": int(own)}
-        held = [(int(p), int(c)) for p, c in (yield Step(_EDGES_OF_PAIR, pair, "all"))]
-        kept = merge_edges(held, (parent_version, pin.version))
-        for gone in sorted(set(held) - set(kept)):
-            drops.append({**pair, "parent_version": gone[0]})
-        for new in sorted(set(kept) - set(held)):
-            edge = {**pair, "parent_version": new[0], "child_version": new[1]}
-            # A merge may keep a parent version with a new child version: replace it.
-            drops.append(edge)
-            adds.append(edge)
-    if drops:
-        yield Step(_DROP_EDGE, drops, "many")
-    if adds:
-        yield Step(_ADD_EDGE, adds, "many")
 
 
 def _plan(user: int, server: int | None, erasure: Erasure) -> Procedure[list[Range]]:

@@ -75,7 +75,7 @@ __all__ = [
     "Request",
     "Rows",
     "Sealing",
-    "Write",
+    "Writes",
     "Writing",
     "apply",
     "batch",
@@ -108,12 +108,13 @@ class Sealing:
 
 
 @dataclass(frozen=True, slots=True)
-class Write:
-    """Write ``row`` with its distilled content as version ``pin``, under its own key
-    (see :class:`Sealing`); the answer is the row's ``(id, version)``."""
+class Writes:
+    """Write each ``(row, pin)`` in order, the row with its distilled content as version
+    ``pin``, under its own key (see :class:`Sealing`); the answer is each row's ``(id,
+    version)``, in order. One request for a run of upgrades: PostgreSQL sends them in
+    one round trip."""
 
-    row: StoredRow
-    pin: Pin
+    rows: tuple[tuple[StoredRow, Pin], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +146,7 @@ class Writing:
     again as a write transaction; inside a write transaction the answer is None."""
 
 
-Request = Step | Rows | Many | Sealing | Write | Dropped | Reading | Writing | Position
+Request = Step | Rows | Many | Sealing | Writes | Dropped | Reading | Writing | Position
 Procedure = Generator[Request, Any, _T]
 
 # Operations that change no row's key (upgrades follow the keys they change themselves);
@@ -512,12 +513,23 @@ def save_many(
         ranges = yield from chains.guard_ranges(guards, deletes)
     # Distilled text is stored encrypted under the row's own key (see shred.py).
     yield Sealing(tuple(save.row.key for save in saves))
-    for group in upgrades(saves):
+    groups = upgrades(saves)
+    versions = chains.Versions(dialect)
+    shown = (
+        item
+        for save in saves
+        if save.lineage is not None
+        for item in (*save.lineage.own, *save.lineage.other)
+        if isinstance(item, str)
+    )
+    yield from versions.load([*(saves[live_of(g, saves)].row.key for g in groups), *shown])
+    writes: list[tuple[int, Pin]] = []  # (save, its version), in order
+    for group in groups:
         refused = refusal(group, saves, pruned_through, deletes, ranges)
         pin: Pin | int | None = None
         if refused is None:
             live = saves[live_of(group, saves)].row
-            pin = yield from chains.extend(live.key, live.server_id)
+            pin = yield from versions.extend(live.key, live.server_id)
             if isinstance(pin, int):
                 refused = Overtaken(pin)  # a purge is clearing what it would extend
         if refused is not None or not isinstance(pin, Pin):
@@ -526,12 +538,16 @@ def save_many(
             continue
         lineage = saves[group[0]].lineage
         if lineage is not None:
-            yield from chains.record(pin, lineage, live.server_id)
+            versions.record(pin, lineage, live.server_id)
         for index in group:
-            row = saves[index].row
-            memory_id, version = yield Write(row, pin)
-            feed.append(("upgrade", row.key, int(version), None, None, None))
+            writes.append((index, pin))
+            versions.wrote(saves[index].row, pin)
+    if writes:
+        written = yield Writes(tuple((saves[index].row, pin) for index, pin in writes))
+        for (index, pin), (memory_id, version) in zip(writes, written, strict=True):
+            feed.append(("upgrade", saves[index].row.key, int(version), None, None, None))
             results[index] = Saved(int(memory_id), pin)
+    yield from versions.finish()
     return results
 
 

@@ -528,11 +528,14 @@ class _Session:
                 request = procedure.send(result)
                 if isinstance(request, Step):
                     result = await _step(conn, request)
-                elif isinstance(request, operations.Write):
-                    sealed = await self.keys.seal(conn, request.row)
-                    values = operations.save_values(request.row, request.pin, sealed, POSTGRES)
-                    memory_id, version = await conn.fetchrow(_SAVE, *values)
-                    result = int(memory_id), int(version)
+                elif isinstance(request, operations.Writes):
+                    values = [
+                        operations.save_values(row, pin, await self.keys.seal(conn, row), POSTGRES)
+                        for row, pin in request.rows
+                    ]
+                    # One round trip for the run, each row's statement in order.
+                    written = await conn.fetchmany(_SAVE, values)
+                    result = [(int(memory_id), int(version)) for memory_id, version in written]
                 elif isinstance(request, operations.Many):
                     if request.rows:
                         await conn.executemany(request.sql, request.rows)

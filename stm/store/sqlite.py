@@ -50,7 +50,7 @@ from typing import Any, TypeVar, cast
 import aiosqlite
 
 from ..errors import NoDatabase, StoreError
-from ..lineage import Erasure
+from ..lineage import Erasure, Pin
 from . import chains, operator, schema, shred
 from . import feed as change_feed
 from . import ops as operations
@@ -624,8 +624,8 @@ class _Session:
                 request = procedure.send(result)
                 if isinstance(request, Step):
                     result = _step(db, request)
-                elif isinstance(request, operations.Write):
-                    result = self._write(request)
+                elif isinstance(request, operations.Writes):
+                    result = [self._write(row, pin) for row, pin in request.rows]
                 elif isinstance(request, operations.Many):
                     result = db.executemany(request.sql, request.rows) if request.rows else None
                 elif isinstance(request, operations.Rows):
@@ -650,11 +650,10 @@ class _Session:
         except StopIteration as done:
             return cast(_T, done.value)
 
-    def _write(self, request: operations.Write) -> tuple[int, int]:
+    def _write(self, row: StoredRow, pin: Pin) -> tuple[int, int]:
         assert self.sealer is not None, "rows are written before their keys are read"
-        row = request.row
         sealed = self.sealer.seal(row.key, row.summary, operations.categories_json(row))
-        values = operations.save_values(row, request.pin, sealed, SQLITE)
+        values = operations.save_values(row, pin, sealed, SQLITE)
         memory_id, version = self.db.execute(*_save_statement(values)).fetchone()
         return int(memory_id), int(version)
 
