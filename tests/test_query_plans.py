@@ -222,3 +222,17 @@ def traced_all(db: sqlite3.Connection, call: object) -> list[str]:
     finally:
         db.set_trace_callback(None)
     return issued
+
+
+@pytest.mark.parametrize("name", ["guarded upgrade", "write behind with its guards"])
+def test_a_guards_read_of_the_feed_reads_only_its_deletes(
+    db: sqlite3.Connection, name: str
+) -> None:
+    """An upgrade's guard and a write-behind batch read the feed's deletes after their
+    position through the index of deletes alone, never through the upgrades between (a
+    busy server writes thousands)."""
+    reads = [sql for sql in statements_of(db, OPERATIONS[name]) if "kind IN" in sql]
+    assert reads
+    for sql in reads:
+        plan = [d for *_, d in db.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()]
+        assert any("USING INDEX stm_changes_deletes" in d for d in plan), (sql, plan)

@@ -415,9 +415,11 @@ _ROWS_OF = (
 )
 # The edges between the chains a run of upgrades extends and those their prompts showed.
 _EDGES_OF = (
-    "SELECT parent, child, own, parent_version, child_version FROM stm_chain_edges "
-    "WHERE {children} AND {parents}"
+    "SELECT e.parent, e.child, e.own, e.parent_version, e.child_version FROM {pairs} "
+    "JOIN stm_chain_edges e ON e.parent = pairs.parent AND e.child = pairs.child "
+    "AND e.own = pairs.own"
 )
+_PAIR = (("parent", "bigint"), ("child", "bigint"), ("own", "integer"))
 _HEAD = "UPDATE stm_chains SET head = :head WHERE id = :chain"
 
 
@@ -531,19 +533,11 @@ class Versions:
         held: dict[tuple[int, int, int], list[tuple[int, int]]] = {
             pair: [] for pair, _ in self.shown
         }
-        children, c_params = self.dialect.in_list(
-            "child", "children", sorted({p[1] for p in held}), "bigint[]"
-        )
-        parents, p_params = self.dialect.in_list(
-            "parent", "parents", sorted({p[0] for p in held}), "bigint[]"
-        )
-        found = yield Step(
-            _EDGES_OF.format(children=children, parents=parents), c_params | p_params, "all"
-        )
+        pairs, params = self.dialect.table("pairs", _PAIR, sorted(held))
+        found = yield Step(_EDGES_OF.format(pairs=pairs), params, "all")
         for parent, child, own, parent_version, child_version in found:
-            pair = (int(parent), int(child), int(own))
-            if pair in held:
-                held[pair].append((int(parent_version), int(child_version)))
+            edge = (int(parent_version), int(child_version))
+            held[int(parent), int(child), int(own)].append(edge)
         edges = {pair: list(kept) for pair, kept in held.items()}
         for pair, new in self.shown:
             edges[pair] = merge_edges(edges[pair], new)

@@ -59,6 +59,27 @@ class Dialect:
         condition = f"{column} IN (" + ",".join(f":{n}" for n in names) + ")"
         return condition, dict(zip(names, values, strict=True))
 
+    def table(
+        self, name: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+    ) -> tuple[str, dict[str, Any]]:
+        """``rows`` as a table ``name`` to join, its ``columns`` named with their PostgreSQL
+        types (``bigint``): the table's SQL and its parameters."""
+        if self.arrays:
+            arrays = ", ".join(f":{name}_{column}::{kind}[]" for column, kind in columns)
+            names = ", ".join(column for column, _ in columns)
+            params = {
+                f"{name}_{column}": [row[i] for row in rows]
+                for i, (column, _) in enumerate(columns)
+            }
+            return f"unnest({arrays}) AS {name}({names})", params
+        params = {}
+        values = []
+        for n, row in enumerate(rows):
+            values.append("(" + ", ".join(f":{name}{n}_{i}" for i in range(len(columns))) + ")")
+            params.update({f"{name}{n}_{i}": value for i, value in enumerate(row)})
+        named = ", ".join(f"column{i + 1} AS {column}" for i, (column, _) in enumerate(columns))
+        return f"(SELECT {named} FROM (VALUES {', '.join(values)})) AS {name}", params
+
 
 SQLITE = Dialect(
     name="sqlite",

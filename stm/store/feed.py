@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .base import Change, ChangeKind, FeedPage
+from .base import GUARD_KINDS_SQL, Change, ChangeKind, FeedPage
 from .chains import Procedure, Step, forget_purges
 from .dialect import Dialect
 
@@ -116,9 +116,13 @@ def prune(
 def deletes_after(
     after: int, kinds_sql: str, not_origin: str | None = None
 ) -> Procedure[list[Change]]:
-    """The changes of ``kinds_sql`` (an SQL list of kinds) after ``after``, in order,
-    except those of ``not_origin`` when given."""
-    sql = f"SELECT {COLUMNS} FROM stm_changes WHERE position > :after AND kind IN {kinds_sql}"
+    """The changes of ``kinds_sql`` (an SQL list of kinds, all of ``GUARD_KINDS_SQL``)
+    after ``after``, in order, except those of ``not_origin`` when given. Read through the
+    index of the feed's deletes (``stm_changes_deletes``), whose condition is the first
+    list: never through the other changes after ``after``."""
+    sql = f"SELECT {COLUMNS} FROM stm_changes WHERE position > :after AND kind IN {GUARD_KINDS_SQL}"
+    if kinds_sql != GUARD_KINDS_SQL:
+        sql += f" AND kind IN {kinds_sql}"
     params: dict[str, object] = {"after": after}
     if not_origin is not None:
         sql += " AND origin <> :origin"
