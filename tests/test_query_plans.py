@@ -19,6 +19,7 @@ from helpers import stored_row
 from stm.keys import server_key, user_key
 from stm.lineage import Lineage, Pin
 from stm.store import chains
+from stm.store import sqlite as sqlite_store
 from stm.store.base import (
     PROVENANCE_TABLES,
     DeleteChannel,
@@ -35,7 +36,9 @@ from stm.store.base import (
     SweepPurge,
     Touch,
 )
+from stm.store.chains import Step
 from stm.store.sqlite import _run, migrate, prune_changes, read_changes, run_batch
+from stm.store.sqlite import _step as run_step
 
 TABLES = ("short_term_memories", *PROVENANCE_TABLES, "stm_changes")
 NOW = time.time()
@@ -236,3 +239,41 @@ def test_a_guards_read_of_the_feed_reads_only_its_deletes(
     for sql in reads:
         plan = [d for *_, d in db.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()]
         assert any("USING INDEX stm_changes_deletes" in d for d in plan), (sql, plan)
+
+
+def test_a_run_of_upgrades_issues_as_many_statements_however_many_it_holds(
+    db: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chain work of a run of upgrades (each extending its chain, from a prompt that
+    showed people and other channels' notes) is a fixed number of statements, not a few
+    per upgrade: on PostgreSQL each statement is a round trip, and a run holds up to a
+    hundred upgrades."""
+
+    def run_of(size: int, first: int) -> list[SaveDistilled]:
+        saves = []
+        for n in range(size):
+            c = n % 20  # every channel's chain, extended again
+            shown = Lineage(
+                frozenset({7, 8, first + n}),
+                own=(server_key(1, c),),
+                other=(server_key(1, (c + 1) % 20), Pin(1, 1)),
+            )
+            saves.append(SaveDistilled(row(server_key(1, c), 1, None, c), lineage=shown))
+        return saves
+
+    def chain_statements(saves: list[SaveDistilled]) -> int:
+        # Each step a procedure asks of the store (one statement, or one statement for
+        # many rows) is what PostgreSQL sends as one round trip.
+        steps: list[Step] = []
+
+        def counted(connection: sqlite3.Connection, step: Step) -> object:
+            steps.append(step)
+            return run_step(connection, step)
+
+        monkeypatch.setattr(sqlite_store, "_step", counted)
+        run_batch(db, saves)
+        return sum("stm_chain" in step.sql for step in steps)
+
+    chain_statements(run_of(20, 50))  # a chain of every channel's own (the purge cleared theirs)
+    few, many = chain_statements(run_of(4, 100)), chain_statements(run_of(20, 200))
+    assert few == many, (few, many)
