@@ -1044,3 +1044,59 @@ async def _write_lock(store: Any) -> AsyncIterator[None]:
             yield
     finally:
         await other.close()
+
+
+async def _most_edges_of_a_pair(store: Any) -> int:
+    sql = (
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM stm_chain_edges "
+        "GROUP BY parent, child, own) AS pairs"
+    )
+    if isinstance(store, SQLiteStore):
+        with contextlib.closing(sqlite3.connect(store.path)) as db:
+            return int(db.execute(sql).fetchone()[0])
+    async with store._pool.acquire() as conn:
+        return int(await conn.fetchval(sql))
+
+
+async def test_a_run_of_upgrades_longer_than_a_statements_list_links_every_pair(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of upgrades with more keys and pairs than the store reads in one statement
+    (here 30 values) extends every chain it upgrades again, and merges into every pair's
+    edges (at most ``EDGES_PER_PAIR`` each); a purge of the one user shown to the first
+    channel clears, by ``complete``, every channel whose notes were written from the
+    first's."""
+    from stm.lineage import EDGES_PER_PAIR
+    from stm.store import chains
+
+    monkeypatch.setattr(chains, "_LIST_CHUNK", 30)
+    keys = [server_key(100, c) for c in range(60)]
+    await store.run(
+        [
+            SaveDistilled(row(key), lineage=Lineage(frozenset({7 if c == 0 else 8})))
+            for c, key in enumerate(keys)
+        ]
+    )
+    runs = EDGES_PER_PAIR + 2  # each pair's edges merged past the limit
+    for n in range(runs):
+        # A lineage of each upgrade's own (saves sharing one are one upgrade).
+        await store.run(
+            [
+                SaveDistilled(
+                    row(key, summary=f"run {n}"),
+                    lineage=Lineage(frozenset({8}), other=(keys[0],)),
+                )
+                for key in keys
+            ]
+        )
+    got = await load(store, *keys)
+    assert {g.pin.version for g in got.values() if g.pin is not None} == {runs + 1}
+    assert len({g.pin.chain for g in got.values() if g.pin is not None}) == len(keys)
+    assert await _most_edges_of_a_pair(store) == EDGES_PER_PAIR
+    (result,) = await store.run([PurgeUser(7, 100, "complete")])
+    more = result.more
+    while more:
+        (step,) = await store.run([SweepPurge(result.position)])
+        more = step.more
+    got = await load(store, *keys)
+    assert [k for k in keys if got[k].summary is not None] == []

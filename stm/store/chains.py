@@ -420,6 +420,9 @@ _EDGES_OF = (
     "AND e.own = pairs.own"
 )
 _PAIR = (("parent", "bigint"), ("child", "bigint"), ("own", "integer"))
+# Values bound per statement at most (SQLite before 3.32 takes 999 at most; a run may hold
+# 2,000 upgrades, each showing a score of notes).
+_LIST_CHUNK = 500
 _HEAD = "UPDATE stm_chains SET head = :head WHERE id = :chain"
 
 
@@ -456,10 +459,11 @@ class Versions:
     def load(self, keys: Iterable[str]) -> Procedure[None]:
         """Read the rows of ``keys`` and their chains (one statement)."""
         wanted = sorted(set(keys) - set(self.pins))
-        if not wanted:
-            return
-        condition, params = self.dialect.in_list("m.key", "keys", wanted, "text[]")
-        found = yield Step(_ROWS_OF.format(keys=condition), params, "all")
+        found = []
+        for start in range(0, len(wanted), _LIST_CHUNK):
+            chunk = wanted[start : start + _LIST_CHUNK]
+            condition, params = self.dialect.in_list("m.key", "keys", chunk, "text[]")
+            found += yield Step(_ROWS_OF.format(keys=condition), params, "all")
         self.pins.update(dict.fromkeys(wanted))
         for key, chain, version, head, ended, live_key, purging in found:
             if chain is None:
@@ -533,8 +537,12 @@ class Versions:
         held: dict[tuple[int, int, int], list[tuple[int, int]]] = {
             pair: [] for pair, _ in self.shown
         }
-        pairs, params = self.dialect.table("pairs", _PAIR, sorted(held))
-        found = yield Step(_EDGES_OF.format(pairs=pairs), params, "all")
+        found = []
+        wanted = sorted(held)
+        for start in range(0, len(wanted), _LIST_CHUNK // len(_PAIR)):
+            chunk = wanted[start : start + _LIST_CHUNK // len(_PAIR)]
+            pairs, params = self.dialect.table("pairs", _PAIR, chunk)
+            found += yield Step(_EDGES_OF.format(pairs=pairs), params, "all")
         for parent, child, own, parent_version, child_version in found:
             edge = (int(parent_version), int(child_version))
             held[int(parent), int(child), int(own)].append(edge)
