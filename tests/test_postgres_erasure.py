@@ -39,9 +39,11 @@ async def _file_bytes(conn: Any, table: str) -> bytes:
 
 async def _vacuum_full_keys(conn: Any, keys: list[bytes]) -> tuple[list[str], list[Any]]:
     """``VACUUM FULL stm_keys``, then the keys still in its files. VACUUM keeps a deleted
-    row while any transaction in the database could still see it (another test's, an
-    autovacuum ANALYZE): while one is open, wait for it and vacuum again, up to 30 s.
-    Returns the keys left and the backends that held an older snapshot."""
+    row while any transaction in the database could still see it (another test's, in a
+    schema of its own in the same database, or an autovacuum ANALYZE): while keys are
+    left, vacuum again, up to 30 s (the transaction that held them may have ended before
+    the look for it). Returns the keys left and the backends that held an older snapshot
+    at the last look."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 30
     while True:
@@ -53,7 +55,7 @@ async def _vacuum_full_keys(conn: Any, keys: list[bytes]) -> tuple[list[str], li
             "WHERE datname = current_database() AND pid <> pg_backend_pid() "
             "AND backend_xmin IS NOT NULL"
         )
-        if not left or not holders or loop.time() > deadline:
+        if not left or loop.time() > deadline:
             return left, [dict(row) for row in holders]
         await asyncio.sleep(0.2)
 
