@@ -1062,14 +1062,14 @@ async def test_a_run_of_upgrades_longer_than_a_statements_list_links_every_pair(
     store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run of upgrades with more keys and pairs than the store reads in one statement
-    (here 30 values) extends every chain it upgrades again, and merges into every pair's
-    edges (at most ``EDGES_PER_PAIR`` each); a purge of the one user shown to the first
-    channel clears, by ``complete``, every channel whose notes were written from the
-    first's."""
+    (here 30 values on SQLite; PostgreSQL binds each list as one array) extends every
+    chain it upgrades again, and merges into every pair's edges (at most
+    ``EDGES_PER_PAIR`` each); a purge of the one user shown to the first channel clears,
+    by ``complete``, every channel whose notes were written from the first's."""
     from stm.lineage import EDGES_PER_PAIR
-    from stm.store import chains
+    from stm.store import dialect
 
-    monkeypatch.setattr(chains, "_LIST_CHUNK", 30)
+    monkeypatch.setattr(dialect, "BOUND_VALUES", 30)
     keys = [server_key(100, c) for c in range(60)]
     await store.run(
         [

@@ -66,6 +66,7 @@ __all__ = [
     "members",
     "orphans",
     "pending_sweeps",
+    "pinned",
     "planned_ranges",
     "positional",
     "preview",
@@ -420,10 +421,13 @@ _EDGES_OF = (
     "AND e.own = pairs.own"
 )
 _PAIR = (("parent", "bigint"), ("child", "bigint"), ("own", "integer"))
-# Values bound per statement at most (SQLite before 3.32 takes 999 at most; a run may hold
-# 2,000 upgrades, each showing a score of notes).
-_LIST_CHUNK = 500
 _HEAD = "UPDATE stm_chains SET head = :head WHERE id = :chain"
+
+
+def pinned(row: StoredRow, pin: Pin) -> Pin | None:
+    """The version a row written at ``pin`` pins: ``pin``, or none when the row holds no
+    notes (no summary, no categories)."""
+    return pin if row.summary is not None or row.categories else None
 
 
 @dataclass(slots=True)
@@ -434,9 +438,10 @@ class _Chain:
 
 
 class Versions:
-    """The chain work of one run of upgrades, in a constant number of statements however
-    many upgrades the run holds (on PostgreSQL each statement is a round trip, and an
-    upgrade's were a dozen): the rows and chains it reads, in one statement (``load``);
+    """The chain work of one run of upgrades, in a number of statements that does not grow
+    with the upgrades the run holds (on PostgreSQL each statement is a round trip, and an
+    upgrade's were a dozen; SQLite binds at most ``dialect.BOUND_VALUES`` values per
+    statement): the rows and chains it reads, in one statement (``load``);
     each upgrade's version (``extend``, a statement only for a new chain) and what its
     prompt showed (``record``), from what was read and what the run's earlier upgrades
     wrote (``wrote``); the edges, heads, members and ends, read and written together at
@@ -457,11 +462,11 @@ class Versions:
         self.shown: list[tuple[tuple[int, int, int], tuple[int, int]]] = []
 
     def load(self, keys: Iterable[str]) -> Procedure[None]:
-        """Read the rows of ``keys`` and their chains (one statement)."""
+        """Read the rows of ``keys`` and their chains (one statement, or one per
+        ``Dialect.chunks``)."""
         wanted = sorted(set(keys) - set(self.pins))
         found = []
-        for start in range(0, len(wanted), _LIST_CHUNK):
-            chunk = wanted[start : start + _LIST_CHUNK]
+        for chunk in self.dialect.chunks(wanted):
             condition, params = self.dialect.in_list("m.key", "keys", chunk, "text[]")
             found += yield Step(_ROWS_OF.format(keys=condition), params, "all")
         self.pins.update(dict.fromkeys(wanted))
@@ -518,13 +523,13 @@ class Versions:
 
     def wrote(self, row: StoredRow, pin: Pin) -> None:
         """``row`` was written at ``pin`` (with no chain when it holds no notes)."""
-        self.pins[row.key] = pin if row.summary is not None or row.categories else None
+        self.pins[row.key] = pinned(row, pin)
         self.purging.pop(row.key, None)
 
     def finish(self) -> Procedure[None]:
         """Write what the run's upgrades recorded: the heads of the chains they extended,
         the ends of those they left, their members, and their edges, each pair's merged
-        with those it held (read in one statement)."""
+        with those it held (read in one statement, or one per ``Dialect.chunks``)."""
         if self.heads:
             heads = [{"head": head, "chain": chain} for chain, head in self.heads.items()]
             yield Step(_HEAD, heads, "many")
@@ -538,9 +543,7 @@ class Versions:
             pair: [] for pair, _ in self.shown
         }
         found = []
-        wanted = sorted(held)
-        for start in range(0, len(wanted), _LIST_CHUNK // len(_PAIR)):
-            chunk = wanted[start : start + _LIST_CHUNK // len(_PAIR)]
+        for chunk in self.dialect.chunks(sorted(held), len(_PAIR)):
             pairs, params = self.dialect.table("pairs", _PAIR, chunk)
             found += yield Step(_EDGES_OF.format(pairs=pairs), params, "all")
         for parent, child, own, parent_version, child_version in found:

@@ -9,13 +9,18 @@ values, a boolean column's value, the feed's newest position, the schema version
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..expiry import expired_sql
 
-__all__ = ["POSTGRES", "SQLITE", "Dialect"]
+__all__ = ["BOUND_VALUES", "POSTGRES", "SQLITE", "Dialect"]
+
+_T = TypeVar("_T")
+# Values one statement binds at most where each is a parameter of its own (SQLite before
+# 3.32 takes 999 at most).
+BOUND_VALUES = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,14 @@ class Dialect:
         if self.arrays:
             return ",".join(f"${n}" for n in range(1, count + 1))
         return ",".join("?" * count)
+
+    def chunks(self, values: Sequence[_T], width: int = 1) -> Iterator[Sequence[_T]]:
+        """``values`` (each ``width`` parameters) in runs one statement can bind (for
+        ``in_list`` and ``table``): all at once where a list is one array, else at most
+        ``BOUND_VALUES`` parameters at a time."""
+        size = max(1, len(values) if self.arrays else BOUND_VALUES // width)
+        for start in range(0, len(values), size):
+            yield values[start : start + size]
 
     def in_list(
         self, column: str, name: str, values: Sequence[Any], array_type: str

@@ -32,8 +32,6 @@ __all__ = [
     "stats",
 ]
 
-# Ids per statement when reading rows by id (well under SQLite's variable limit).
-_IDS_CHUNK = 500
 _COUNT = "SELECT count(*) FROM short_term_memories"
 _USERS = (
     "SELECT count(*) FROM (SELECT user_id FROM short_term_memories "
@@ -101,8 +99,8 @@ def holdings(user_id: int, erasure: Erasure, dialect: Dialect) -> Procedure[User
     own = yield Rows("WHERE +scope = 'user' AND user_id = :user ORDER BY updated_at DESC", params)
     ids = yield from chains.reached(user_id, None, erasure)
     contributed: list[StoredRow] = []
-    for start in range(0, len(ids), _IDS_CHUNK):
-        where, named = dialect.in_list("m.id", "ids", ids[start : start + _IDS_CHUNK], "bigint[]")
+    for chunk in dialect.chunks(ids):
+        where, named = dialect.in_list("m.id", "ids", chunk, "bigint[]")
         contributed += yield Rows(
             f"WHERE {where} AND NOT (scope = 'user' AND user_id = :user)", {**named, **params}
         )

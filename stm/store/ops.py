@@ -231,13 +231,14 @@ def save_values(
     categories and key slot as stored): ``ROW_COLUMNS``, ``key_slot``, the chain and its
     version (none for a row without distilled content)."""
     summary, categories, slot = sealed
-    distilled = summary is not None or categories != "{}"
+    version = chains.pinned(row, pin)
     return (
         row.key, row.scope, row.server_id, row.user_id, row.channel_id, row.persona_id,
         row.parent_channel_id, row.channel_name, row.server_name,
         dialect.flag(row.channel_private), summary, categories, row.turns_since_refresh,
         row.last_refreshed_turn, row.updated_at, slot,
-        pin.chain if distilled else None, pin.version if distilled else None,
+        None if version is None else version.chain,
+        None if version is None else version.version,
     )  # fmt: skip
 
 
