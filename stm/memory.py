@@ -940,6 +940,12 @@ class ShortTermMemory:
             else:
                 purge.cleared += result.cleared  # a later step
                 reach, more = result.reach, result.more
+                if result.totals is not None:
+                    # The last step: what the whole purge did, though another process
+                    # may have carried out some of its steps (and told some pages).
+                    purge.cleared = result.totals.cleared
+                    if result.totals.reach is not None:
+                        purge.counted, reach = result.totals.reach, None
                 ranges = None
                 if "page" in result.phases:
                     ranges = purge.tell(result.ranges or (), result.told, result.after)

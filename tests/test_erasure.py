@@ -9,9 +9,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from helpers import replayable
+from hypothesis import given
+from hypothesis import strategies as st
 
 import stm.memory as memory_module
-from stm import ShortTermMemory, STMConfig, StoreError
+from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, StoreError
 from stm.readthrough import ReadThrough
 from stm.store import chains, open_store
 from stm.store.base import SweepPurge
@@ -416,3 +419,130 @@ async def test_a_channel_clear_starts_that_channel_over_and_nothing_else(
         await memory.purge(ALICE)
         gone = await memory.get_entry(f"shortterm:server:100:{RANDOM}")
         assert gone is None or gone.summary is None
+
+
+@pytest.mark.parametrize("reach", ["told in pages", "told at once"])
+async def test_a_purge_carried_out_elsewhere_answers_with_all_it_cleared(
+    store_database: str, monkeypatch: pytest.MonkeyPatch, reach: str
+) -> None:
+    """Whoever asked for a purge is told what it cleared, all of it, even when another
+    process carried out the steps its own process could not run meanwhile: the counts
+    are the purge's, kept with it in the store, not this process's share of the work.
+    Of wide reach, its ranges are told a page at a time (the other process tells those
+    left); else its first transaction tells them all and clears a chunk of its rows."""
+    channels = range(20, 26)
+    if reach == "told in pages":
+        for name in _CHUNKS:
+            monkeypatch.setattr(chains, name, 1)
+    else:  # six chains and twelve rows: the first transaction clears six
+        monkeypatch.setattr(chains, "SWEEP_CHUNK", len(channels))
+    monkeypatch.setattr(memory_module, "ABANDONED_PURGE_SECONDS", 0.2)
+    config = STMConfig(database=store_database)
+    store = FaultyStore(await open_store(config))
+    async with ShortTermMemory.open(config, store=store) as slow:
+        await _alice_in_bobs_notes(slow, channels)
+        await slow.flush()
+        before = await slow.preview_purge(ALICE)
+        assert before.shared_by_server == {100: 2 * len(channels)}  # Bob's and the server's
+        gate, held = asyncio.Event(), asyncio.Event()
+        _held_sweeps(store, gate, held)
+        asked = asyncio.create_task(slow.purge(ALICE))
+        await held.wait()
+        async with ShortTermMemory.open(config) as other:
+            await _wait_until(
+                lambda: not other._reads.deletions.pending and not other.writer.sweeping(),
+                "the other process did not carry the purge out",
+            )
+            await other.flush()
+        gate.set()
+        after = await asked
+    assert (after.own, after.shared) == (before.own, before.shared)
+    assert after.shared_by_server == before.shared_by_server
+    assert after.distilled_by_server == before.distilled_by_server
+    assert await _notes_left(config, channels) == []
+
+
+def test_whoever_asked_hears_all_a_purge_did_however_its_steps_were_shared(
+    store_kind: str,
+    example_database: Callable[[], contextlib.AbstractContextManager[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Any split of a purge's steps between the process that asked for it and another
+    (which carries out steps while the first cannot run them), told in pages or at once,
+    everywhere or in one server, under either policy, with notes in a DM among those it
+    reaches: the answer says what the preview said, all of it. (Fewer examples on
+    PostgreSQL, where each needs a schema of its own.)"""
+
+    @replayable(30 if store_kind == "sqlite" else 8)
+    @given(
+        data=st.data(),
+        paged=st.booleans(),
+        server=st.sampled_from([None, 100]),
+        erasure=st.sampled_from(["complete", "direct"]),
+    )
+    def answered_in_full(
+        data: st.DataObject, paged: bool, server: int | None, erasure: str
+    ) -> None:
+        with example_database() as database, monkeypatch.context() as patched:
+            for name in _CHUNKS if paged else ("SWEEP_CHUNK",):
+                patched.setattr(chains, name, 1 if paged else 4)
+            asyncio.run(_steps_shared(database, erasure, server, data))
+
+    answered_in_full()
+
+
+async def _steps_shared(
+    database: str, erasure: str, server: int | None, data: st.DataObject
+) -> None:
+    channels = range(20, 24)
+    config = STMConfig(database=database, erasure=erasure)
+    store = FaultyStore(await open_store(config))
+    async with ShortTermMemory.open(config, store=store) as asker:
+        await _alice_in_bobs_notes(asker, channels)
+        # A group DM whose turn carries Alice's message before Bob's: Bob's notes there
+        # are written from her words, in no server.
+        dm = ctx(user=BOB, channel=900, server=None)
+        alice = DialogueMessage(
+            role="user", content="ALICE-IN-DM", author_id=ALICE, speaker_name="alice"
+        )
+        said = turn(dm, "bob in private").messages
+        await asker.capture(GenerationFinished(context=dm, messages=[alice, *said]))
+        assert (await asker.run_tool(dm, {"summary": "DM-NOTES"})).success
+        await asker.flush()
+        before = await asker.preview_purge(ALICE, server)
+        held, free, step = asyncio.Event(), asyncio.Event(), asyncio.Semaphore(0)
+        original = store._run
+
+        async def run(ops: list[object]) -> list[object]:
+            if not free.is_set() and any(isinstance(op, SweepPurge) for op in ops):
+                held.set()
+                await step.acquire()
+            return await original(ops)  # type: ignore[arg-type]
+
+        store._run = run  # type: ignore[method-assign]
+        asked = asyncio.create_task(asker.purge(ALICE, server))
+        other = await open_store(config)
+
+        async def at_next_step() -> None:
+            waiting = asyncio.create_task(held.wait())
+            await asyncio.wait([waiting, asked], return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+
+        try:
+            await at_next_step()
+            while not asked.done() and (pending := await other.pending_sweeps()):
+                if data.draw(st.booleans(), label="the asker runs the next step"):
+                    held.clear()
+                    step.release()
+                    await at_next_step()
+                else:
+                    await other.run([SweepPurge(pending[0])])
+        finally:
+            free.set()
+            step.release()
+            await other.close()
+        after = await asked
+    assert (after.own, after.shared) == (before.own, before.shared)
+    assert after.shared_by_server == before.shared_by_server
+    assert after.distilled_by_server == before.distilled_by_server
+    assert after.distilled_at_least == before.distilled_at_least

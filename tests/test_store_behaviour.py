@@ -25,6 +25,7 @@ from stm.store.base import (
     Overtaken,
     PreviewPurge,
     PurgeResult,
+    PurgeTotals,
     PurgeUser,
     Saved,
     SaveDistilled,
@@ -580,7 +581,12 @@ async def test_a_purge_of_many_rows_is_cleared_in_chunks_and_hidden_meanwhile(
     (refused,) = await store.run(saves(row(shared), shown=(1,)))
     assert refused == Overtaken(result.position)
     (swept,) = await store.run([SweepPurge(result.position)])
-    assert swept == SweepStep(len(rows) + 1 - chains.SWEEP_CHUNK, False, phases=("clear", "finish"))
+    assert swept == SweepStep(
+        len(rows) + 1 - chains.SWEEP_CHUNK,
+        False,
+        phases=("clear", "finish"),
+        totals=PurgeTotals(len(rows) + 1),  # the first transaction's rows and these
+    )
     assert await store.pending_sweeps() == []
     (saved,) = await store.run(saves(row(shared), shown=(1,)))
     assert isinstance(saved, Saved) and saved.pin.chain != 1

@@ -96,6 +96,7 @@ __all__ = [
     "PurgePhase",
     "PurgePreview",
     "PurgeResult",
+    "PurgeTotals",
     "PurgeUser",
     "SaveDistilled",
     "SaveOptOut",
@@ -446,6 +447,15 @@ class PurgeResult:
 PurgePhase = Literal["seed", "follow", "page", "clear", "finish"]
 
 
+class PurgeTotals(NamedTuple):
+    """What a whole purge did, as the store kept it with the purge, whichever processes
+    carried out its steps: the rows it cleared, and (of a purge of wide reach, told a page
+    at a time) what all its pages reached; None when the first transaction told it all."""
+
+    cleared: int
+    reach: PurgePreview | None = None
+
+
 class SweepStep(NamedTuple):
     """What a :class:`SweepPurge` step did: the rows it cleared, whether more is left and,
     once the purge is planned, a page of its ranges in chain order (``told`` on the last
@@ -463,6 +473,8 @@ class SweepStep(NamedTuple):
     # sees a page start after a chain other than its last page's end, another process
     # told the pages between.
     after: int = 0
+    # Of the purge's last step: what the whole purge did.
+    totals: PurgeTotals | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,7 @@ from .base import (
     PurgePhase,
     PurgePreview,
     PurgeResult,
+    PurgeTotals,
     PurgeUser,
     SaveDistilled,
     StoredRow,
@@ -304,6 +305,12 @@ _CLEAR = (
     "UPDATE short_term_memories SET summary = NULL, categories = '{}', chain_id = NULL, "
     "chain_version = NULL WHERE id = :id"
 )
+# Each step that clears counts its rows with the purge, and its last step reads what all
+# of them cleared: whoever asked is told the whole purge, whichever processes carried it.
+_ADD_CLEARED = "UPDATE stm_purges SET cleared = cleared + :cleared WHERE position = :position"
+_TOTALS = "SELECT cleared, counted FROM stm_purges WHERE position = :position"
+# The key of the DMs' share in ``counted`` (its other keys are servers' ids).
+_DMS = "dms"
 # What finishing its chains left (each finished chain's range is done already).
 _DONE = "UPDATE stm_purge_ranges SET done = 1 WHERE position = :position AND done <> 1"
 _RANGES_OF = (
@@ -766,6 +773,9 @@ def _counted_by_pages(
         for new, shared in first.items():
             exact = int(new not in at_least)
             counted[str(new)] = [shared, fresh[new], exact, None, None]
+    if None in by_server:  # the DMs' share, kept for ``_totals``
+        dms = counted.setdefault(_DMS, [0, 0, 1, None, None])
+        dms[0] += by_server[None]
     for server_id, shared in by_server.items():
         if server_id is None or server_id in first:
             continue
@@ -880,6 +890,7 @@ def sweep(position: int, size: float | Sizing = 1.0) -> Procedure[SweepStep]:
         ids = yield Step(_TO_CLEAR, {**window, "limit": chunk}, "all")
         if ids:
             yield Step(_CLEAR, [{"id": row[0]} for row in ids], "many")
+            yield Step(_ADD_CLEARED, {"position": position, "cleared": len(ids)}, "exec")
         # A full chunk may end inside a chain: the ranges before its chain are cleared.
         through = ids[-1][1] if len(ids) == chunk else int(last) + 1
         yield Step(_CLEARED, {**window, "chain": through}, "exec")
@@ -898,7 +909,30 @@ def sweep(position: int, size: float | Sizing = 1.0) -> Procedure[SweepStep]:
     if len(chains) == finish:
         return SweepStep(len(ids), True, phases=done)
     yield Step(_DONE, {"position": position}, "exec")
-    return SweepStep(len(ids), False, phases=done)
+    totals = yield from _totals(position)
+    return SweepStep(len(ids), False, phases=done, totals=totals)
+
+
+def _totals(position: int) -> Procedure[PurgeTotals | None]:
+    """What the purge at ``position`` did in all (None once the feed has forgotten it):
+    the rows its steps cleared and, of a purge of wide reach, what its pages reached."""
+    row = yield Step(_TOTALS, {"position": position}, "one")
+    if row is None:
+        return None
+    cleared, saved = row
+    if not saved:
+        return PurgeTotals(int(cleared))
+    counted: dict[str, list[Any]] = json.loads(saved)
+    shared = {None if key == _DMS else int(key): int(state[0]) for key, state in counted.items()}
+    servers = {int(key): state for key, state in counted.items() if key != _DMS}
+    reach = PurgePreview(
+        0,
+        sum(shared.values()),
+        shared,
+        {server_id: int(state[1]) for server_id, state in servers.items()},
+        frozenset(server_id for server_id, state in servers.items() if not state[2]),
+    )
+    return PurgeTotals(int(cleared), reach)
 
 
 def ranges_of(position: int) -> Procedure[tuple[Range, ...]]:

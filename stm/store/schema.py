@@ -92,6 +92,13 @@ _FEED_DELETES = """
         WHERE kind IN ('clear_channel', 'purge_user', 'delete_messages', 'edit_messages');
     """
 
+# What a purge cleared, whichever processes carried out its steps: each step that clears
+# adds its rows in its own transaction, so that whoever asked for the purge is told all of
+# it (``chains._totals``).
+_PURGE_CLEARED = """
+    ALTER TABLE stm_purges ADD COLUMN cleared BIGINT NOT NULL DEFAULT 0;
+    """
+
 # -- SQLite (its second migration, crypto-shredding's, is in shred.py) --------------------
 SQLITE_MIGRATIONS: tuple[str, ...] = (
     """
@@ -234,6 +241,7 @@ SQLITE_MIGRATIONS: tuple[str, ...] = (
     + _TIME_SLOTS.format(by_updated="updated_slot"),
     _JANITOR_BY_ID,
     _FEED_DELETES,
+    _PURGE_CLEARED,
 )
 
 
@@ -410,6 +418,7 @@ POSTGRES_MIGRATIONS: tuple[str, ...] = (
     + _TIME_SLOTS.format(by_updated="updated_slot, id"),
     _JANITOR_BY_ID,
     _FEED_DELETES,
+    _PURGE_CLEARED,
 )
 # The migration after which rows an earlier version stored in the clear are sealed.
 POSTGRES_SEALING = 2
