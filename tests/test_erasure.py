@@ -459,6 +459,8 @@ async def test_a_purge_carried_out_elsewhere_answers_with_all_it_cleared(
     assert (after.own, after.shared) == (before.own, before.shared)
     assert after.shared_by_server == before.shared_by_server
     assert after.distilled_by_server == before.distilled_by_server
+    watched = slow.recent_purges(100)
+    assert (watched.purges, watched.shared) == (1, before.shared_by_server[100])
     assert await _notes_left(config, channels) == []
 
 
@@ -546,3 +548,6 @@ async def _steps_shared(
     assert after.shared_by_server == before.shared_by_server
     assert after.distilled_by_server == before.distilled_by_server
     assert after.distilled_at_least == before.distilled_at_least
+    # The admins see it: the purge watch counted all it cleared in the server.
+    watched = asker.recent_purges(100)
+    assert (watched.purges, watched.shared) == (1, before.shared_by_server[100])
