@@ -942,10 +942,20 @@ class ShortTermMemory:
                 reach, more = result.reach, result.more
                 if result.totals is not None:
                     # The last step: what the whole purge did, though another process
-                    # may have carried out some of its steps (and told some pages).
-                    purge.cleared = result.totals.cleared
+                    # may have carried out some of its steps (and told some pages). A
+                    # process of an earlier version counts nothing there: never less
+                    # than this one cleared itself.
+                    purge.cleared = max(purge.cleared, result.totals.cleared)
                     if result.totals.reach is not None:
                         purge.counted, reach = result.totals.reach, None
+                elif not more:
+                    log.warning(
+                        "the purge of user %s %s was finished elsewhere so long ago that "
+                        "the database no longer records it: what it cleared is counted "
+                        "here only as far as this process carried it out",
+                        user_id,
+                        where,
+                    )
                 ranges = None
                 if "page" in result.phases:
                     ranges = purge.tell(result.ranges or (), result.told, result.after)

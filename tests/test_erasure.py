@@ -464,6 +464,40 @@ async def test_a_purge_carried_out_elsewhere_answers_with_all_it_cleared(
     assert await _notes_left(config, channels) == []
 
 
+async def test_a_purge_finished_elsewhere_and_forgotten_says_its_count_is_partial(
+    store_database: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Should another process finish the purge and the feed forget it (pruned past it)
+    before the process that made it runs its steps again, the store no longer records what
+    the purge cleared: the answer counts what this process cleared, and a warning says
+    the count is partial."""
+    for name in _CHUNKS:
+        monkeypatch.setattr(chains, name, 1)
+    config = STMConfig(database=store_database)
+    channels = range(20, 24)
+    store = FaultyStore(await open_store(config))
+    async with ShortTermMemory.open(config, store=store) as slow:
+        await _alice_in_bobs_notes(slow, channels)
+        await slow.flush()
+        before = await slow.preview_purge(ALICE)
+        gate, held = asyncio.Event(), asyncio.Event()
+        _held_sweeps(store, gate, held)
+        asked = asyncio.create_task(slow.purge(ALICE))
+        await held.wait()
+        other = await open_store(config)
+        try:
+            while pending := await other.pending_sweeps():
+                await other.run([SweepPurge(pending[0])])
+            assert await other.prune_changes(older_than=slow.clock() + 3600) > 0
+        finally:
+            await other.close()
+        gate.set()
+        after = await asked
+    assert after.own == before.own and after.shared < before.shared
+    assert "the database no longer records it" in caplog.text
+    assert await _notes_left(config, channels) == []
+
+
 def test_whoever_asked_hears_all_a_purge_did_however_its_steps_were_shared(
     store_kind: str,
     example_database: Callable[[], contextlib.AbstractContextManager[str]],

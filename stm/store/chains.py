@@ -711,7 +711,8 @@ def purge(user: int, server: int | None, erasure: Erasure, position: int) -> Pro
         yield Step(_DONE, {"position": position}, "exec")
         return PurgeResult(position, removed, ranges, 0, False, found, own_distilled)
     yield Step(_TOLD, {"position": position, "told": _TOLD_REACH}, "exec")
-    step = yield from sweep(position)
+    # What it clears now is all it has cleared: its totals would tell nothing more.
+    step = yield from sweep(position, totals=False)
     return PurgeResult(position, removed, ranges, step.cleared, step.more, found, own_distilled)
 
 
@@ -857,14 +858,18 @@ def _bound(shared: int) -> int:
     return _need(1 << max(0, shared - 1).bit_length())
 
 
-def sweep(position: int, size: float | Sizing = 1.0) -> Procedure[SweepStep]:
+def sweep(
+    position: int, size: float | Sizing = 1.0, *, totals: bool = True
+) -> Procedure[SweepStep]:
     """The next step of the purge at ``position``: plan further while it is not planned;
     then tell a page of its ranges and what they reach, until all is told; then clear up
     to ``SWEEP_CHUNK`` of its rows; once none is left, finish up to ``FINISH_CHUNK`` of its
     chains (end them, and forget the purged user as their member: the user is read off the
     purge's change, and if the feed no longer has it, garbage collection drops those rows
     with their chains). Every chunk is scaled by ``size``, the share of its own kind of
-    work (``PurgePhase``) when it is a function: each step's work is bounded."""
+    work (``PurgePhase``) when it is a function: each step's work is bounded. The last
+    step also reads what the whole purge did (``SweepStep.totals``), unless ``totals`` is
+    False."""
     size_of = _sizing(size)
     chunk = scaled(SWEEP_CHUNK, size_of("clear"))
     state = yield Step(_PLAN_STATE, {"position": position}, "one")
@@ -909,8 +914,8 @@ def sweep(position: int, size: float | Sizing = 1.0) -> Procedure[SweepStep]:
     if len(chains) == finish:
         return SweepStep(len(ids), True, phases=done)
     yield Step(_DONE, {"position": position}, "exec")
-    totals = yield from _totals(position)
-    return SweepStep(len(ids), False, phases=done, totals=totals)
+    whole = (yield from _totals(position)) if totals else None
+    return SweepStep(len(ids), False, phases=done, totals=whole)
 
 
 def _totals(position: int) -> Procedure[PurgeTotals | None]:
@@ -1043,7 +1048,7 @@ def preview(user: int, server: int | None, erasure: Erasure) -> Procedure[PurgeP
 PREVIEW_TABLES = (
     "CREATE TEMP TABLE stm_purges (position BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, "
     "server_id BIGINT, erasure TEXT NOT NULL, planned INTEGER NOT NULL, cursor BIGINT NOT NULL, "
-    "servers TEXT, counted TEXT)"
+    "servers TEXT, counted TEXT, cleared BIGINT NOT NULL DEFAULT 0)"
     "{end}",
     "CREATE TEMP TABLE stm_purge_ranges (position BIGINT NOT NULL, chain_id BIGINT NOT NULL, "
     "from_version BIGINT NOT NULL, done INTEGER NOT NULL DEFAULT 0, "
