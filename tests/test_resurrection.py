@@ -38,6 +38,7 @@ STM_STRESS=1 runs many more batches; STM_SEED replays one run.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import random
 import re
@@ -102,6 +103,10 @@ class Deletion:
     key: str | None = None
 
 
+def _at(event: Deletion) -> int:
+    return event.t
+
+
 def key_server(key: str) -> int | None:
     return int(key.split(":")[2]) if key.startswith("shortterm:server:") else None
 
@@ -149,8 +154,19 @@ class Model:
             return window and (event.key is None or event.key == key)
         return False
 
+    def record(self, event: Deletion) -> None:
+        assert not self.events or event.t >= self.events[-1].t, "events out of time order"
+        self.events.append(event)
+
+    def between(self, low: int, high: int, *, through: bool = False) -> list[Deletion]:
+        """The events after ``low`` and before ``high`` (``through``: or at it). Events are
+        recorded in the order of their times: a search, not a scan of every event."""
+        start = bisect.bisect_right(self.events, low, key=_at)
+        end = (bisect.bisect_right if through else bisect.bisect_left)(self.events, high, key=_at)
+        return self.events[start:end]
+
     def broken(self, key: str, after: int, until: int, *, window: bool) -> bool:
-        return any(after < e.t < until and self.applies(e, key, window=window) for e in self.events)
+        return any(self.applies(e, key, window=window) for e in self.between(after, until))
 
     def settle_upgrade(self, token: Token) -> None:
         """Work out who certainly contributed to a successful upgrade, per key."""
@@ -201,9 +217,7 @@ class Model:
 
     def dead(self, token: Token, key: str, at: int) -> bool:
         """Is ``token`` certainly gone from ``key`` at time ``at``?"""
-        for event in self.events:
-            if not token.begin < event.t <= at:
-                continue
+        for event in self.between(token.begin, at, through=True):
             if event.kind == "channel" and event.channel == token.channel:
                 return True
             if event.kind == "expire" and event.key == key:
@@ -233,9 +247,7 @@ class Model:
 
     def killed_between(self, token: Token, key: str, low: int, high: int) -> bool:
         """Did a clear or purge certainly kill ``token`` (as shown from ``key``) in (low, high)?"""
-        for event in self.events:
-            if not low < event.t < high:
-                continue
+        for event in self.between(low, high):
             if event.kind == "channel" and event.channel == token.channel:
                 return True
             if event.kind == "purge" and event.server in (None, self.server_of(key)):
@@ -246,7 +258,7 @@ class Model:
         return False
 
     def deleted_between(self, low: int, high: int) -> bool:
-        return any(low < e.t < high and e.kind in ("channel", "purge") for e in self.events)
+        return any(e.kind in ("channel", "purge") for e in self.between(low, high))
 
     def seen(self, text: str, ctx: TurnContext) -> list[tuple[Token, str]]:
         """The tokens a prompt showed, each with the key it was shown from."""
@@ -341,7 +353,7 @@ class Run:
         def observed_remove(key: str) -> object:
             # Every drop of a key from the cache (eviction, clear, expiry) loses its crude
             # window: the model stops assuming what was in it.
-            model.events.append(Deletion(model.tick(), "removed", key=key))
+            model.record(Deletion(model.tick(), "removed", key=key))
             return remove(key)
 
         memory.cache.remove = observed_remove  # type: ignore[method-assign]
@@ -463,14 +475,14 @@ class Run:
     async def clear(self) -> None:
         channel = self.rng.choice([c for cs in SERVERS.values() for c in cs] + [91, 92])
         await self.jitter()
-        self.model.events.append(Deletion(self.model.tick(), "channel", channel=channel))
+        self.model.record(Deletion(self.model.tick(), "channel", channel=channel))
         await self.m.clear_short_term_memory_for_channel(channel)
 
     async def purge(self) -> None:
         user = self.rng.choice(USERS)
         server = self.rng.choice([None, None, *SERVERS])
         await self.jitter()
-        self.model.events.append(Deletion(self.model.tick(), "purge", user=user, server=server))
+        self.model.record(Deletion(self.model.tick(), "purge", user=user, server=server))
         await self.m.clear_short_term_memory_for_user(user, server)
 
     async def read(self) -> None:
@@ -549,7 +561,7 @@ class Run:
         at = self.model.tick()
         for key, last in self.model.activity.items():
             if self.clock.now >= last + LONGEST_TTL:
-                self.model.events.append(Deletion(at, "expire", key=key))
+                self.model.record(Deletion(at, "expire", key=key))
         await self.m.run_janitor()
         self.scan_cache()
 
@@ -565,7 +577,7 @@ class Run:
             await self.m.close()
         else:
             await self.restart_with_pending_deletes()
-        self.model.events.append(Deletion(self.model.tick(), "restart"))
+        self.model.record(Deletion(self.model.tick(), "restart"))
         await self.open()
         self.restarts += 1
         await self.flush_and_check_rows()
