@@ -237,6 +237,17 @@ def _held_sweeps(store: FaultyStore, gate: asyncio.Event, held: asyncio.Event) -
     store._run = run  # type: ignore[method-assign]
 
 
+async def _carried_out_elsewhere(config: STMConfig) -> None:
+    """Another process opens the database and carries out the purge whose maker's steps
+    are held, to its end."""
+    async with ShortTermMemory.open(config) as other:
+        await _wait_until(
+            lambda: not other._reads.deletions.pending and not other.writer.sweeping(),
+            "the other process did not carry the purge out",
+        )
+        await other.flush()
+
+
 async def _notes_left(config: STMConfig, channels: range) -> list[str]:
     """The distilled text each channel's server entry still holds, read from the rows."""
     async with ShortTermMemory.open(config) as reader:
@@ -367,12 +378,7 @@ async def test_a_purge_carried_out_elsewhere_is_seen_through_by_its_own_process(
         _held_sweeps(store, gate, held)
         await slow.clear_short_term_memory_for_user(ALICE)
         await held.wait()
-        async with ShortTermMemory.open(config) as other:
-            await _wait_until(
-                lambda: not other._reads.deletions.pending and not other.writer.sweeping(),
-                "the other process did not carry the purge out",
-            )
-            await other.flush()
+        await _carried_out_elsewhere(config)
         with monkeypatch.context() as patched:
             if not ranges_readable:
 
@@ -448,12 +454,7 @@ async def test_a_purge_carried_out_elsewhere_answers_with_all_it_cleared(
         _held_sweeps(store, gate, held)
         asked = asyncio.create_task(slow.purge(ALICE))
         await held.wait()
-        async with ShortTermMemory.open(config) as other:
-            await _wait_until(
-                lambda: not other._reads.deletions.pending and not other.writer.sweeping(),
-                "the other process did not carry the purge out",
-            )
-            await other.flush()
+        await _carried_out_elsewhere(config)
         gate.set()
         after = await asked
     assert (after.own, after.shared) == (before.own, before.shared)
