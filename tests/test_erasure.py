@@ -237,6 +237,22 @@ def _held_sweeps(store: FaultyStore, gate: asyncio.Event, held: asyncio.Event) -
     store._run = run  # type: ignore[method-assign]
 
 
+@contextlib.asynccontextmanager
+async def _maker_held(
+    config: STMConfig, channels: range
+) -> AsyncIterator[tuple[ShortTermMemory, FaultyStore, asyncio.Event, asyncio.Event]]:
+    """The process that makes a purge: Alice in Bob's notes of ``channels``, written; then
+    every step of a purge after its first transaction held until the gate it yields is
+    set (``held``, also yielded, is set once a step waits there)."""
+    store = FaultyStore(await open_store(config))
+    async with ShortTermMemory.open(config, store=store) as maker:
+        await _alice_in_bobs_notes(maker, channels)
+        await maker.flush()
+        gate, held = asyncio.Event(), asyncio.Event()
+        _held_sweeps(store, gate, held)
+        yield maker, store, gate, held
+
+
 async def _carried_out_elsewhere(config: STMConfig) -> None:
     """Another process opens the database and carries out the purge whose maker's steps
     are held, to its end."""
@@ -370,12 +386,7 @@ async def test_a_purge_carried_out_elsewhere_is_seen_through_by_its_own_process(
     monkeypatch.setattr(memory_module, "ABANDONED_PURGE_SECONDS", 0.2)
     config = STMConfig(database=store_database)
     channels = range(20, 26)
-    store = FaultyStore(await open_store(config))
-    async with ShortTermMemory.open(config, store=store) as slow:
-        await _alice_in_bobs_notes(slow, channels)
-        await slow.flush()
-        gate, held = asyncio.Event(), asyncio.Event()
-        _held_sweeps(store, gate, held)
+    async with _maker_held(config, channels) as (slow, store, gate, held):
         await slow.clear_short_term_memory_for_user(ALICE)
         await held.wait()
         await _carried_out_elsewhere(config)
@@ -444,14 +455,9 @@ async def test_a_purge_carried_out_elsewhere_answers_with_all_it_cleared(
         monkeypatch.setattr(chains, "SWEEP_CHUNK", len(channels))
     monkeypatch.setattr(memory_module, "ABANDONED_PURGE_SECONDS", 0.2)
     config = STMConfig(database=store_database)
-    store = FaultyStore(await open_store(config))
-    async with ShortTermMemory.open(config, store=store) as slow:
-        await _alice_in_bobs_notes(slow, channels)
-        await slow.flush()
+    async with _maker_held(config, channels) as (slow, _, gate, held):
         before = await slow.preview_purge(ALICE)
         assert before.shared_by_server == {100: 2 * len(channels)}  # Bob's and the server's
-        gate, held = asyncio.Event(), asyncio.Event()
-        _held_sweeps(store, gate, held)
         asked = asyncio.create_task(slow.purge(ALICE))
         await held.wait()
         await _carried_out_elsewhere(config)
@@ -476,13 +482,8 @@ async def test_a_purge_finished_elsewhere_and_forgotten_says_its_count_is_partia
         monkeypatch.setattr(chains, name, 1)
     config = STMConfig(database=store_database)
     channels = range(20, 24)
-    store = FaultyStore(await open_store(config))
-    async with ShortTermMemory.open(config, store=store) as slow:
-        await _alice_in_bobs_notes(slow, channels)
-        await slow.flush()
+    async with _maker_held(config, channels) as (slow, _, gate, held):
         before = await slow.preview_purge(ALICE)
-        gate, held = asyncio.Event(), asyncio.Event()
-        _held_sweeps(store, gate, held)
         asked = asyncio.create_task(slow.purge(ALICE))
         await held.wait()
         other = await open_store(config)

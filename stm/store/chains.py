@@ -711,8 +711,7 @@ def purge(user: int, server: int | None, erasure: Erasure, position: int) -> Pro
         yield Step(_DONE, {"position": position}, "exec")
         return PurgeResult(position, removed, ranges, 0, False, found, own_distilled)
     yield Step(_TOLD, {"position": position, "told": _TOLD_REACH}, "exec")
-    # What it clears now is all it has cleared: its totals would tell nothing more.
-    step = yield from sweep(position, totals=False)
+    step = yield from sweep(position)
     return PurgeResult(position, removed, ranges, step.cleared, step.more, found, own_distilled)
 
 
@@ -764,7 +763,8 @@ def _counted_by_pages(
     ``COUNT_FLOOR`` per server it reaches first, however large the servers."""
     row = yield Step(_COUNTED, {"position": position}, "one")
     # server -> [rows its pages reached, distilled rows counted, whether that is all of
-    # them, the (chain, id) the count stopped at (None: not known, counted from the start)]
+    # them, the (chain, id) the count stopped at (None: not known, counted from the start)],
+    # and under _DMS the DMs' share, its first item alone used
     counted: dict[str, list[Any]] = json.loads(row[0]) if row and row[0] else {}
     first: dict[int | None, int] = {
         s: n for s, n in by_server.items() if s is not None and str(s) not in counted
@@ -802,10 +802,18 @@ def _counted_by_pages(
     if by_server:
         params = {"position": position, "counted": json.dumps(counted, sort_keys=True)}
         yield Step(_SAVE_COUNTED, params, "exec")
-    mine = [(s, counted[str(s)]) for s in by_server if s is not None]
+    return _distilled_counted({s: counted[str(s)] for s in by_server if s is not None})
+
+
+def _distilled_counted(
+    states: Mapping[int, list[Any]],
+) -> tuple[dict[int | None, int], frozenset[int]]:
+    """What the counts of ``states`` (server -> its state in ``counted``, see
+    ``_counted_by_pages``) tell, as ``_distilled_in`` tells it: the distilled rows counted
+    per server, and the servers whose count is not whole (they hold at least that)."""
     return (
-        {server_id: state[1] for server_id, state in mine},
-        frozenset(server_id for server_id, state in mine if not state[2]),
+        {server_id: int(state[1]) for server_id, state in states.items()},
+        frozenset(server_id for server_id, state in states.items() if not state[2]),
     )
 
 
@@ -858,9 +866,7 @@ def _bound(shared: int) -> int:
     return _need(1 << max(0, shared - 1).bit_length())
 
 
-def sweep(
-    position: int, size: float | Sizing = 1.0, *, totals: bool = True
-) -> Procedure[SweepStep]:
+def sweep(position: int, size: float | Sizing = 1.0) -> Procedure[SweepStep]:
     """The next step of the purge at ``position``: plan further while it is not planned;
     then tell a page of its ranges and what they reach, until all is told; then clear up
     to ``SWEEP_CHUNK`` of its rows; once none is left, finish up to ``FINISH_CHUNK`` of its
@@ -868,8 +874,7 @@ def sweep(
     purge's change, and if the feed no longer has it, garbage collection drops those rows
     with their chains). Every chunk is scaled by ``size``, the share of its own kind of
     work (``PurgePhase``) when it is a function: each step's work is bounded. The last
-    step also reads what the whole purge did (``SweepStep.totals``), unless ``totals`` is
-    False."""
+    step also reads what the whole purge did (``SweepStep.totals``)."""
     size_of = _sizing(size)
     chunk = scaled(SWEEP_CHUNK, size_of("clear"))
     state = yield Step(_PLAN_STATE, {"position": position}, "one")
@@ -914,8 +919,8 @@ def sweep(
     if len(chains) == finish:
         return SweepStep(len(ids), True, phases=done)
     yield Step(_DONE, {"position": position}, "exec")
-    whole = (yield from _totals(position)) if totals else None
-    return SweepStep(len(ids), False, phases=done, totals=whole)
+    totals = yield from _totals(position)
+    return SweepStep(len(ids), False, phases=done, totals=totals)
 
 
 def _totals(position: int) -> Procedure[PurgeTotals | None]:
@@ -929,14 +934,10 @@ def _totals(position: int) -> Procedure[PurgeTotals | None]:
         return PurgeTotals(int(cleared))
     counted: dict[str, list[Any]] = json.loads(saved)
     shared = {None if key == _DMS else int(key): int(state[0]) for key, state in counted.items()}
-    servers = {int(key): state for key, state in counted.items() if key != _DMS}
-    reach = PurgePreview(
-        0,
-        sum(shared.values()),
-        shared,
-        {server_id: int(state[1]) for server_id, state in servers.items()},
-        frozenset(server_id for server_id, state in servers.items() if not state[2]),
+    distilled, at_least = _distilled_counted(
+        {int(key): state for key, state in counted.items() if key != _DMS}
     )
+    reach = PurgePreview(0, sum(shared.values()), shared, distilled, at_least)
     return PurgeTotals(int(cleared), reach)
 
 
