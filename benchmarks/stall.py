@@ -349,7 +349,7 @@ async def measure(
         if expire:
             # As ``run_janitor`` queues it (with whatever chunking the library does).
             t0 = time.perf_counter()
-            memory.writer.submit_delete(DeleteExpired(cut, cut), what="deleting expired rows")
+            memory.writer.submit_change(DeleteExpired(cut, cut), what="deleting expired rows")
             # A member's purge during the pass: how long until it answers.
             await asyncio.sleep(0.5)
             p0 = time.perf_counter()

@@ -62,14 +62,15 @@ class RejectedWriteError(StoreError):
 
 
 class DurabilityError(STMError):
-    """Background writes or deletes could not be made durable.
+    """Background writes, deletes or other changes could not be made durable.
 
     ``failures`` lists one line per operation that is still pending; the
-    library keeps retrying them until ``close()``. A delete that cannot be
-    committed is saved in the pending-delete journal and applied at the next
-    open; ``at_risk`` names the deletes that could not be saved there either,
-    which a restart before they are committed would undo (empty: every pending
-    delete survives a restart).
+    library keeps retrying them until ``close()``. A change other processes must
+    honour (a delete, a message deleted or edited on Discord, a server's removal
+    or return, settings, an opt-out) that cannot be committed is saved in the
+    pending-change journal and applied at the next open; ``at_risk`` names the
+    changes that could not be saved there either, which a restart before they are
+    committed would lose (empty: every pending change survives a restart).
     """
 
     def __init__(self, failures: list[str], at_risk: list[str] | None = None) -> None:
@@ -78,7 +79,7 @@ class DurabilityError(STMError):
         message = "short-term memory could not make this durable: " + "; ".join(self.failures)
         if self.at_risk:
             message += (
-                "; not saved for a restart either (the pending-delete journal cannot be "
+                "; not saved for a restart either (the pending-change journal cannot be "
                 "written): " + "; ".join(self.at_risk)
             )
         super().__init__(message)

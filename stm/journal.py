@@ -1,11 +1,14 @@
-"""Deletes acknowledged as pending, kept in a local file until the database has them.
+"""Changes acknowledged as pending, kept in a local file until the database has them.
 
-When a purge or a channel clear cannot be committed (the database is locked,
-full, unreachable), the user has already been told it is done or pending. The
-writer appends the delete, fsynced, to this journal (appending needs neither
-the database nor its lock) and replays it at the head of its queue when the
-memory is next opened, before any read can serve the deleted memory; once a
-delete is committed its record is removed.
+When a change other processes must honour (``SharedChange``: a purge, a channel
+clear, a message deleted or edited on Discord, a server's removal or return, a
+server's settings, an opt-out) cannot be committed (the database is locked, full,
+unreachable), it is already in force in this process and whoever made it was told
+it is done or pending. The writer appends the change, fsynced, to this journal
+(appending needs neither the database nor its lock) and replays it at the head of
+its queue when the memory is next opened, before any read can serve what it
+deleted; once a change is committed its record is removed. A record holds ids,
+times and a server's settings, never a message's text.
 
 Where (``STM_JOURNAL``, else a default per store):
 
@@ -15,7 +18,7 @@ Where (``STM_JOURNAL``, else a default per store):
   (``$XDG_STATE_HOME/discord-stm``, else ``~/.local/state/discord-stm``), the
   hash being of the URL without its password, so two databases never share a
   journal and a bot finds its own whatever folder it is started from. The
-  pending deletes are not kept in the database itself: they are written
+  pending changes are not kept in the database itself: they are written
   exactly when the database cannot take them.
 - ``:memory:``: none (nothing survives a restart to be undone).
 
@@ -31,9 +34,10 @@ The file survives what crashes leave:
   command line): appends and removals hold an exclusive ``flock`` and re-open
   the file if another process replaced it meanwhile;
 - lines of the first format (one JSON object per line, no checksum) are still
-  read, so a journal left by an earlier version is replayed.
+  read, so a journal left by an earlier version is replayed; a whole record of a
+  kind this version does not know is kept as it is, for the version that wrote it.
 
-An append that fails raises OSError: the writer reports the deletes it held as
+An append that fails raises OSError: the writer reports the changes it held as
 at risk (``DurabilityError.at_risk``) instead of only logging it.
 """
 
@@ -44,6 +48,7 @@ import errno
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -59,31 +64,43 @@ from .errors import StoreError
 from .lineage import ERASURE_POLICIES, Erasure
 from .redact import redact_url
 from .store import is_postgres_url
-from .store.base import DeleteChannel, PurgeUser
+from .store.base import (
+    DeleteChannel,
+    ForgetMessages,
+    ForgetServer,
+    MarkDeparture,
+    PurgeUser,
+    SaveOptOut,
+    SaveServerSettings,
+    SharedChange,
+)
 
-__all__ = ["MAX_RECORD", "SUFFIX", "Journal", "Pending", "PendingDelete", "default_path"]
+__all__ = ["MAX_RECORD", "SUFFIX", "Journal", "Pending", "default_path"]
 
 log = logging.getLogger("stm.journal")
 SUFFIX = "-stm-pending"
-PendingDelete = DeleteChannel | PurgeUser
-# A record is some 100 bytes; a longer line is damage, skipped without being parsed.
-MAX_RECORD = 4096
+# Most records take some 100 bytes; a server's settings (25 categories of 1,100
+# characters, escaped) or a thousand message ids a few hundred KB at most. A longer line
+# is damage, skipped without being held whole.
+MAX_RECORD = 1 << 20
 _CHUNK = 1 << 16
 # How long an append waits for another process's append or removal (a few ms each).
 _LOCK_WAIT_SECONDS = 2.0
 _ID_LIMIT = 2**63
 # Where a record starts: its checksum, a space, its JSON object; and how long that object
-# can be (ids take at most 19 digits).
+# can be.
 _START = re.compile(rb"[0-9a-f]{8} \{")
-_MAX_PAYLOAD = 512
+_MAX_PAYLOAD = MAX_RECORD - 9
+# The most message ids one record holds (``memory.MAX_MESSAGE_IDS``).
+_MAX_MESSAGE_IDS = 1000
 
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """One pending delete and the id of its record."""
+    """One pending change and the id of its record."""
 
     id: str
-    op: PendingDelete
+    op: SharedChange
 
 
 def default_path(database: str) -> Path | None:
@@ -104,7 +121,7 @@ def _state_folder() -> Path:
 
 
 class Journal:
-    """The pending-delete journal of one database."""
+    """The pending-change journal of one database."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -129,11 +146,11 @@ class Journal:
 
     # -- reading --------------------------------------------------------------------
     def load(self, *, replaying: bool = True) -> list[Pending]:
-        """The deletes still pending, in order, each once (``replaying=False``: only read,
+        """The changes still pending, in order, each once (``replaying=False``: only read,
         as the command line reads them to leave out what they erase; logged at DEBUG).
 
         Damaged records are skipped and counted in one log line; a journal that exists
-        but cannot be read stops the open (StoreError): its deletes would be undone."""
+        but cannot be read stops the open (StoreError): its changes would be lost."""
         try:
             with _opened(self.path, os.O_RDONLY) as fd:
                 _lock(fd, shared=True, wait=_LOCK_WAIT_SECONDS, required=False)
@@ -142,7 +159,7 @@ class Journal:
             return []  # nothing was ever written there
         except OSError as exc:
             raise StoreError(
-                f"cannot read the pending-delete journal {self.path} (STM_JOURNAL): {exc}"
+                f"cannot read the pending-change journal {self.path} (STM_JOURNAL): {exc}"
             ) from exc
         self.skipped = skipped
         pending: list[Pending] = []
@@ -153,12 +170,12 @@ class Journal:
                 pending.append(record.pending)
         if skipped:
             log.warning(
-                "skipped %d damaged lines of the pending-delete journal %s", skipped, self.path
+                "skipped %d damaged lines of the pending-change journal %s", skipped, self.path
             )
         if pending and replaying:
-            log.warning("replaying %d pending deletes from %s", len(pending), self.path)
+            log.warning("replaying %d pending changes from %s", len(pending), self.path)
         elif pending:
-            log.debug("%d pending deletes in %s", len(pending), self.path)
+            log.debug("%d pending changes in %s", len(pending), self.path)
         return pending
 
     # -- writing --------------------------------------------------------------------
@@ -183,15 +200,15 @@ class Journal:
         self.skipped = 0
 
     def remove(self, ids: Collection[str]) -> None:
-        """Drop the records of these ids (their deletes are durable); the file goes with
-        its last record. Failures are logged: the deletes are durable either way, and a
+        """Drop the records of these ids (their changes are durable); the file goes with
+        its last record. Failures are logged: the changes are durable either way, and a
         record left behind is only applied once more."""
         if not ids:
             return
         try:
             self._remove(set(ids))
         except OSError as exc:
-            log.warning("could not update %s (its deletes are durable): %s", self.path, exc)
+            log.warning("could not update %s (its changes are durable): %s", self.path, exc)
 
     def _remove(self, ids: set[str]) -> None:
         try:
@@ -256,14 +273,24 @@ def _kept(record: _Record) -> bytes:
 
 
 def _encode(record: Pending) -> bytes:
-    op = record.op
-    body: dict[str, object]
-    if isinstance(op, PurgeUser):
-        body = {"id": record.id, "op": "purge_user", "user_id": op.user_id}
-        body["server_id"] = op.server_id
-        body["erasure"] = op.erasure
-    else:
-        body = {"id": record.id, "op": "clear_channel", "channel_id": op.channel_id}
+    body: dict[str, object] = {"id": record.id}
+    match record.op:
+        case PurgeUser(user_id, server_id, erasure):
+            body |= {"op": "purge_user", "user_id": user_id, "server_id": server_id}
+            body["erasure"] = erasure
+        case DeleteChannel(channel_id):
+            body |= {"op": "clear_channel", "channel_id": channel_id}
+        case ForgetMessages(channel_id, message_ids, edited):
+            body |= {"op": "forget_messages", "channel_id": channel_id}
+            body |= {"message_ids": list(message_ids), "edited": edited}
+        case MarkDeparture(server_id, left_at):
+            body |= {"op": "departure", "server_id": server_id, "left_at": left_at}
+        case ForgetServer(server_id):
+            body |= {"op": "forget_server", "server_id": server_id}
+        case SaveServerSettings(server_id, settings_json):
+            body |= {"op": "settings", "server_id": server_id, "settings": settings_json}
+        case SaveOptOut(user_id, opted_out, at):
+            body |= {"op": "opt_out", "user_id": user_id, "opted_out": opted_out, "at": at}
     payload = json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
     return b"%08x %s\n" % (zlib.crc32(payload), payload)
 
@@ -360,9 +387,17 @@ def _json(text: bytes) -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def _op(data: dict[str, object]) -> PendingDelete | None:
+def _op(data: dict[str, object]) -> SharedChange | None:
+    """The change a record holds, or None when it holds none this version can apply."""
+
     def as_id(value: object) -> int | None:
         return value if type(value) is int and 0 <= value < _ID_LIMIT else None
+
+    def as_time(value: object) -> float | None:
+        if type(value) not in (int, float):
+            return None
+        at = float(cast(float, value))
+        return at if math.isfinite(at) and at >= 0 else None
 
     kind = data.get("op")
     if kind == "purge_user":
@@ -378,6 +413,35 @@ def _op(data: dict[str, object]) -> PendingDelete | None:
     if kind == "clear_channel":
         channel = as_id(data.get("channel_id"))
         return None if channel is None else DeleteChannel(channel)
+    if kind == "forget_messages":
+        channel, ids = as_id(data.get("channel_id")), data.get("message_ids")
+        edited = data.get("edited")
+        if channel is None or type(edited) is not bool or not isinstance(ids, list):
+            return None
+        message_ids = tuple(as_id(i) for i in ids)
+        if not message_ids or len(message_ids) > _MAX_MESSAGE_IDS or None in message_ids:
+            return None
+        return ForgetMessages(channel, cast(tuple[int, ...], message_ids), edited)
+    if kind == "departure":
+        server_id, left = as_id(data.get("server_id")), data.get("left_at")
+        left_at = None if left is None else as_time(left)
+        if server_id is None or (left is not None and left_at is None):
+            return None
+        return MarkDeparture(server_id, left_at)
+    if kind == "forget_server":
+        server_id = as_id(data.get("server_id"))
+        return None if server_id is None else ForgetServer(server_id)
+    if kind == "settings":
+        server_id, settings = as_id(data.get("server_id")), data.get("settings")
+        if server_id is None or not isinstance(settings, str):
+            return None
+        return SaveServerSettings(server_id, settings)
+    if kind == "opt_out":
+        user, opted_out, at = as_id(data.get("user_id")), data.get("opted_out"), data.get("at")
+        when = as_time(at)
+        if user is None or type(opted_out) is not bool or when is None:
+            return None
+        return SaveOptOut(user, opted_out, when)
     return None
 
 

@@ -92,6 +92,7 @@ from .store.base import (
     SaveOptOut,
     SaveServerSettings,
     ServerChannels,
+    SharedChange,
     Store,
     SweepStep,
 )
@@ -316,7 +317,7 @@ class ShortTermMemory:
             position: self._resumed(position, deletion, servers)
             for position, deletion, servers in await self.store.unplanned_purges()
         }
-        self._writer.start(sweeps, resumed)
+        self._replayed(self._writer.start(sweeps, resumed))
         self._background.every(
             self.config.janitor_interval_minutes * 60, self.run_janitor, "stm-janitor"
         )
@@ -507,16 +508,37 @@ class ShortTermMemory:
 
     async def _save_settings(self, server_id: int, settings: ServerSettings) -> ServerSettings:
         stored = self.settings.stored_form(server_id, settings)
-        await self.writer.submit(SaveServerSettings(server_id, stored))
         self.settings.set(server_id, settings)
+        await self._durably(SaveServerSettings(server_id, stored))
         return settings
 
     async def set_user_opt_out(self, user_id: int, opted_out: bool) -> None:
-        """A user's durable "do not remember me"; it erases nothing already held."""
+        """A user's durable "do not remember me"; it erases nothing already held. In force
+        here at once; DurabilityError when the database could not take it yet (it is
+        retried, and kept for a restart, until it does)."""
         check_id(user_id, "user_id")
         check_bool(opted_out, "opted_out")
-        await self.writer.submit(SaveOptOut(user_id, bool(opted_out), self.clock()))
         self.settings.set_opt_out(user_id, bool(opted_out))
+        await self._durably(SaveOptOut(user_id, bool(opted_out), self.clock()))
+
+    async def _durably(self, change: SharedChange) -> None:
+        """Queue ``change`` (already in force here) for every process, and return once it
+        is durable; DurabilityError when it is not after one try. It is retried, in order
+        and journaled, either way: like a purge, it is never dropped."""
+        queued = self.writer.submit_change(change)
+        await self.writer.flush(through=queued, scrub=False)
+
+    def _replayed(self, changes: Iterable[SharedChange]) -> None:
+        """Changes this process's predecessor made and the journal kept for it: in force
+        here again, as they were there, while the writer commits them."""
+        for change in changes:
+            match change:
+                case SaveServerSettings(server_id, stored):
+                    self.settings.load_one(server_id, stored)
+                case SaveOptOut(user_id, opted_out, _):
+                    self.settings.set_opt_out(user_id, opted_out)
+                case ForgetServer(server_id):
+                    self.settings.drop(server_id)
 
     def is_opted_out(self, user_id: int) -> bool:
         """True while the user asked not to be remembered."""
@@ -786,7 +808,7 @@ class ShortTermMemory:
         check_id(channel_id, "channel_id")
         self._tally.channel_clears += 1
         evicted = clear_channel(self.cache, self._reads, self.writer, channel_id)
-        self.writer.submit_delete(DeleteChannel(channel_id), what=f"clearing channel {channel_id}")
+        self.writer.submit_change(DeleteChannel(channel_id))
         log.info("clearing channel %s (%d keys held here)", channel_id, evicted)
         return evicted
 
@@ -901,10 +923,8 @@ class ShortTermMemory:
         touched = len(purge.keys)
         self._tally.user_purges += 1
         where = _whom(purge.deletion)[1]
-        queued = self.writer.submit_delete(
-            PurgeUser(user_id, server_id, erasure),
-            what=f"purging user {user_id} {where}",
-            on_result=self._told(purge, member),
+        queued = self.writer.submit_change(
+            PurgeUser(user_id, server_id, erasure), on_result=self._told(purge, member)
         )
         log.info("purging user %s %s (%d keys held here)", user_id, where, touched)
         # Usually one commit: then every entry it reaches is cleared here when this returns;
@@ -1036,7 +1056,7 @@ class ShortTermMemory:
             self._forgotten.note(message_id, None)
         done = forget_messages(self.cache, self._reads, channel_id, ids)
         self._after_forget(done, "deleted")
-        self._share(ForgetMessages(channel_id, ids))
+        self.writer.submit_change(ForgetMessages(channel_id, ids))
         self._tally.messages_deleted += done.messages
         if done.messages:
             log.info(
@@ -1068,7 +1088,7 @@ class ShortTermMemory:
             self._forgotten.note(message_id, text)
             done = edit_message(self.cache, self._reads, channel_id, message_id, text)
         self._after_forget(done, "edited")
-        self._share(ForgetMessages(channel_id, (message_id,), edited=True))
+        self.writer.submit_change(ForgetMessages(channel_id, (message_id,), edited=True))
         self._tally.messages_edited += len(done.keys)
         if done.keys:
             log.info(
@@ -1091,32 +1111,16 @@ class ShortTermMemory:
                 why,
             )
 
-    def _share(self, op: ForgetMessages) -> None:
-        """Tell other processes, through the change feed (not retried: nothing durable)."""
-        future = self.writer.submit(op, what=f"sharing messages of channel {op.channel_id}")
-
-        def done(future: Any) -> None:
-            if not future.cancelled() and future.exception() is not None:
-                log.warning(
-                    "could not tell other processes of messages deleted or edited in "
-                    "channel %s: %s",
-                    op.channel_id,
-                    future.exception(),
-                )
-
-        future.add_done_callback(done)
-
     # -- servers that removed the bot ---------------------------------------------
     async def server_removed(self, server_id: int) -> bool:
-        """The bot was removed from a server (not an outage): record it durably; its memory
-        and settings are cleared ``STMConfig.server_removal_grace_minutes`` later (at once
-        when 0) by ``clear_departed_servers``, unless ``server_returned`` comes first.
-        Returns True when it was cleared at once."""
+        """The bot was removed from a server (not an outage): record it durably (retried,
+        and kept for a restart, until the database takes it: Discord says it once); its
+        memory and settings are cleared ``STMConfig.server_removal_grace_minutes`` later
+        (at once when 0) by ``clear_departed_servers``, unless ``server_returned`` comes
+        first. Returns True when it was cleared at once."""
         check_id(server_id, "server_id")
         left_at = self.clock()
-        await self.writer.submit(
-            MarkDeparture(server_id, left_at), what=f"recording removal from {server_id}"
-        )
+        self.writer.submit_change(MarkDeparture(server_id, left_at))
         if self._departed is not None:
             self._departed[server_id] = left_at
         log.info(
@@ -1130,14 +1134,19 @@ class ShortTermMemory:
         return False
 
     async def server_returned(self, server_id: int) -> bool:
-        """The bot is in the server again: a removal recorded for it is forgotten. Returns
-        True when one was."""
+        """The bot is in the server again: a removal recorded for it is forgotten (durably,
+        as a removal is recorded). Returns True when one was, or when the departures could
+        not be read (the return is recorded all the same)."""
         check_id(server_id, "server_id")
-        if server_id not in await self.departures():
+        try:
+            departed = server_id in await self.departures()
+        except Exception as exc:
+            # Unknown: record the return anyway (it removes nothing that is not there).
+            log.warning("departures could not be read (%s): recording return to %s", exc, server_id)
+            departed = True
+        if not departed:
             return False
-        await self.writer.submit(
-            MarkDeparture(server_id, None), what=f"recording return to {server_id}"
-        )
+        self.writer.submit_change(MarkDeparture(server_id, None))
         if self._departed is not None:
             self._departed.pop(server_id, None)
         log.info("back in server %s: its memory is kept", server_id)
@@ -1187,7 +1196,7 @@ class ShortTermMemory:
         channels = set(stored) | {e.channel_id for e in self.cache if e.server_id == server_id}
         for channel_id in sorted(channels):
             await self.clear_short_term_memory_for_channel(channel_id)
-        await self.writer.submit(ForgetServer(server_id), what=f"forgetting server {server_id}")
+        self.writer.submit_change(ForgetServer(server_id))
         if self._departed is not None:
             self._departed.pop(server_id, None)
         self.settings.drop(server_id)
@@ -1213,7 +1222,7 @@ class ShortTermMemory:
         if expired:
             self._reads.rows_left_cache()  # their rows wait for the delete queued below
         self.writer.forget_dirty(expired)
-        self.writer.submit_delete(
+        self.writer.submit_change(
             DeleteExpired(*self._reads.thresholds(), EXPIRE_CHUNK), what="deleting expired rows"
         )
         # The feed's changes are kept long past the coherence bound (a follower that

@@ -25,7 +25,7 @@ class Queued:
     more: tuple[Op, ...] | None = None
     future: asyncio.Future[Any] | None = None
     what: str = ""
-    # The id of its record in the pending-delete journal ("": none yet), and whether
+    # The id of its record in the pending-change journal ("": none yet), and whether
     # that record is durable.
     journal_id: str = ""
     journaled: bool = False

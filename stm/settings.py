@@ -72,33 +72,36 @@ class SettingsBook:
         """Take what the store holds (a server it no longer holds gets the defaults again);
         settings that are not a JSON object fall back to the defaults, a value this version
         cannot read to that field's default."""
-        servers: dict[int, ServerSettings] = {}
-        newer: dict[int, dict[str, Any]] = {}
-        read_as: dict[int, dict[str, Any]] = {}
+        self._servers, self._newer, self._read_as = {}, {}, {}
         for server_id, raw in stored.items():
-            try:
-                fields = json.loads(raw)
-                if not isinstance(fields, dict):
-                    raise ValueError("not a JSON object")
-                # Fields this version does not know were written by a newer one, which
-                # shares the database: kept aside and written back with any change here,
-                # so that neither version loses the other's settings.
-                unknown = {k: v for k, v in fields.items() if k not in ServerSettings.model_fields}
-                known = {k: v for k, v in fields.items() if k not in unknown}
-                servers[server_id] = _readable(server_id, known, unknown)
-            except (ValidationError, ValueError) as exc:
-                log.warning("ignoring unreadable settings of server %s: %s", server_id, exc)
-                continue
-            if unknown:
-                newer[server_id] = unknown
-                read = json.loads(servers[server_id].model_dump_json())
-                unread = {k: read[k] for k in unknown if k in ServerSettings.model_fields}
-                if unread:
-                    read_as[server_id] = unread
-        self._servers = servers
-        self._newer = newer
-        self._read_as = read_as
+            self.load_one(server_id, raw)
         self._opted_out = set(opted_out)
+
+    def load_one(self, server_id: int, raw: str) -> None:
+        """Take one server's settings as the store keeps them (``stored_form``); unreadable
+        ones are logged and leave what is in force."""
+        try:
+            fields = json.loads(raw)
+            if not isinstance(fields, dict):
+                raise ValueError("not a JSON object")
+            # Fields this version does not know were written by a newer one, which
+            # shares the database: kept aside and written back with any change here,
+            # so that neither version loses the other's settings.
+            unknown = {k: v for k, v in fields.items() if k not in ServerSettings.model_fields}
+            known = {k: v for k, v in fields.items() if k not in unknown}
+            settings = _readable(server_id, known, unknown)
+        except (ValidationError, ValueError) as exc:
+            log.warning("ignoring unreadable settings of server %s: %s", server_id, exc)
+            return
+        self._servers[server_id] = settings
+        self._newer.pop(server_id, None)
+        self._read_as.pop(server_id, None)
+        if unknown:
+            self._newer[server_id] = unknown
+            read = json.loads(settings.model_dump_json())
+            unread = {k: read[k] for k in unknown if k in ServerSettings.model_fields}
+            if unread:
+                self._read_as[server_id] = unread
 
     def stored_form(self, server_id: int, settings: ServerSettings) -> str:
         """``settings`` as the store keeps them, with the fields a newer version wrote."""

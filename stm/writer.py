@@ -16,12 +16,16 @@ Only the dirty entries whose rows the read reads are queued just ahead of it
 (``WriteBehind.take_read_by``), so that what it reads holds their counters; the
 other dirty entries wait for their own batch.
 
-When a batch fails, callers waiting for an answer get the error at once
-(their write is not acknowledged), while deletes and write-behind stay at
-the head of the queue and are retried, in order, with backoff (``Retrying``):
-nothing queued behind a delete can overtake it, so a delete that is late is
-never undone by a write that came after it, and the deletes are saved to the
-journal meanwhile (``PendingDeletes``). A failure that can never pass (a value
+Every change other processes must honour (``store.base.SharedChange``: deletes,
+Discord's message deletes and edits, a server's removal and its cancellation,
+settings, opt-outs) takes one path, ``submit_change``: its maker applied it here
+already, so no caller waits on its transaction. When a batch fails, callers waiting
+for an answer get the error at once (their write is not acknowledged), while the
+changes and write-behind stay at the head of the queue and are retried, in order,
+with backoff (``Retrying``): nothing queued behind a change can overtake it, so a
+delete that is late is never undone by a write that came after it, and the changes
+are saved to the journal meanwhile (``PendingChanges``), replayed first after a
+restart. A failure that can never pass (a value
 the store cannot hold) is told apart: the operation is found and dropped, and
 what was queued behind it goes ahead (``Bisection``), so one poison operation
 cannot jam the queue. While deletes wait out a backoff, an operation whose
@@ -50,7 +54,7 @@ from .erasures import Erasures
 from .errors import DurabilityError
 from .journal import Journal
 from .metrics import WriterCounters
-from .pending import PendingDeletes
+from .pending import PendingChanges
 from .poison import Bisection
 from .queued import Queued
 from .retrying import Retrying
@@ -59,12 +63,18 @@ from .store.base import (
     DeleteChannel,
     DeleteExpired,
     Expired,
+    ForgetMessages,
+    ForgetServer,
     LoadChannelKeys,
     LoadRecent,
     LoadRows,
+    MarkDeparture,
     Op,
     PurgeResult,
     PurgeUser,
+    SaveOptOut,
+    SaveServerSettings,
+    SharedChange,
     Store,
     SweepPurge,
 )
@@ -100,7 +110,7 @@ class Writer:
         self.retrying = Retrying(retry_delay)
         # ``held``: whether the cache holds this very entry (``WriteBehind.take_read_by``).
         self.write_behind = WriteBehind(write_behind, self.scheduler, touch_guard, held)
-        self.pending_deletes = PendingDeletes(journal)
+        self.pending_changes = PendingChanges(journal)
         self.bisection = Bisection(self.counters)
         self.erasures = Erasures(store, scrub_delay, retry_delay)
         self.purge_steps = PurgeSteps()
@@ -116,16 +126,20 @@ class Writer:
         self,
         sweeps: Sequence[int] = (),
         on_step: Mapping[int, Callable[[Any], None]] | None = None,
-    ) -> None:
-        """Start committing: first the deletes the journal kept as pending before a restart
+    ) -> list[SharedChange]:
+        """Start committing: first the changes the journal kept as pending before a restart
         and the purges whose later chunks a stopped process left (``sweeps``, feed
         positions; ``on_step`` answers each step of those it names with its
-        ``SweepStep``), then whatever is submitted. Work submitted before this is refused."""
+        ``SweepStep``), then whatever is submitted. Work submitted before this is refused.
+        Returns the changes replayed from the journal, in order, for the memory to apply
+        here as their maker had (settings, opt-outs)."""
         if self._task is not None:
             raise RuntimeError("the writer is already started")
-        # Deletes acknowledged as pending before a restart go first, before any read.
-        for pending in self.pending_deletes.replay():
+        # Changes acknowledged as pending before a restart go first, before any read.
+        replayed = []
+        for pending in self.pending_changes.replay():
             op = pending.op
+            replayed.append(op)
             self._push(
                 Queued(self._next(), op, what=_describe(op), journal_id=pending.id, journaled=True)
             )
@@ -135,6 +149,7 @@ class Writer:
             self.resume(position, None if on_step is None else on_step.get(position))
         self._task = asyncio.get_running_loop().create_task(self._run(), name="stm-writer")
         self._task.add_done_callback(self._stopped)
+        return replayed
 
     @property
     def started(self) -> bool:
@@ -190,14 +205,17 @@ class Writer:
             self.retrying.now()  # as in submit
         return future
 
-    def submit_delete(
+    def submit_change(
         self,
-        op: DeleteChannel | PurgeUser | DeleteExpired,
-        what: str,
+        op: SharedChange | DeleteExpired,
+        what: str = "",
         on_result: Callable[[Any], None] | None = None,
     ) -> int:
-        """Queue a delete; it is retried until durable. Dirty entries go first. Returns
-        its place in the queue (``flush(through=)`` waits for it and what it leaves).
+        """Queue a change other processes must honour (or a janitor's chunk of expired
+        rows): it is retried until durable, and journaled while it is pending (a janitor's
+        chunk is not: the next pass finds its rows again). Dirty entries go first. Returns
+        its place in the queue (``flush(through=)`` waits for it and what it leaves; it
+        raises DurabilityError naming it while it is not durable).
 
         A delete that removes something makes an erasure due (coalesced, within
         ``scrub_delay``; ``flush`` runs a due one at once). A purge's first transaction
@@ -207,7 +225,7 @@ class Writer:
         left, a page of the purge's ranges once planned, and what the page reaches)."""
         self._swap_dirty()
         seq = self._next()
-        self._push(Queued(seq, op, what=what, on_result=on_result))
+        self._push(Queued(seq, op, what=what or _describe(op), on_result=on_result))
         return seq
 
     def resume(self, position: int, on_step: Callable[[Any], None] | None = None) -> None:
@@ -279,9 +297,9 @@ class Writer:
         return lines + self.erasures.failing()
 
     def at_risk(self) -> list[str]:
-        """The deletes queued and not committed that the journal does not hold either: a
-        restart now would undo them."""
-        return self.pending_deletes.at_risk(self._queue)
+        """The changes queued and not committed that the journal does not hold either: a
+        restart now would lose them."""
+        return self.pending_changes.at_risk(self._queue)
 
     def _durability_error(self, failures: list[str]) -> DurabilityError:
         return DurabilityError(failures, self.at_risk())
@@ -294,7 +312,7 @@ class Writer:
         purge's later steps, a janitor pass's later chunks), and, with ``scrub``, erased
         from the files; raise DurabilityError if it cannot be after ``attempts`` tries.
 
-        With ``through`` (what ``submit_delete`` returned): once that item, what was queued
+        With ``through`` (what ``submit_change`` returned): once that item, what was queued
         before it and its own later steps are, but not the later chunks of work queued
         before it (a purge made during a long janitor pass does not wait for the pass)."""
         if through is None:
@@ -528,7 +546,7 @@ class Writer:
                         self._continue(item, position)
             if erased:
                 self.erasures.after_deletes(self.scheduler.now())
-            self.pending_deletes.done(items)
+            self.pending_changes.done(items)
         progress, self._progress = self._progress, asyncio.Event()
         progress.set()
 
@@ -591,13 +609,13 @@ class Writer:
         item = self._pop()
         self._queue.extendleft(reversed(replacing))
         if not replacing:
-            self.pending_deletes.done([item])
+            self.pending_changes.done([item])
             if item.op is None:
                 self.write_behind.dropped(item.dirty, item.seq)
 
     def _fail(self, items: list[Queued], exc: Exception) -> None:
         first = self.retrying.failed(exc)
-        self.pending_deletes.save(self._queue)
+        self.pending_changes.save(self._queue)
         # Every caller waiting, in this batch or queued behind it, hears of the failure
         # now: nothing behind a failing delete can commit before it, and a prompt answer
         # ("not saved", "could not be read") beats waiting out the backoff.
@@ -652,4 +670,18 @@ def _describe(op: Op) -> str:
             return f"purging user {user_id} in server {server_id}"
         case DeleteChannel(channel_id):
             return f"clearing channel {channel_id}"
+        case ForgetMessages(channel_id, ids, edited):
+            return (
+                f"{len(ids)} message(s) {'edited' if edited else 'deleted'} in channel {channel_id}"
+            )
+        case MarkDeparture(server_id, None):
+            return f"recording return to server {server_id}"
+        case MarkDeparture(server_id, _):
+            return f"recording removal from server {server_id}"
+        case ForgetServer(server_id):
+            return f"forgetting server {server_id}"
+        case SaveServerSettings(server_id, _):
+            return f"settings of server {server_id}"
+        case SaveOptOut(user_id, opted_out, _):
+            return f"{'opt-out' if opted_out else 'opt-in'} of user {user_id}"
     return type(op).__name__

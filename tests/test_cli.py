@@ -403,7 +403,7 @@ def test_export_a_user(db: Path) -> None:
 
 
 def pend(journal: Path, *ops: Op) -> None:
-    """Leave ``ops`` waiting in the pending-delete journal, as a process that could not
+    """Leave ``ops`` waiting in the pending-change journal, as a process that could not
     commit them does."""
     writing = Journal(journal)
     writing.append([Pending(writing.new_id(), op) for op in ops])

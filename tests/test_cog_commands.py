@@ -266,7 +266,7 @@ class TestForget:
     async def test_says_whether_a_pending_purge_survives_a_restart(
         self, tmp_path: Path, journal_works: bool
     ):
-        """The database is locked through the purge: when the pending-delete journal took
+        """The database is locked through the purge: when the pending-change journal took
         it, the reply says it is kept and retried after a restart too; when the journal
         cannot be written either, it says the memory may come back, and promises nothing."""
         from test_faults import write_lock

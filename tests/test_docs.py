@@ -448,9 +448,9 @@ def test_the_code_the_architecture_page_names_exists() -> None:
 
 def test_the_architecture_check_can_fail() -> None:
     index = code_index()
-    named = "`Writer.submit_delete`, `purge_user`, `settle(read)`, `stm.store.open_store`"
+    named = "`Writer.submit_change`, `purge_user`, `settle(read)`, `stm.store.open_store`"
     assert not missing_code(named, index)
-    assert missing_code("`Writer.submit_deletes`", index) == ["Writer.submit_deletes"]
+    assert missing_code("`Writer.submit_changes`", index) == ["Writer.submit_changes"]
     assert missing_code("`forget_users`", index) == ["forget_users"]
     assert missing_code("`settles(read)`", index) == ["settles(read)"]
     assert missing_code("`stm.store.open_stores`", index) == ["stm.store.open_stores"]

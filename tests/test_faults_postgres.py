@@ -429,7 +429,7 @@ async def test_a_value_no_constraint_lets_in_does_not_block_the_purge_behind_it(
         own = row(key="shortterm:user:7:10", scope="user", user_id=7)
         await writer.submit(SaveDistilled(own, lineage=Lineage(frozenset({7}))))
         poison = writer.submit(SaveDistilled(row(scope="neither")))
-        writer.submit_delete(PurgeUser(7, None), what="purging user 7 everywhere")
+        writer.submit_change(PurgeUser(7, None), what="purging user 7 everywhere")
         async with asyncio.timeout(BOUND):
             with pytest.raises(RejectedWriteError, match="check constraint"):
                 await poison

@@ -1,4 +1,4 @@
-"""The pending-delete journal (stm/journal.py): where it lives, what crashes leave in it, and
+"""The pending-change journal (stm/journal.py): where it lives, what crashes leave in it, and
 that every delete acknowledged as pending is applied exactly once at the next open.
 
 The writer-level properties run the real Writer and Journal over a store that fails on
@@ -232,7 +232,7 @@ def test_a_journal_that_cannot_be_read_stops_the_open(tmp_path: Path) -> None:
     StoreError naming it: opening anyway could undo its deletes."""
     path = tmp_path / "pending"
     path.mkdir()
-    with pytest.raises(StoreError, match=r"pending-delete journal .*pending"):
+    with pytest.raises(StoreError, match=r"pending-change journal .*pending"):
         Journal(path).load()
 
 
@@ -327,7 +327,7 @@ async def test_a_journal_that_cannot_be_written_is_heard_by_the_caller(tmp_path:
     journal = FailingJournal(tmp_path / "pending")
     writer = new_writer(store, journal)
     store.broken, journal.failing = True, True
-    writer.submit_delete(purge(1), "purging user 1 everywhere")
+    writer.submit_change(purge(1), "purging user 1 everywhere")
     with pytest.raises(DurabilityError) as raised:
         await writer.flush()
     assert raised.value.at_risk and "purging user 1" in raised.value.at_risk[0]
@@ -450,7 +450,7 @@ async def _scenario(path: Path, plan: list[tuple[str, object]], last: Delete) ->
     for step, arg in plan:
         if step == "delete":
             assert isinstance(arg, DeleteChannel | PurgeUser)
-            writer.submit_delete(arg, f"{arg}")
+            writer.submit_change(arg, f"{arg}")
             asked.append([arg, False])
         elif step == "break":
             store.broken = bool(arg)

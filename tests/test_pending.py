@@ -1,4 +1,4 @@
-"""The journal keeper on its own: the queued deletes a failed batch leaves are saved once
+"""The journal keeper on its own: the queued changes a failed batch leaves are saved once
 each, their records go once committed, and a journal that cannot take them is reported
 as putting them at risk (the file format: tests/test_journal.py)."""
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stm.journal import Journal, Pending
-from stm.pending import PendingDeletes, journals
+from stm.pending import PendingChanges, journals
 from stm.queued import Queued
 from stm.store.base import DeleteChannel, DeleteExpired, PurgeUser, SaveOptOut
 
@@ -33,21 +33,23 @@ def queue() -> list[Queued]:
     ]
 
 
-def test_only_channel_clears_and_purges_are_journaled() -> None:
-    assert [journals(item) for item in queue()] == [True, False, True, False]
+def test_every_shared_change_is_journaled_and_a_janitor_chunk_is_not() -> None:
+    """A janitor's chunk of expired rows is found again by the next pass; every change
+    another process must honour is kept."""
+    assert [journals(item) for item in queue()] == [True, True, True, False]
 
 
 def test_saved_once_replayed_in_order_and_dropped_once_committed(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "pending")
-    keeper = PendingDeletes(journal)
+    keeper = PendingChanges(journal)
     items = queue()
     keeper.save(items)
-    assert [i.journaled for i in items] == [True, False, True, False]
+    assert [i.journaled for i in items] == [True, True, True, False]
     keeper.save(items)  # already held: not appended again
-    replayed = PendingDeletes(Journal(journal.path)).replay()
-    assert [p.op for p in replayed] == [DeleteChannel(10), PurgeUser(7, None)]
-    assert [p.id for p in replayed] == [items[0].journal_id, items[2].journal_id]
-    keeper.done(items[:1])
+    replayed = PendingChanges(Journal(journal.path)).replay()
+    assert [p.op for p in replayed] == [items[0].op, items[1].op, items[2].op]
+    assert [p.id for p in replayed] == [i.journal_id for i in items[:3]]
+    keeper.done(items[:2])
     assert [p.op for p in journal.load()] == [PurgeUser(7, None)]
     keeper.done(items)
     assert not journal.path.exists()
@@ -55,22 +57,23 @@ def test_saved_once_replayed_in_order_and_dropped_once_committed(tmp_path: Path)
 
 def test_a_journal_that_cannot_take_them_puts_them_at_risk(tmp_path: Path) -> None:
     journal = FullJournal(tmp_path / "pending")
-    keeper = PendingDeletes(journal)
+    keeper = PendingChanges(journal)
     items = queue()
     journal.full = True
     keeper.save(items)
     risk = keeper.at_risk(items)
-    assert len(risk) == 2 and "clearing channel 10" in risk[0] and "No space" in risk[0]
-    ids = [items[0].journal_id, items[2].journal_id]
+    assert len(risk) == 3 and "clearing channel 10" in risk[0] and "No space" in risk[0]
+    assert "opt-out" in risk[1]
+    ids = [i.journal_id for i in items[:3]]
     journal.full = False
     keeper.save(items)  # the same ids, once it can
-    assert [items[0].journal_id, items[2].journal_id] == ids
+    assert [i.journal_id for i in items[:3]] == ids
     assert keeper.at_risk(items) == []
     assert [p.id for p in journal.load()] == ids
 
 
 def test_without_a_journal_nothing_is_kept_and_nothing_at_risk() -> None:
-    keeper = PendingDeletes(None)
+    keeper = PendingChanges(None)
     items = queue()
     keeper.save(items)
     keeper.done(items)

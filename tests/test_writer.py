@@ -275,7 +275,7 @@ async def test_a_read_after_a_delete_sees_the_delete(reader: Writer, store: Any)
     await reader.flush()
     gone.turns_since_refresh = 7
     reader.mark_dirty(gone)
-    reader.submit_delete(DeleteChannelOp(1), what="clearing channel 1")
+    reader.submit_change(DeleteChannelOp(1), what="clearing channel 1")
     rows = await reader.submit(_load(gone.key, kept.key))
     assert [r.key for r in rows] == [kept.key]
     assert await store.row(gone.key) is None

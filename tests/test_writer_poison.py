@@ -83,12 +83,12 @@ async def _poison_before_purge(poison: Any, database: str = ":memory:") -> None:
         own = row(key="shortterm:user:7:10", scope="user", user_id=7)
         await writer.submit(SaveDistilled(own, lineage=Lineage(frozenset({7}))))
         if isinstance(poison, PurgeUser | DeleteChannel):
-            writer.submit_delete(poison, what="poison delete")
+            writer.submit_change(poison, what="poison delete")
             answer = None
         else:
             answer = writer.submit(poison, what="poison")
         saved = writer.submit(SaveDistilled(row(key="shortterm:server:100:11", channel_id=11)))
-        writer.submit_delete(PurgeUser(7, None), what="purging user 7 everywhere")
+        writer.submit_change(PurgeUser(7, None), what="purging user 7 everywhere")
         await writer.flush()  # would raise DurabilityError if anything were stuck
         if answer is not None:
             with pytest.raises(RejectedWriteError):

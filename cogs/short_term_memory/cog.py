@@ -485,6 +485,16 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         ):
             # Written by the library (in English) for the person who chose the value.
             message = texts("error.not_accepted", detail=original)
+        elif isinstance(error, app_commands.CommandInvokeError) and isinstance(
+            original, DurabilityError
+        ):
+            # A setting or an opt-out in force here that the database did not take yet:
+            # it is retried and journaled like a purge.
+            log.error(
+                "short-term memory change not yet durable (%s): %s", _where(interaction), original
+            )
+            key = "durability.change_at_risk" if original.at_risk else "durability.change_pending"
+            message = texts(key)
         elif isinstance(error, app_commands.CommandOnCooldown):
             message = texts("error.cooldown", seconds=error.retry_after)
         elif isinstance(error, Refused):

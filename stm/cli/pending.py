@@ -1,4 +1,4 @@
-"""What the pending-delete journal is about to erase: reads leave it out instead of
+"""What the deletes in the pending-change journal are about to erase: reads leave it out instead of
 showing it as held."""
 
 from __future__ import annotations
@@ -62,9 +62,11 @@ async def pending_cover(store: Inspector, config: STMConfig) -> PendingCover:
     if journal is None:
         return PendingCover()
     pending = await asyncio.to_thread(functools.partial(journal.load, replaying=False))
+    # The journal holds other pending changes too (settings, Discord events): only the
+    # deletes of rows are left out of what a read shows.
+    deletes = [r.op for r in pending if isinstance(r.op, DeleteChannel | PurgeUser)]
     keys: set[str] = set()
-    for record in pending:
-        op = record.op
+    for op in deletes:
         if isinstance(op, DeleteChannel):
             keys.update(row.key for row in await store.rows_of_channel(op.channel_id))
         elif isinstance(op, PurgeUser):
@@ -74,4 +76,4 @@ async def pending_cover(store: Inspector, config: STMConfig) -> PendingCover:
                 for row in held.own + held.contributed
                 if op.server_id is None or row.server_id == op.server_id
             )
-    return PendingCover(frozenset(keys), len(pending), str(journal.path))
+    return PendingCover(frozenset(keys), len(deletes), str(journal.path))

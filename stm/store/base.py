@@ -104,6 +104,7 @@ __all__ = [
     "Saved",
     "Scrub",
     "ServerChannels",
+    "SharedChange",
     "Store",
     "StoreStats",
     "StoredRow",
@@ -639,6 +640,21 @@ Op = (
     | LoadDepartures
     | ServerChannels
     | ForgetServer
+)
+
+# The changes every process must honour: a delete, a Discord event, a server's removal and
+# its cancellation, settings, an opt-out. Each goes through ``Writer.submit_change``: queued
+# in order, retried with backoff until durable, journaled while it is pending and replayed
+# after a restart (``stm/journal.py``). No caller waits on its transaction: whoever made it
+# applied it here at once, and ``flush()`` says whether it is durable yet.
+SharedChange = (
+    DeleteChannel
+    | PurgeUser
+    | ForgetMessages
+    | MarkDeparture
+    | ForgetServer
+    | SaveServerSettings
+    | SaveOptOut
 )
 
 # The operations that only read memory rows (the read-through's). A batch of nothing else
