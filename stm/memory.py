@@ -31,7 +31,7 @@ from .cache import Entry, MemoryCache
 from .config import STMConfig
 from .convert import snapshot
 from .deletions import Purge, add_reach, with_own
-from .errors import StoreError
+from .errors import DurabilityError, StoreError
 from .follower import Follower
 from .forget import clear_channel, clear_ranges, forget_unplanned, purge_user
 from .frames import Frames, model_language
@@ -91,7 +91,6 @@ from .store.base import (
     PurgeUser,
     SaveOptOut,
     SaveServerSettings,
-    ServerChannels,
     SharedChange,
     Store,
     SweepStep,
@@ -1129,7 +1128,7 @@ class ShortTermMemory:
             self.config.server_removal_grace_minutes,
         )
         if self.config.server_removal_grace_minutes <= 0:
-            await self.clear_server(server_id)
+            await self._clear_departed(server_id)
             return True
         return False
 
@@ -1182,27 +1181,44 @@ class ShortTermMemory:
             if present(server_id):
                 await self.server_returned(server_id)
             elif left_at <= now - grace:
-                await self.clear_server(server_id)
+                await self._clear_departed(server_id)
                 cleared.append(server_id)
         return cleared
 
+    async def _clear_departed(self, server_id: int) -> None:
+        """``clear_server`` for a server that removed the bot: not yet durable is logged (it
+        is in force here, retried and journaled), and the next server is seen to."""
+        try:
+            await self.clear_server(server_id)
+        except DurabilityError as exc:
+            log.warning("server %s cleared here, not yet in the database: %s", server_id, exc)
+
     async def clear_server(self, server_id: int) -> int:
         """Clear a server's memory (every channel and thread of it, as ``/refresh``) and its
-        settings, here and in every process; returns the channels cleared."""
+        settings, here and in every process; returns the channels cleared. Gone from this
+        process at once; the durable part is one change (``ForgetServer``), retried and
+        journaled like a purge: DurabilityError when it is not durable after one try."""
         check_id(server_id, "server_id")
-        stored = await self.writer.submit(
-            ServerChannels(server_id), what=f"channels of server {server_id}"
-        )
-        channels = set(stored) | {e.channel_id for e in self.cache if e.server_id == server_id}
-        for channel_id in sorted(channels):
-            await self.clear_short_term_memory_for_channel(channel_id)
-        self.writer.submit_change(ForgetServer(server_id))
+        held = sorted({e.channel_id for e in self.cache if e.server_id == server_id})
+        for channel_id in held:
+            clear_channel(self.cache, self._reads, self.writer, channel_id)
+        self.settings.drop(server_id)
         if self._departed is not None:
             self._departed.pop(server_id, None)
-        self.settings.drop(server_id)
+        cleared: set[int] = set(held)
+
+        def stored(channels: list[int]) -> None:
+            # In commit order: a read answered before it is cleared here after it.
+            for channel_id in channels:
+                clear_channel(self.cache, self._reads, self.writer, channel_id)
+            cleared.update(channels)
+            self.settings.drop(server_id)
+
         self._tally.discord_events["guild_cleared"] += 1
-        log.info("cleared server %s: %d channels and its settings", server_id, len(channels))
-        return len(channels)
+        queued = self.writer.submit_change(ForgetServer(server_id), on_result=stored)
+        await self.writer.flush(through=queued, scrub=False)
+        log.info("cleared server %s: %d channels and its settings", server_id, len(cleared))
+        return len(cleared)
 
     def count_event(self, kind: str) -> None:
         """Count one Discord event a host applied to the memory (``metrics.discord_events``,

@@ -522,7 +522,10 @@ class Writer:
                 if item.on_result is not None:
                     self._tell(item, result)
                 # Only a delete that removed something leaves anything to erase.
-                if isinstance(item.op, DeleteChannel | PurgeUser | DeleteExpired) and result:
+                if (
+                    isinstance(item.op, DeleteChannel | PurgeUser | DeleteExpired | ForgetServer)
+                    and result
+                ):
                     erased = True
                 op = item.op
                 if (

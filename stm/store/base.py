@@ -103,7 +103,6 @@ __all__ = [
     "SaveServerSettings",
     "Saved",
     "Scrub",
-    "ServerChannels",
     "SharedChange",
     "Store",
     "StoreStats",
@@ -382,16 +381,10 @@ class LoadDepartures:
 
 
 @dataclass(frozen=True, slots=True)
-class ServerChannels:
-    """The channels (threads included) that have rows in a server: what clearing it deletes."""
-
-    server_id: int
-
-
-@dataclass(frozen=True, slots=True)
 class ForgetServer:
-    """Delete a server's settings (a ``settings`` change) and its departure record; its
-    rows are deleted channel by channel (:class:`DeleteChannel`)."""
+    """Delete a server's rows, channel by channel as :class:`DeleteChannel` does (a
+    ``clear_channel`` change each), its settings (a ``settings`` change) and its departure
+    record, in one transaction; the result is the channels cleared."""
 
     server_id: int
 
@@ -638,7 +631,6 @@ Op = (
     | ForgetMessages
     | MarkDeparture
     | LoadDepartures
-    | ServerChannels
     | ForgetServer
 )
 

@@ -55,7 +55,6 @@ from .base import (
     SaveOptOut,
     SaveServerSettings,
     Scrub,
-    ServerChannels,
     StoredRow,
     SweepPurge,
     Touch,
@@ -308,30 +307,26 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
         case LoadDepartures():
             rows = yield Step("SELECT server_id, left_at FROM stm_departures", {}, "all")
             return {int(row[0]): float(row[1]) for row in rows}
-        case ServerChannels(server_id):
+        case ForgetServer(server_id):
+            # Every channel (threads included) that has rows, cleared as ``DeleteChannel``
+            # clears one, in the same transaction as the settings and the departure: no
+            # read before it that a failure could separate from it.
             rows = yield Step(
                 "SELECT DISTINCT channel_id FROM short_term_memories WHERE server_id = :server",
                 {"server": server_id},
                 "all",
             )
-            return sorted(int(row[0]) for row in rows)
-        case ForgetServer(server_id):
+            channels = sorted(int(row[0]) for row in rows)
+            for channel_id in channels:
+                yield from _delete_channel(channel_id, feed)
             for table in ("stm_server_settings", "stm_departures"):
                 yield Step(
                     f"DELETE FROM {table} WHERE server_id = :server", {"server": server_id}, "exec"
                 )
             feed.append(("settings", None, None, None, None, server_id))
-            return None
+            return channels
         case DeleteChannel(channel_id):
-            gone = yield Step(
-                "DELETE FROM short_term_memories WHERE channel_id = :channel "
-                "RETURNING key, chain_id",
-                {"channel": channel_id},
-                "all",
-            )
-            yield from chains.left([(row[0], row[1]) for row in gone])
-            feed.append(("clear_channel", None, None, channel_id, None, None))
-            return len(gone)
+            return (yield from _delete_channel(channel_id, feed))
         case PurgeUser(user_id, server_id, erasure):
             position = yield Position(("purge_user", None, None, None, user_id, server_id))
             return (yield from chains.purge(user_id, server_id, erasure, position))
@@ -390,6 +385,18 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
             feed.append(("opt_out", None, None, None, user_id, None))
             return None
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+
+
+def _delete_channel(channel_id: int, feed: Changes) -> Procedure[int]:
+    """Delete every row of a channel, any scope or persona; returns how many."""
+    gone = yield Step(
+        "DELETE FROM short_term_memories WHERE channel_id = :channel RETURNING key, chain_id",
+        {"channel": channel_id},
+        "all",
+    )
+    yield from chains.left([(row[0], row[1]) for row in gone])
+    feed.append(("clear_channel", None, None, channel_id, None, None))
+    return len(gone)
 
 
 def _expire_chunk(op: DeleteExpired, feed: Changes, dialect: Dialect) -> Procedure[Expired]:
