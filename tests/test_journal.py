@@ -27,7 +27,20 @@ from hypothesis import strategies as st
 
 from stm import DurabilityError, STMConfig, StoreError
 from stm.journal import MAX_RECORD, Journal, Pending, default_path
-from stm.store.base import DeleteChannel, DeleteExpired, Op, PurgeResult, PurgeUser, Scrub
+from stm.store.base import (
+    DeleteChannel,
+    DeleteExpired,
+    ForgetMessages,
+    ForgetServer,
+    MarkDeparture,
+    Op,
+    PurgeResult,
+    PurgeUser,
+    SaveOptOut,
+    SaveServerSettings,
+    Scrub,
+    SharedChange,
+)
 from stm.writer import Writer
 
 Delete = DeleteChannel | PurgeUser
@@ -170,6 +183,90 @@ def test_any_single_changed_byte_costs_at_most_its_own_record(tmp_path: Path) ->
                 op for op in loaded if op not in [ops[i] for i in hit]
             ], f"byte {at} set to {value}"
             assert len(loaded) >= len(ops) - len(hit)
+
+
+ids = st.integers(0, 2**63 - 1)
+times = st.floats(0, 1e12, allow_nan=False, allow_infinity=False)
+shared_changes = st.one_of(
+    st.builds(PurgeUser, ids, st.none() | ids, st.sampled_from(["complete", "direct"])),
+    st.builds(DeleteChannel, ids),
+    st.builds(
+        ForgetMessages,
+        ids,
+        st.lists(ids, min_size=1, max_size=1000, unique=True).map(tuple),
+        st.booleans(),
+    ),
+    st.builds(MarkDeparture, ids, st.none() | times),
+    st.builds(ForgetServer, ids),
+    # Settings are JSON text as the store keeps it, any characters (escaped in the record).
+    st.builds(SaveServerSettings, ids, st.text(max_size=2000)),
+    st.builds(SaveOptOut, ids, st.booleans(), times),
+)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(changes=st.lists(shared_changes, min_size=1, max_size=8))
+def test_every_kind_of_shared_change_comes_back_as_it_was(
+    tmp_path: Path, changes: list[SharedChange]
+) -> None:
+    """Every change another process must honour is kept whole: ids at both ends of their
+    range, a thousand message ids, times, settings of any text."""
+    journal = Journal(tmp_path / f"kinds-{os.getpid()}-{len(changes)}")
+    kept = [Pending(journal.new_id(), change) for change in changes]
+    journal.append(kept)
+    try:
+        assert journal.load() == kept
+    finally:
+        journal.path.unlink()
+
+
+def test_records_of_every_kind_with_values_out_of_bounds_are_skipped(tmp_path: Path) -> None:
+    """A record whose values no change could have (an id out of range, a time that is not
+    a finite number, too many or no message ids, settings that are not text) applies
+    nothing: it is kept as an unknown record, never turned into a change."""
+    journal = Journal(tmp_path / "pending")
+
+    def checked(body: dict[str, object]) -> bytes:
+        payload = json.dumps(body).encode()
+        return b"%08x %s" % (zlib.crc32(payload), payload)
+
+    big = 2**63
+    bad = [
+        {"op": "forget_messages", "channel_id": 1, "message_ids": [], "edited": False},
+        {"op": "forget_messages", "channel_id": 1, "message_ids": [big], "edited": False},
+        {
+            "op": "forget_messages",
+            "channel_id": 1,
+            "message_ids": list(range(1001)),
+            "edited": False,
+        },
+        {"op": "forget_messages", "channel_id": 1, "message_ids": [1], "edited": 1},
+        {"op": "forget_messages", "channel_id": 1, "message_ids": "1", "edited": False},
+        {"op": "departure", "server_id": 1, "left_at": "soon"},
+        {"op": "departure", "server_id": 1, "left_at": -1.0},
+        {"op": "departure", "server_id": big, "left_at": 1.0},
+        {"op": "forget_server", "server_id": -1},
+        {"op": "settings", "server_id": 1, "settings": {"enabled": False}},
+        {"op": "opt_out", "user_id": 1, "opted_out": "yes", "at": 1.0},
+        {"op": "opt_out", "user_id": 1, "opted_out": True, "at": True},
+        {"op": "opt_out", "user_id": 1, "opted_out": True},
+    ]
+    lines = [checked({"id": f"bad-{i}", **body}) for i, body in enumerate(bad)]
+    # JSON has no infinity, but Python's reader takes it: a time must still be finite.
+    lines.append(
+        b"%08x %s"
+        % (
+            zlib.crc32(
+                payload := b'{"id":"inf","op":"opt_out","user_id":1,"opted_out":true,"at":Infinity}'
+            ),
+            payload,
+        )
+    )
+    journal.path.write_bytes(b"\n" + b"\n".join(lines) + b"\n")
+    assert journal.load() == []
+    assert journal.skipped == 0  # whole records: kept for whoever wrote them
 
 
 def test_any_bytes_are_read_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
