@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
@@ -306,6 +307,29 @@ class TestPauseResume:
             await h.say(h.alice, h.general, "remembered again")
             entry = await h.memory.get_entry(user_key(h.alice.id, h.general.id))
             assert entry is not None and entry.messages[0].content == "remembered again"
+
+    async def test_a_pause_the_database_has_not_confirmed_is_in_force_and_kept(
+        self, tmp_path: Path
+    ):
+        """The database is locked while a member pauses: the pause is in force at once, the
+        reply says it is not stored yet and is retried after a restart too, and it reaches
+        the database once the lock goes."""
+        async with harness(tmp_path, busy_timeout_ms=50, journal=str(tmp_path / "pending")) as h:
+            db = sqlite3.connect(tmp_path / "stm.sqlite3", isolation_level=None)
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                text = only(
+                    await h.run("memory", subcommand("pause"), person=h.alice, place=h.general)
+                )
+            finally:
+                db.execute("ROLLBACK")
+                db.close()
+            assert "Not stored yet" in text and "after a restart" in text
+            assert h.memory.is_opted_out(h.alice.id)
+            await h.say(h.alice, h.general, "not remembered")
+            assert await h.memory.get_entry(user_key(h.alice.id, h.general.id)) is None
+            await h.memory.flush()
+            assert h.alice.id in await h.memory.store.load_opt_outs()
 
 
 class TestPurgeMemory:
