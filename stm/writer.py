@@ -166,7 +166,11 @@ class Writer:
 
     # -- submitting ---------------------------------------------------------
     def submit(self, op: Op, what: str = "") -> asyncio.Future[Any]:
-        """Queue ``op``; the future answers with its result once committed, or the error."""
+        """Queue ``op``; the future answers with its result once committed, or the error.
+        A shared change never comes this way (TypeError): it takes ``submit_change``, whose
+        retries and journal this path, failed at once, would skip."""
+        if isinstance(op, SharedChange):
+            raise TypeError(f"{type(op).__name__} is a shared change: queue it with submit_change")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         what = what or type(op).__name__
         refusal = self._refusal()

@@ -15,7 +15,7 @@ from stm import DurabilityError, ShortTermMemory, STMConfig
 from stm.cache import Entry
 from stm.keys import server_key
 from stm.store.base import DeleteChannel as DeleteChannelOp
-from stm.store.base import LoadRecent, LoadRows
+from stm.store.base import ForgetMessages, LoadDepartures, LoadRecent, LoadRows, SaveOptOut
 from stm.testing import Clock, FaultyStore, ManualScheduler, ctx, faulty_memory, turn
 from stm.writer import Writer
 
@@ -209,7 +209,7 @@ async def test_a_writer_that_dies_answers_every_waiter(
     with caplog.at_level(logging.ERROR, logger="stm"):
         store.release()
         await asyncio.wait_for(upgrade, 10)
-        queued = writer.submit(DeleteChannelOp(10))
+        queued = writer.submit(LoadDepartures())
         with pytest.raises(DurabilityError):
             await asyncio.wait_for(queued, 10)
         with pytest.raises(DurabilityError, match="stopped"):
@@ -292,3 +292,11 @@ async def test_an_entry_displaced_before_its_write_is_written(reader: Writer, st
     await reader.flush()
     written = await store.row(evicted.key)
     assert written is not None and written.turns_since_refresh == 4
+
+
+async def test_a_shared_change_cannot_skip_its_retries(memory: Any) -> None:
+    """The path that fails its caller at once is closed to shared changes: a change other
+    processes must honour is queued only by ``submit_change``, retried and journaled."""
+    for change in (DeleteChannelOp(10), ForgetMessages(10, (5,)), SaveOptOut(1, True, 0.0)):
+        with pytest.raises(TypeError, match="submit_change"):
+            memory.writer.submit(change)
