@@ -316,7 +316,7 @@ class ShortTermMemory:
             position: self._resumed(position, deletion, servers)
             for position, deletion, servers in await self.store.unplanned_purges()
         }
-        self._replayed(self._writer.start(sweeps, resumed))
+        self._writer.start(sweeps, resumed, self._replayed)
         self._background.every(
             self.config.janitor_interval_minutes * 60, self.run_janitor, "stm-janitor"
         )
@@ -507,8 +507,8 @@ class ShortTermMemory:
 
     async def _save_settings(self, server_id: int, settings: ServerSettings) -> ServerSettings:
         stored = self.settings.stored_form(server_id, settings)
-        self.settings.set(server_id, settings)
-        await self._durably(SaveServerSettings(server_id, stored))
+        committed = self.settings.stage(server_id, settings)
+        await self._durably(SaveServerSettings(server_id, stored), committed)
         return settings
 
     async def set_user_opt_out(self, user_id: int, opted_out: bool) -> None:
@@ -517,27 +517,30 @@ class ShortTermMemory:
         retried, and kept for a restart, until it does)."""
         check_id(user_id, "user_id")
         check_bool(opted_out, "opted_out")
-        self.settings.set_opt_out(user_id, bool(opted_out))
-        await self._durably(SaveOptOut(user_id, bool(opted_out), self.clock()))
+        committed = self.settings.stage_opt_out(user_id, bool(opted_out))
+        await self._durably(SaveOptOut(user_id, bool(opted_out), self.clock()), committed)
 
-    async def _durably(self, change: SharedChange) -> None:
-        """Queue ``change`` (already in force here) for every process, and return once it
-        is durable; DurabilityError when it is not after one try. It is retried, in order
-        and journaled, either way: like a purge, it is never dropped."""
-        queued = self.writer.submit_change(change)
+    async def _durably(self, change: SharedChange, committed: Callable[[Any], None]) -> None:
+        """Queue ``change`` (already in force here, until ``committed`` is told it is in
+        the store as well) for every process, and return once it is durable;
+        DurabilityError when it is not after one try. It is retried, in order and
+        journaled, either way: like a purge, it is never dropped."""
+        queued = self.writer.submit_change(change, on_result=committed)
         await self.writer.flush(through=queued, scrub=False)
 
-    def _replayed(self, changes: Iterable[SharedChange]) -> None:
-        """Changes this process's predecessor made and the journal kept for it: in force
-        here again, as they were there, while the writer commits them."""
-        for change in changes:
-            match change:
-                case SaveServerSettings(server_id, stored):
-                    self.settings.load_one(server_id, stored)
-                case SaveOptOut(user_id, opted_out, _):
-                    self.settings.set_opt_out(user_id, opted_out)
-                case ForgetServer(server_id):
-                    self.settings.drop(server_id)
+    def _replayed(self, change: SharedChange) -> Callable[[Any], None] | None:
+        """A change this process's predecessor made and the journal kept for it: in force
+        here again, as it was there, while the writer commits it; returns what to call
+        once it is committed."""
+        match change:
+            case SaveServerSettings(server_id, stored):
+                self.settings.load_one(server_id, stored)
+                return self.settings.stage(server_id, self.settings.for_server(server_id))
+            case SaveOptOut(user_id, opted_out, _):
+                return self.settings.stage_opt_out(user_id, opted_out)
+            case ForgetServer(server_id):
+                return self.settings.stage(server_id, None)
+        return None
 
     def is_opted_out(self, user_id: int) -> bool:
         """True while the user asked not to be remembered."""
@@ -1202,7 +1205,7 @@ class ShortTermMemory:
         held = sorted({e.channel_id for e in self.cache if e.server_id == server_id})
         for channel_id in held:
             clear_channel(self.cache, self._reads, self.writer, channel_id)
-        self.settings.drop(server_id)
+        settled = self.settings.stage(server_id, None)
         if self._departed is not None:
             self._departed.pop(server_id, None)
         cleared: set[int] = set(held)
@@ -1212,7 +1215,7 @@ class ShortTermMemory:
             for channel_id in channels:
                 clear_channel(self.cache, self._reads, self.writer, channel_id)
             cleared.update(channels)
-            self.settings.drop(server_id)
+            settled(channels)
 
         self._tally.discord_events["guild_cleared"] += 1
         queued = self.writer.submit_change(ForgetServer(server_id), on_result=stored)

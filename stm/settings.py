@@ -6,9 +6,10 @@ so a change takes effect only once it is durable.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import ValidationError
@@ -67,6 +68,12 @@ class SettingsBook:
         # default): while a field still holds that, the stored value is written back.
         self._read_as: dict[int, dict[str, Any]] = {}
         self._opted_out: set[int] = set()
+        # Changes made here that the store has not committed yet, by server (None: the
+        # server's settings deleted) and by user, each with the token of the change that
+        # made it: a reload of what the store holds must not undo them (``load``).
+        self._staged: dict[int, tuple[int, ServerSettings | None]] = {}
+        self._staged_opt_outs: dict[int, tuple[int, bool]] = {}
+        self._tokens = itertools.count(1)
 
     def load(self, stored: dict[int, str], opted_out: set[int]) -> None:
         """Take what the store holds (a server it no longer holds gets the defaults again);
@@ -76,6 +83,11 @@ class SettingsBook:
         for server_id, raw in stored.items():
             self.load_one(server_id, raw)
         self._opted_out = set(opted_out)
+        # What this process changed and the store does not hold yet stays in force.
+        for server_id, (_, settings) in self._staged.items():
+            self._put(server_id, settings)
+        for user_id, (_, opted) in self._staged_opt_outs.items():
+            self._put_opt_out(user_id, opted)
 
     def load_one(self, server_id: int, raw: str) -> None:
         """Take one server's settings as the store keeps them (``stored_form``); unreadable
@@ -175,16 +187,43 @@ class SettingsBook:
             raise InvalidInput("server settings need a server id (DMs use the global defaults)")
         return self.for_server(check_id(server_id, "server_id"))
 
-    def set(self, server_id: int, settings: ServerSettings) -> None:
-        """Put saved settings in force."""
-        self._servers[server_id] = settings
+    def stage(self, server_id: int, settings: ServerSettings | None) -> Callable[[object], None]:
+        """Put a change made here in force at once (None: the server's settings deleted),
+        kept over every reload until the store has it; returns what to call once it is
+        committed."""
+        token = next(self._tokens)
+        self._staged[server_id] = (token, settings)
+        self._put(server_id, settings)
+
+        def committed(_result: object = None) -> None:
+            if self._staged.get(server_id, (0, None))[0] == token:
+                del self._staged[server_id]
+
+        return committed
+
+    def stage_opt_out(self, user_id: int, opted_out: bool) -> Callable[[object], None]:
+        """``stage`` for a user's opt-out (or its end)."""
+        token = next(self._tokens)
+        self._staged_opt_outs[user_id] = (token, opted_out)
+        self._put_opt_out(user_id, opted_out)
+
+        def committed(_result: object = None) -> None:
+            if self._staged_opt_outs.get(user_id, (0, False))[0] == token:
+                del self._staged_opt_outs[user_id]
+
+        return committed
+
+    def _put(self, server_id: int, settings: ServerSettings | None) -> None:
+        if settings is None:
+            self.drop(server_id)
+        else:
+            self._servers[server_id] = settings
 
     def is_opted_out(self, user_id: int) -> bool:
         """True while the user asked not to be remembered."""
         return user_id in self._opted_out
 
-    def set_opt_out(self, user_id: int, opted_out: bool) -> None:
-        """Put a saved opt-out (or its end) in force."""
+    def _put_opt_out(self, user_id: int, opted_out: bool) -> None:
         if opted_out:
             self._opted_out.add(user_id)
         else:

@@ -126,22 +126,29 @@ class Writer:
         self,
         sweeps: Sequence[int] = (),
         on_step: Mapping[int, Callable[[Any], None]] | None = None,
-    ) -> list[SharedChange]:
+        replayed: Callable[[SharedChange], Callable[[Any], None] | None] | None = None,
+    ) -> None:
         """Start committing: first the changes the journal kept as pending before a restart
-        and the purges whose later chunks a stopped process left (``sweeps``, feed
-        positions; ``on_step`` answers each step of those it names with its
-        ``SweepStep``), then whatever is submitted. Work submitted before this is refused.
-        Returns the changes replayed from the journal, in order, for the memory to apply
-        here as their maker had (settings, opt-outs)."""
+        (``replayed`` is told of each, in order, as its maker applied it here, and returns
+        what its commit answers), and the purges whose later chunks a stopped process left
+        (``sweeps``, feed positions; ``on_step`` answers each step of those it names with
+        its ``SweepStep``), then whatever is submitted. Work submitted before this is
+        refused."""
         if self._task is not None:
             raise RuntimeError("the writer is already started")
         # Changes acknowledged as pending before a restart go first, before any read.
-        replayed = []
         for pending in self.pending_changes.replay():
             op = pending.op
-            replayed.append(op)
+            told = None if replayed is None else replayed(op)
             self._push(
-                Queued(self._next(), op, what=_describe(op), journal_id=pending.id, journaled=True)
+                Queued(
+                    self._next(),
+                    op,
+                    what=_describe(op),
+                    journal_id=pending.id,
+                    journaled=True,
+                    on_result=told,
+                )
             )
         for position in sweeps:
             # A purge whose later chunks a stopped process left: finish it first, its steps
@@ -149,7 +156,6 @@ class Writer:
             self.resume(position, None if on_step is None else on_step.get(position))
         self._task = asyncio.get_running_loop().create_task(self._run(), name="stm-writer")
         self._task.add_done_callback(self._stopped)
-        return replayed
 
     @property
     def started(self) -> bool:

@@ -327,3 +327,38 @@ async def test_flush_names_a_change_that_is_not_durable_yet(
         await durable(a)
     finally:
         await a.close()
+
+
+async def test_a_reload_of_what_the_store_holds_keeps_what_is_not_durable_yet(
+    shared_config: STMConfig, clock: Clock
+) -> None:
+    """A's setting and opt-out wait for the database; meanwhile another process changes
+    another server's settings and A reloads what the store holds: A's own changes stay in
+    force there, before and after they are durable, and reach the other process."""
+    a, a_store = await opened(shared_config, clock)
+    b = await ShortTermMemory.open(shared_config, clock=clock)
+    try:
+        a_store.broken = True
+        await tolerant(a.update_server_settings(SERVER, crude_message_count=3))
+        await tolerant(a.set_user_opt_out(7, True))
+        await b.update_server_settings(SERVER + 1, crude_message_count=4)
+
+        async def reloaded() -> bool:
+            return a.settings_for(SERVER + 1).crude_message_count == 4
+
+        await until(reloaded, COHERENCE)
+        assert await has_settings(a) and await opted_out(a)
+        a_store.broken = False
+        await durable(a)
+        await until(lambda: has_settings(b), COHERENCE)
+        await until(lambda: opted_out(b), COHERENCE)
+        await b.update_server_settings(SERVER + 1, crude_message_count=5)
+
+        async def again() -> bool:
+            return a.settings_for(SERVER + 1).crude_message_count == 5
+
+        await until(again, COHERENCE)
+        assert await has_settings(a) and await opted_out(a)
+    finally:
+        await a.close()
+        await b.close()
