@@ -24,11 +24,11 @@ it holds ``CHECKPOINT_BYTES``; never by a commit. SQLite's own auto-checkpoint r
 inside the commit that crosses its threshold, so that commit, and all the work queued
 behind it, waits for the copy and the file's fsync (a step of a wide purge on a 285 MiB
 file waited about half a second for it; with no checkpoint during the purge, none did).
-A passive checkpoint waits for no connection, and none waits for it. But it cannot
+A passive checkpoint waits for no connection, and none waits for it. But alone it cannot
 make the WAL start again from its beginning: SQLite does that only when a write
 transaction begins with every frame of the WAL copied and no reader on an older
 snapshot, and a writer that commits back to back always adds frames while the copy
-runs, so the WAL would grow without end (to 135 MiB in 10,000 busy turns). So once it
+runs, so the WAL would grow without end (to 53 MiB in 10,000 of W6's turns). So once it
 holds ``RESET_FACTOR`` times ``CHECKPOINT_BYTES``, the writer's own connection empties
 it between two batches (``TRUNCATE``, after the passive copy running then: what is left
 to copy is what was committed during it), waiting at most ``EMPTY_WAIT_MS`` for other
