@@ -218,8 +218,8 @@ class SQLiteStore(ProcedureStore):
 
     async def run(self, ops: Sequence[Op]) -> list[object]:
         """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction (a batch of reads
-        alone in a read transaction, see ``run_batch``); one result per op. Then, when the
-        WAL has grown past ``CHECKPOINT_BYTES``, checkpoint it in the background."""
+        alone in a read transaction, see ``run_batch``); one result per op. Then start the
+        checkpoint the WAL needs, if any (``_wal_checkpoint``), without waiting for it."""
         if ops and all(isinstance(op, Scrub) for op in ops):
             await self.checkpointed()  # an erasure would find the WAL busy with it
         results = await self._call(
