@@ -6,6 +6,7 @@ import gc
 import os
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -89,6 +90,53 @@ def scratch_dir() -> Iterator[Path]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=RESULTS, prefix="scratch-") as path:
         yield Path(path)
+
+
+class LargestFile:
+    """The largest size a file reaches, sampled every ``every`` seconds on a thread of its
+    own (a busy event loop would sample it late): ``with LargestFile(path) as f: ...``,
+    then ``f.largest``, or ``f.take()`` for the largest since the previous ``take``
+    (``start`` and ``stop`` where a block does not fit).
+    A file that does not exist counts as empty. An SQLite WAL is one such file."""
+
+    def __init__(self, path: str | Path, every: float = 0.002) -> None:
+        self.path, self.every = str(path), every
+        self.largest = self._since = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        while True:
+            try:
+                size = os.stat(self.path).st_size
+            except OSError:
+                size = 0
+            self.largest, self._since = max(self.largest, size), max(self._since, size)
+            if self._stop.wait(self.every):
+                return
+
+    def take(self) -> int:
+        """The largest size seen since the previous call (or the start)."""
+        since, self._since = self._since, 0
+        return since
+
+    def start(self) -> None:
+        """Sample until ``stop`` (again after each ``start``)."""
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._sample, name="largest-file", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> LargestFile:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 class Stopwatch:

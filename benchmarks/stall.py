@@ -42,7 +42,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.common import bare_schema, credit
+from benchmarks.common import LargestFile, bare_schema, credit
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 from stm.store.base import DeleteExpired, Op, PurgeUser, Scrub, SweepPurge
 
@@ -302,7 +302,9 @@ async def measure(
             n += 1
             await asyncio.sleep(0)
 
+    wal = LargestFile(f"{path}-wal")  # SQLite: the largest the WAL grows meanwhile
     try:
+        wal.start()
         task = asyncio.create_task(upgrader())
         await asyncio.sleep(1.0)  # warm-up, then a baseline without purges
         base_from = time.perf_counter()
@@ -366,6 +368,7 @@ async def measure(
         stop.set()
         await task
     finally:
+        wal.stop()
         await memory.close()
 
     def during(a: float, b: float) -> list[float]:
@@ -380,10 +383,12 @@ async def measure(
         "stall_max_ms": max(purged) * 1e3,
         "wait_max_ms": max(waits) * 1e3,
         "stall_p50_ms": statistics.median(purged) * 1e3,
+        "stall_mean_ms": statistics.fmean(purged) * 1e3,
         "purge_flush_p50_ms": statistics.median(purge_times) * 1e3,
         "purge_flush_max_ms": max(purge_times) * 1e3,
         "upgrades_during": len(purged),
         **wide,
+        **({} if str(path).startswith("postgres") else {"largest_wal_mib": wal.largest / 2**20}),
     }
 
 

@@ -33,8 +33,8 @@ from pathlib import Path
 from subprocess import PIPE
 from typing import Any
 
-from .common import scratch_dir, text
-from .database import Skipped, memory_database, open_memory, skipped
+from .common import LargestFile, scratch_dir, text
+from .database import POSTGRES_SCHEMES, Skipped, memory_database, open_memory, skipped
 
 SERVER = 7
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,6 +90,16 @@ async def _wrong_rows(database: str, callers: int, per_caller: int) -> int:
     return wrong
 
 
+def _wal_watch(database: str) -> LargestFile:
+    """The largest size of an SQLite database's WAL during the storm (nothing to watch on
+    PostgreSQL: the file's name does not exist there, and it reads as empty)."""
+    return LargestFile(f"{database}-wal")
+
+
+def _largest_wal(wal: LargestFile) -> dict[str, Any]:
+    return {} if wal.path.startswith(POSTGRES_SCHEMES) else {"largest_wal_bytes": wal.largest}
+
+
 def _rates(result: dict[str, Any]) -> dict[str, Any]:
     upgrades = result["upgrades"]
     result["upgrades_per_s"] = upgrades / result["seconds"]
@@ -101,9 +111,11 @@ async def run_stm(callers: int, per_caller: int, backend: str = "sqlite") -> dic
     async with memory_database(backend, "w2") as database:
         memory = await open_memory(database)
         try:
-            result = await _upgrade_storm(memory, 0, callers, per_caller)
+            with _wal_watch(database) as wal:
+                result = await _upgrade_storm(memory, 0, callers, per_caller)
         finally:
             await memory.close()
+        result |= _largest_wal(wal)
         result["wrong_rows"] = await _wrong_rows(database, callers, per_caller)
     result["processes"] = 1
     return _rates(result)
@@ -139,11 +151,12 @@ async def run_stm_processes(
                 child.stdin.write(b"go\n")
                 await child.stdin.drain()
             parts = []
-            for child in children:
-                out, _ = await child.communicate()
-                if child.returncode != 0:
-                    raise RuntimeError(f"a W2 child process exited with {child.returncode}")
-                parts.append(json.loads(out.decode().strip().splitlines()[-1]))
+            with _wal_watch(database) as wal:
+                for child in children:
+                    out, _ = await child.communicate()
+                    if child.returncode != 0:
+                        raise RuntimeError(f"a W2 child process exited with {child.returncode}")
+                    parts.append(json.loads(out.decode().strip().splitlines()[-1]))
         finally:
             for child in children:
                 if child.returncode is None:
@@ -162,6 +175,7 @@ async def run_stm_processes(
         "wrong_rows": wrong,
         "processes": processes,
         "per_process_upgrades_per_s": [p["upgrades"] / p["seconds"] for p in parts],
+        **_largest_wal(wal),
     }
     return _rates(result)
 

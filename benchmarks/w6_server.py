@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .common import percentile, rss_bytes, settle, text
+from .common import LargestFile, percentile, rss_bytes, settle, text
 from .database import Skipped, memory_database, open_memory, skipped
 
 _VOCAB = [
@@ -785,13 +785,17 @@ async def run_server(
             else None
         )
         upkeep = Upkeep(memory, clock, turn_seconds, vacuum)
+        # SQLite: the largest the WAL grew while the turns were played (sqlite_storage
+        # empties it at each checkpoint).
+        wal = LargestFile(f"{database}-wal")
         try:
             sim = Sim(memory, world, upkeep)
             rss0 = rss_bytes()
             points = []
             for until in checkpoints:
                 t0 = time.perf_counter()
-                await sim.play(until)
+                with wal:
+                    await sim.play(until)
                 played = time.perf_counter() - t0
                 await upkeep.settled()
                 await memory.flush()
@@ -813,6 +817,7 @@ async def run_server(
                     "rss_grown_mb": (rss_bytes() - rss0) / 2**20,
                     **sim.cost(),
                     **upkeep.report(),
+                    **({"largest_wal_bytes": wal.take()} if store == "sqlite" else {}),
                 })  # fmt: skip
                 print(_point_line(store, erasure, users, points[-1]), file=sys.stderr, flush=True)
             purged = await purges(memory, world, sample)
@@ -861,6 +866,11 @@ def _point_line(store: str, erasure: str, users: int, p: dict[str, Any]) -> str:
         + f"), RSS {p['rss_mb']:.0f} MB, "
         f"turn p50 {p['turn_us'].get('p50', 0):.0f} us, run_tool p50 "
         f"{p['run_tool_us'].get('p50', 0) / 1e3:.1f} ms"
+        + (
+            f", largest WAL {p['largest_wal_bytes'] / 2**20:.1f} MiB"
+            if "largest_wal_bytes" in p
+            else ""
+        )
     )
 
 

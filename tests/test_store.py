@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import sqlite3
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import Opener
 
-from stm import SchemaVersionError, ShortTermMemory, STMConfig, StoreError
+from stm import SchemaVersionError, ShortTermMemory, STMConfig, StoreError, ToolResult
 from stm.store.sqlite import MIGRATIONS, SQLiteStore
 from stm.testing import ctx, turn
 
@@ -161,4 +162,125 @@ async def test_the_wal_is_checkpointed_in_the_background_not_by_a_commit(
         await memory.flush()
         assert wal.stat().st_size == 0
     finally:
+        await memory.close()
+
+
+async def test_the_wal_stays_bounded_when_writes_never_pause(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Upgrades committed back to back (work is always queued when a batch ends) while
+    another connection keeps read transactions going: a passive checkpoint never finds
+    the whole WAL copied when a write begins, so SQLite never starts it again from its
+    beginning, and it would grow with everything written (several MiB here). Once it
+    holds ``RESET_FACTOR`` times ``CHECKPOINT_BYTES``, the writer's connection empties it
+    between batches, so it stays within a small multiple of that."""
+    from stm.store import sqlite as sqlite_store
+
+    threshold = 512 * 1024
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", threshold)
+    # The reader lets go within a few turns of the event loop; on a loaded machine those
+    # may take longer than the 20 ms the writer waits for it.
+    monkeypatch.setattr(sqlite_store, "EMPTY_WAIT_MS", 5000)
+    memory = await ShortTermMemory.open(STMConfig(database=str(db_path)))
+    reader = sqlite3.connect(db_path, isolation_level=None)
+    wal = Path(f"{db_path}-wal")
+    writing = True
+
+    async def read() -> None:
+        while writing:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM short_term_memories").fetchone()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            reader.execute("COMMIT")
+
+    reading = asyncio.create_task(read())
+    try:
+        upgrades: list[asyncio.Task[ToolResult]] = []
+        largest = 0
+        for n in range(2000):
+            here = ctx(user=n % 50 + 1, channel=1000 + n % 50, server=1)
+            summary = {"summary": f"{n} " + "x" * 1200}
+            upgrades.append(asyncio.create_task(memory.run_tool(here, summary)))
+            # Up to twenty upgrades in flight, added one by one: while a batch commits,
+            # the next is queued.
+            await asyncio.sleep(0)
+            if len(upgrades) >= 20:
+                await upgrades[-20]
+            largest = max(largest, wal.stat().st_size if wal.exists() else 0)
+        assert all(result.success for result in await asyncio.gather(*upgrades))
+        assert memory.stats["commits"] >= 100  # many batches, not a few large ones
+        assert 0 < largest <= 4 * threshold, largest
+    finally:
+        writing = False
+        await reading
+        reader.close()
+        await memory.close()
+
+
+def test_one_rule_says_which_checkpoint_the_wal_needs() -> None:
+    """None below ``CHECKPOINT_BYTES``, a passive copy from there, emptied from
+    ``RESET_FACTOR`` times it, and once emptying it failed, not again before it has grown by
+    ``CHECKPOINT_BYTES`` more."""
+    from stm.store.sqlite import CHECKPOINT_BYTES as size
+    from stm.store.sqlite import RESET_FACTOR, _wal_checkpoint
+
+    reset = RESET_FACTOR * size
+    assert [_wal_checkpoint(n) for n in (0, size - 1, size, reset - 1, reset)] == [
+        None, None, "PASSIVE", "PASSIVE", "TRUNCATE"
+    ]  # fmt: skip
+    failed = reset + 100
+    assert _wal_checkpoint(failed + size - 1, failed) == "PASSIVE"
+    assert _wal_checkpoint(failed + size, failed) == "TRUNCATE"
+
+
+async def test_a_reader_that_holds_on_is_waited_for_once_per_checkpoint_of_growth(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While another connection holds an old snapshot the WAL cannot be emptied: the writer
+    tries (waiting ``EMPTY_WAIT_MS`` for it) once per ``CHECKPOINT_BYTES`` of growth, not
+    after every batch, and says so in the log. Once the reader lets go, SQLite starts the
+    WAL again from its beginning and the file is cut back to ``CHECKPOINT_BYTES``."""
+    from stm.store import sqlite as sqlite_store
+
+    threshold = 64 * 1024
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", threshold)
+    monkeypatch.setattr(sqlite_store, "EMPTY_WAIT_MS", 1)
+    tries: list[bool] = []
+
+    def empty(db: sqlite3.Connection) -> bool:
+        tries.append(real(db))
+        return tries[-1]
+
+    real = sqlite_store._empty
+    monkeypatch.setattr(sqlite_store, "_empty", empty)
+    caplog.set_level(logging.INFO, logger="stm.store")
+    memory = await ShortTermMemory.open(STMConfig(database=str(db_path)))
+    reader = sqlite3.connect(db_path, isolation_level=None)
+    wal = Path(f"{db_path}-wal")
+    try:
+        store = memory.store
+        assert isinstance(store, SQLiteStore)
+
+        async def upgrade(n: int) -> None:
+            here = ctx(user=n % 20 + 1, channel=1000 + n % 20, server=1)
+            result = await memory.run_tool(here, {"summary": f"{n} " + "x" * 1200})
+            assert result.success, result.message
+            await store.checkpointed()
+
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM short_term_memories").fetchone()
+        for n in range(150):
+            await upgrade(n)
+        grown = wal.stat().st_size
+        assert grown > 8 * threshold
+        assert tries and not any(tries)
+        assert len(tries) <= grown // threshold, (len(tries), grown)
+        assert "keeps it from being emptied" in caplog.text
+        reader.execute("COMMIT")
+        for n in range(150, 160):
+            await upgrade(n)
+        assert wal.stat().st_size <= threshold
+    finally:
+        reader.close()
         await memory.close()

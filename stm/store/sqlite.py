@@ -24,7 +24,19 @@ it holds ``CHECKPOINT_BYTES``; never by a commit. SQLite's own auto-checkpoint r
 inside the commit that crosses its threshold, so that commit, and all the work queued
 behind it, waits for the copy and the file's fsync (a step of a wide purge on a 285 MiB
 file waited about half a second for it; with no checkpoint during the purge, none did).
-A passive checkpoint waits for no connection, and none waits for it.
+A passive checkpoint waits for no connection, and none waits for it. But alone it cannot
+make the WAL start again from its beginning: SQLite does that only when a write
+transaction begins with every frame of the WAL copied and no reader on an older
+snapshot, and a writer that commits back to back always adds frames while the copy
+runs, so the WAL would grow without end (to 53 MiB in 10,000 of W6's turns). So once it
+holds ``RESET_FACTOR`` times ``CHECKPOINT_BYTES``, the writer's own connection empties
+it between two batches (``TRUNCATE``, after the passive copy running then: what is left
+to copy is what was committed during it), waiting at most ``EMPTY_WAIT_MS`` for other
+connections' readers; if one holds on, the next try is once the WAL has grown by
+another ``CHECKPOINT_BYTES``. ``_wal_checkpoint`` is that rule. The file itself keeps its
+largest size when SQLite starts the WAL again from its beginning, unless told otherwise:
+``journal_size_limit`` cuts it back to ``CHECKPOINT_BYTES`` then, so that its size is
+what the rule reads and a burst of writes leaves no large file behind.
 
 Several processes may open the same file at once. Opening migrates inside
 one ``BEGIN IMMEDIATE`` transaction that reads ``user_version`` only once it
@@ -92,6 +104,12 @@ POLL_SECONDS = 0.05
 # The WAL size at which a background checkpoint copies it into the file (SQLite's own
 # auto-checkpoint threshold, 1000 pages of 4 KiB).
 CHECKPOINT_BYTES = 4 * 1024 * 1024
+# How many times CHECKPOINT_BYTES the WAL may reach before the writer's connection
+# empties it (see _wal_checkpoint).
+RESET_FACTOR = 2
+# How long emptying the WAL may wait for another connection's read transaction (or write
+# lock) before it gives up for now.
+EMPTY_WAIT_MS = 20
 
 
 # The upsert of an upgraded row, by which of its values are NULL: written into the
@@ -148,9 +166,12 @@ class SQLiteStore(ProcedureStore):
         self._reader: aiosqlite.Connection | None = None
         self._reader_lock = asyncio.Lock()
         # The connection that checkpoints the WAL, opened by the first checkpoint, and
-        # the checkpoint running on it.
+        # the checkpoint running (a passive copy on it, or the WAL emptied on this one).
         self._checkpointer: aiosqlite.Connection | None = None
         self._checkpoint: asyncio.Task[None] | None = None
+        self._emptying = False  # the checkpoint running empties the WAL
+        # The WAL's size when emptying it last failed (0: it did not).
+        self._empty_failed_at = 0
 
     @classmethod
     async def open(cls, path: str, *, busy_timeout_ms: int = 5000) -> SQLiteStore:
@@ -197,8 +218,8 @@ class SQLiteStore(ProcedureStore):
 
     async def run(self, ops: Sequence[Op]) -> list[object]:
         """Run ``ops`` in order in one ``BEGIN IMMEDIATE`` transaction (a batch of reads
-        alone in a read transaction, see ``run_batch``); one result per op. Then, when the
-        WAL has grown past ``CHECKPOINT_BYTES``, checkpoint it in the background."""
+        alone in a read transaction, see ``run_batch``); one result per op. Then start the
+        checkpoint the WAL needs, if any (``_wal_checkpoint``), without waiting for it."""
         if ops and all(isinstance(op, Scrub) for op in ops):
             await self.checkpointed()  # an erasure would find the WAL busy with it
         results = await self._call(
@@ -214,16 +235,51 @@ class SQLiteStore(ProcedureStore):
         return results
 
     def _checkpoint_if_due(self) -> None:
+        """Start the checkpoint that ``_wal_checkpoint`` says the WAL needs, if it is not
+        running already."""
         if self.path == ":memory:" or self.closed:
             return
-        if self._checkpoint is not None and not self._checkpoint.done():
+        running = self._checkpoint if self._checkpoint and not self._checkpoint.done() else None
+        if running is not None and self._emptying:
             return
         try:
             size = os.path.getsize(f"{self.path}-wal")
         except OSError:
             return
-        if size >= CHECKPOINT_BYTES:
+        if size < self._empty_failed_at:
+            self._empty_failed_at = 0  # emptied since (an erasure, another process)
+        due = _wal_checkpoint(size, self._empty_failed_at)
+        if due == "TRUNCATE":
+            self._checkpoint = asyncio.create_task(self._empty_wal(running, size))
+        elif due == "PASSIVE" and running is None:
             self._checkpoint = asyncio.create_task(self._checkpoint_wal())
+        self._emptying = due == "TRUNCATE"
+
+    async def _empty_wal(self, running: asyncio.Task[None] | None, size: int) -> None:
+        """Once ``running`` (a passive copy) is done, empty the WAL (of ``size`` bytes when
+        this was decided) on the writer's own connection, queued between two of its
+        batches: copy what is left, wait at most ``EMPTY_WAIT_MS`` for other connections'
+        readers, and truncate it."""
+        if running is not None:
+            await asyncio.wait({running})
+        if self.closed:
+            return
+        try:
+            emptied = await self._call(_empty, self._db)
+        except (sqlite3.Error, StoreError) as exc:
+            log.warning("short-term memory could not checkpoint %r: %s", self.path, exc)
+            return
+        if emptied:
+            self._empty_failed_at = 0
+            return
+        self._empty_failed_at = size
+        log.info(
+            "the WAL of %r holds %.1f MiB: another connection's read transaction keeps it "
+            "from being emptied (tried again once it grows by %.1f MiB)",
+            self.path,
+            size / 2**20,
+            CHECKPOINT_BYTES / 2**20,
+        )
 
     async def _checkpoint_wal(self) -> None:
         """Copy what it can of the WAL into the file, passively: frames a reader still
@@ -429,6 +485,8 @@ def _prepare(db: sqlite3.Connection, path: str, busy_timeout_ms: int) -> bool:
             db.execute("PRAGMA secure_delete = ON")
             if path != ":memory:":
                 db.execute("PRAGMA wal_autocheckpoint = 0")  # see CHECKPOINT_BYTES
+                # A WAL that SQLite starts again from its beginning is cut back to this.
+                db.execute(f"PRAGMA journal_size_limit = {CHECKPOINT_BYTES}")
             created = migrate(db, path) == 0
             _check_writable(db, path)
             return created
@@ -717,22 +775,38 @@ def _write_feed(db: sqlite3.Connection, changes: list[Pending], origin: str, at:
         start = end
 
 
-# How long erasing may wait for another connection's read transaction to end before it
-ERASE_WAIT_MS = 20
+def _wal_checkpoint(wal_bytes: int, failed_at: int = 0) -> str | None:
+    """The checkpoint a WAL of ``wal_bytes`` needs after a batch: none below
+    ``CHECKPOINT_BYTES``; a passive copy on the checkpoint's own connection, which waits
+    for nothing; from ``RESET_FACTOR`` times that (passive copies did not let SQLite
+    start it again from its beginning) ``TRUNCATE`` on the writer's connection, or, when
+    that failed at ``failed_at`` bytes, once the WAL has grown by ``CHECKPOINT_BYTES``
+    more. Erasure (``Scrub``) empties it as well, whatever its size."""
+    if wal_bytes >= max(RESET_FACTOR * CHECKPOINT_BYTES, failed_at + CHECKPOINT_BYTES):
+        return "TRUNCATE"
+    if wal_bytes >= CHECKPOINT_BYTES:
+        return "PASSIVE"
+    return None
 
 
-def _erase(db: sqlite3.Connection) -> None:
-    """Empty the WAL, whose old page images still hold destroyed keys, into the file.
+def _empty(db: sqlite3.Connection) -> bool:
+    """Copy the whole WAL into the file and truncate it; False when another connection's
+    read transaction (or write lock) held on for ``EMPTY_WAIT_MS``.
 
-    The cost is that of the pages written since the last checkpoint (about
-    ``CHECKPOINT_BYTES``), whatever the size of the file."""
+    The cost is that of the pages written since the last checkpoint, whatever the size of
+    the file."""
     timeout = int(_scalar(db, "PRAGMA busy_timeout"))
-    db.execute(f"PRAGMA busy_timeout = {ERASE_WAIT_MS}")
+    db.execute(f"PRAGMA busy_timeout = {EMPTY_WAIT_MS}")
     try:
         busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     finally:
         db.execute(f"PRAGMA busy_timeout = {timeout}")
-    if busy:
+    return not busy
+
+
+def _erase(db: sqlite3.Connection) -> None:
+    """Empty the WAL, whose old page images still hold destroyed keys, into the file."""
+    if not _empty(db):
         # Another connection reads an old snapshot: the WAL cannot be emptied yet.
         raise StoreError(
             "the WAL could not be emptied: another connection holds a read transaction"
