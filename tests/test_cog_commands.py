@@ -380,6 +380,23 @@ class TestPurgeMemory:
             for place in (h.general, h.elsewhere, h.world.dm(h.bob)):
                 assert await h.memory.get_entry(user_key(h.bob.id, place.id)) is None
 
+    async def test_the_preview_counts_an_entry_not_written_yet(self, open_bot: BotOpener):
+        """Bob's entry still waits for the write-behind: the preview counts it, and the
+        purge confirmed after the write-behind wrote it says the same."""
+        async with open_bot(write_behind_seconds=3600) as h:
+            await h.say(h.alice, h.general, "alice before")
+            await h.world.offline.settle()  # the start-up's reads are done
+            await h.say(h.bob, h.general, "bob just now")
+            await h.world.offline.settle()  # captured: the entry waits for the write-behind
+            assert h.memory.writer.write_behind
+            options, extra = self.purge(h, h.bob)
+            (preview,) = await h.run("purge-memory", *options, person=EVE, place=h.general, **extra)
+            assert "- their own entries: **1**" in preview.content
+            await h.memory.flush()  # the write-behind is due while the buttons wait
+            pressed = await h.click(preview, "Confirm", person=EVE)
+            assert "erased in this server: 1 entry of their own" in pressed[-1].content
+            assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is None
+
     @pytest.mark.parametrize(
         "now",
         [
