@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .cache import MemoryCache
+from .cache import Entry, MemoryCache
 from .deletions import Purge
 from .lineage import Erasure, Range
 from .readthrough import ReadThrough
@@ -29,6 +29,7 @@ __all__ = [
     "forget_everything",
     "forget_key",
     "forget_unplanned",
+    "own_entry",
     "purge_user",
 ]
 
@@ -44,6 +45,16 @@ def clear_channel(cache: MemoryCache, reads: ReadThrough, writer: Writer, channe
     writer.forget_dirty(keys)
     reads.deletions.record(DeleteChannel(channel_id), frozenset(keys))
     return len(keys)
+
+
+def own_entry(entry: Entry, user_id: int, server_id: int | None) -> bool:
+    """Whether a purge of ``user_id`` (within ``server_id`` when given) deletes ``entry``
+    whole: the user's own (user scope), as the store deletes their own rows."""
+    return (
+        entry.scope == "user"
+        and entry.user_id == user_id
+        and (server_id is None or entry.server_id == server_id)
+    )
 
 
 def purge_user(
@@ -62,7 +73,7 @@ def purge_user(
         if entry is None or (server_id is not None and entry.server_id != server_id):
             continue
         touched.append(key)
-        if entry.scope == "user" and entry.user_id == user_id:
+        if own_entry(entry, user_id, server_id):
             cache.remove(key)
             entry.deleted = True
             writer.forget_dirty([key])

@@ -33,7 +33,7 @@ from .convert import snapshot
 from .deletions import Purge, add_reach, with_own
 from .errors import DurabilityError, StoreError
 from .follower import Follower
-from .forget import clear_channel, clear_ranges, forget_unplanned, purge_user
+from .forget import clear_channel, clear_ranges, forget_unplanned, own_entry, purge_user
 from .frames import Frames, model_language
 from .ids import check_bool, check_id, check_optional_id
 from .intent import IntentGate
@@ -832,14 +832,25 @@ class ShortTermMemory:
     async def preview_purge(self, user_id: int, server_id: int | None = None) -> PurgeImpact:
         """What ``clear_short_term_memory_for_user`` would erase now: the user's own entries
         and, per server, the shared notes it would clear and all the server holds (for a
-        confirmation that shows what goes). Reads the store; erases nothing."""
+        confirmation that shows what goes). Erases nothing.
+
+        Counts what the store holds and what this process holds not written yet: the
+        user's own entries captured here and waiting for the write-behind are written
+        first, so that they count here as the purge that follows counts them."""
         check_id(user_id, "user_id")
         check_optional_id(server_id, "server_id")
         erasure = self.config.erasure
         preview: PurgePreview | None = None
+        # The user's own entries captured here, not written yet: the write-behind writes
+        # them within seconds, so the purge confirmed after this finds them in the store
+        # and counts them. Queued now, with the preview read behind them in the writer's
+        # order, they count here as they will there.
+        unwritten = self.writer.unwritten(lambda entry: own_entry(entry, user_id, server_id))
+        if unwritten:
+            self.writer.queue_dirty()
         # Off the write path: a preview of a wide reach holds no other work up (a store
         # of the host's own may not offer it).
-        aside = getattr(self.store, "preview_aside", None)
+        aside = None if unwritten else getattr(self.store, "preview_aside", None)
         if aside is not None:
             with contextlib.suppress(StoreError):  # its own connection failed
                 preview = await aside(user_id, server_id, erasure)

@@ -3,7 +3,7 @@ one round trip per capture."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from .cache import Entry
@@ -63,6 +63,11 @@ class WriteBehind:
             self._displaced[entry.key] = old
         self._dirty[entry.key] = entry
         return first
+
+    def waiting(self) -> Iterator[Entry]:
+        """The entries not queued yet (an evicted one too, whose key a new entry took)."""
+        yield from self._dirty.values()
+        yield from self._displaced.values()
 
     def evicted(self, key: str) -> Entry | None:
         """The dirty entry of ``key`` that the cache no longer holds (evicted), if any."""

@@ -267,6 +267,13 @@ class Writer:
         """Do not write these keys behind (they were deleted)."""
         self.write_behind.forget(keys)
 
+    def unwritten(self, which: Callable[[Entry], bool]) -> bool:
+        """True when an entry ``which`` selects (not deleted) waits to be written: dirty,
+        or in a write-behind batch queued and not committed yet."""
+        batches = (item.dirty.values() for item in self._queue if item.dirty)
+        waiting = (self.write_behind.waiting(), *batches)
+        return any(not e.deleted and which(e) for entries in waiting for e in entries)
+
     @property
     def healthy(self) -> bool:
         """False while a failed write is being retried: what is queued waits for it."""

@@ -59,9 +59,12 @@ class Harness:
         """Use a slash command and return the replies."""
         return await self.world.command(name, *options, person=person, place=place, **extra)
 
-    async def click(self, reply: Reply, button: str, *, person: Any) -> list[Reply]:
-        """``person`` presses ``button`` on the message ``reply`` is; returns the replies."""
-        return await self.world.offline.click(reply, button, user=person)
+    async def click(
+        self, reply: Reply, button: str, *, person: Any, permissions: int | None = None
+    ) -> list[Reply]:
+        """``person`` presses ``button`` on the message ``reply`` is (with ``permissions``
+        in the press's payload: their own unless given); returns the replies."""
+        return await self.world.offline.click(reply, button, user=person, permissions=permissions)
 
     async def confirmed(
         self, name: str, *options: dict[str, Any], person: Any, place: Any, **extra: Any

@@ -14,7 +14,7 @@ from discord_fakes import BotOpener, harness
 
 from cogs.testing import channel_payload, message_payload, option, subcommand
 from cogs.utils.context import turn_context_from_interaction, turn_context_from_message
-from host.world import ADMIN, Person, Place
+from host.world import ADMIN, MANAGE_SERVER, Person, Place
 from stm import DialogueMessage, DurabilityError, GenerationFinished
 from stm.keys import server_key, user_key
 
@@ -403,6 +403,109 @@ class TestPurgeMemory:
             assert "in every server and DM" in pressed[-1].content
             for place in (h.general, h.elsewhere, h.world.dm(h.bob)):
                 assert await h.memory.get_entry(user_key(h.bob.id, place.id)) is None
+
+    async def test_the_preview_counts_an_entry_not_written_yet(self, open_bot: BotOpener):
+        """Bob's entry still waits for the write-behind: the preview counts it, and the
+        purge confirmed after the write-behind wrote it says the same."""
+        async with open_bot(write_behind_seconds=3600) as h:
+            await h.say(h.alice, h.general, "alice before")
+            await h.world.offline.settle()  # the start-up's reads are done
+            await h.say(h.bob, h.general, "bob just now")
+            await h.world.offline.settle()  # captured: the entry waits for the write-behind
+            assert h.memory.writer.write_behind
+            options, extra = self.purge(h, h.bob)
+            (preview,) = await h.run("purge-memory", *options, person=EVE, place=h.general, **extra)
+            assert "- their own entries: **1**" in preview.content
+            await h.memory.flush()  # the write-behind is due while the buttons wait
+            pressed = await h.click(preview, "Confirm", person=EVE)
+            assert "erased in this server: 1 entry of their own" in pressed[-1].content
+            assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is None
+
+    @pytest.mark.parametrize(
+        "now",
+        [
+            pytest.param(0, id="role-taken-away"),
+            # Server ownership handed over shows the same way: Discord computes each
+            # payload's permissions, and the former owner's no longer hold Administrator.
+            pytest.param(MANAGE_SERVER, id="administrator-taken-manage-server-kept"),
+        ],
+    )
+    async def test_a_confirm_pressed_without_the_permission_any_more_is_refused(
+        self, open_bot: BotOpener, now: int
+    ):
+        """Confirm checks the presser's permissions again, from the press itself: lost
+        while the buttons waited, the press gets the command's own refusal and nothing
+        is erased."""
+        async with open_bot() as h:
+            await self._setup(h)
+            options, extra = self.purge(h, h.bob)
+            refused = only(
+                await h.run(
+                    "purge-memory", *options, person=EVE, place=h.general, permissions=now, **extra
+                )
+            )
+            (preview,) = await h.run("purge-memory", *options, person=EVE, place=h.general, **extra)
+            assert preview.buttons == ["Confirm", "Cancel"]
+            (pressed,) = await h.click(preview, "Confirm", person=EVE, permissions=now)
+            assert pressed.content == refused
+            assert refused == "You need the **Administrator** permission to use this command."
+            assert pressed.message_id == preview.message_id and pressed.buttons == []
+            assert pressed.ephemeral and pressed.allowed_mentions == {"parse": []}
+            await h.memory.flush()
+            assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is not None
+            assert h.memory.metrics.user_purges == 0
+            with pytest.raises(ValueError, match="not there"):  # the confirmation is over
+                await h.click(preview, "Confirm", person=EVE)
+
+    async def test_the_bots_owner_may_confirm_without_server_permissions(self, open_bot: BotOpener):
+        """The owner is admitted by the same checks on the press as on the command."""
+        async with open_bot() as h:
+            await self._setup(h)
+            options, extra = self.purge(h, h.bob)
+            (preview,) = await h.run(
+                "purge-memory", *options, person=h.carol, place=h.general, **extra
+            )
+            pressed = await h.click(preview, "Confirm", person=h.carol, permissions=0)
+            assert "erased in this server" in pressed[-1].content
+            assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is None
+
+    async def test_everywhere_confirmed_by_someone_no_longer_the_owner_is_refused(
+        self, open_bot: BotOpener
+    ):
+        """The owner-only option is checked again on Confirm too (the bot's ownership
+        moved to someone else meanwhile), though the server permission still holds."""
+        async with open_bot() as h:
+            await self._setup(h)
+            options, extra = self.purge(h, h.bob, everywhere=True)
+            (preview,) = await h.run(
+                "purge-memory", *options, person=h.carol, place=h.general, **extra
+            )
+            assert preview.buttons == ["Confirm", "Cancel"]
+            h.bot.owner_id = h.dan.id
+            (pressed,) = await h.click(preview, "Confirm", person=h.carol)
+            assert pressed.content == "Only the bot's owner may do `everywhere:True`."
+            assert pressed.buttons == []
+            await h.memory.flush()
+            for place in (h.general, h.elsewhere, h.world.dm(h.bob)):
+                assert await h.memory.get_entry(user_key(h.bob.id, place.id)) is not None
+            assert h.memory.metrics.user_purges == 0
+
+    async def test_a_press_whose_payload_names_no_member_is_refused(self, open_bot: BotOpener):
+        """A press from the server that does not say who pressed (the member left) is not
+        the asker's: refused, nothing erased, the buttons stay for the asker."""
+        async with open_bot() as h:
+            await self._setup(h)
+            options, extra = self.purge(h, h.bob)
+            (preview,) = await h.run("purge-memory", *options, person=EVE, place=h.general, **extra)
+            offline = h.world.offline
+            payload = offline.component_payload(preview, "Confirm", user=EVE)
+            del payload["member"]
+            (refused,) = await offline.deliver(payload)
+            assert refused.kind == "response" and refused.ephemeral
+            assert refused.content == "Only the person who asked for this can answer it."
+            assert offline.current(preview).buttons == ["Confirm", "Cancel"]
+            assert await h.memory.get_entry(user_key(h.bob.id, h.general.id)) is not None
+            assert h.memory.metrics.user_purges == 0
 
     async def test_refused_in_a_dm(self, open_bot: BotOpener):
         async with open_bot() as h:

@@ -476,3 +476,73 @@ async def test_permission(tmp_path: Path, command: Command, actor: Actor) -> Non
         assert not any(word in text for word in refused), text
         assert all(r.ephemeral is not command.public for r in replies), replies
         command.effect(h, before, after, Use(actor, where, replies))
+
+
+# Each purge an actor may ask for, confirmed by them once their permissions in the
+# server are gone (a role taken away, the server handed over: the press's payload says so).
+CONFIRMS = [(c, a) for c, a in CELLS if c.confirm and not refusal(c.who, c.servers_only, a)]
+
+
+@pytest.mark.parametrize(
+    ("command", "actor"), CONFIRMS, ids=[f"{c.label}|{a.label}" for c, a in CONFIRMS]
+)
+async def test_a_confirmation_holds_the_presser_to_the_same_rules(
+    tmp_path: Path, command: Command, actor: Actor
+) -> None:
+    """Confirm is judged by the rules of the table as they apply to the press: allowed
+    still (the owner, a member purging themselves), it erases; refused, it answers with the
+    command's own refusal, alone, and changes nothing."""
+    lost = replace(actor, permissions=0)
+    expected = refusal(command.who, command.servers_only, lost)
+    async with harness(tmp_path) as h:
+        await populate(h)
+        person = replace(_person(h, actor.person), permissions=actor.permissions)
+        place = places(h, actor.person)["dm" if actor.in_dm else "general"]
+        if command.prepare is not None:
+            await command.prepare(h, person.id)
+        before = await snapshot(h)
+        (preview,) = await h.run(
+            command.name, *command.options, person=person, place=place, **command.extra
+        )
+        if expected:
+            told = await h.run(
+                command.name, *command.options, person=person, place=place,
+                permissions=0, **command.extra,
+            )  # fmt: skip
+        pressed = await h.click(preview, "Confirm", person=person, permissions=0)
+        await h.memory.flush()
+        after = await snapshot(h)
+
+    assert all(r.allowed_mentions == {"parse": []} for r in pressed)
+    if expected:
+        assert [r.content for r in pressed] == [r.content for r in told], pressed
+        assert any(word.lower() in pressed[0].content.lower() for word in expected)
+        assert pressed[0].buttons == [] and pressed[0].ephemeral
+        assert after == before, "a confirmation refused on its press changed memory"
+    else:
+        assert pressed[-1].content.startswith("Done"), pressed
+        command.effect(h, before, after, Use(actor, "dm" if actor.in_dm else "general",
+                                             [preview, *pressed]))  # fmt: skip
+
+
+def test_every_check_of_a_command_is_one_a_confirmation_runs_again() -> None:
+    """A check that says who may use a command must be one ``who_may`` finds (written in
+    ``cogs/utils/checks.py``), or a confirmation of that command would not run it again;
+    only cooldowns (how often, not who) are left out."""
+    from cogs.short_term_memory.cog import ShortTermMemoryCog
+    from cogs.utils.checks import who_may
+
+    commands: list[Any] = list(ShortTermMemoryCog.__cog_app_commands__)
+    seen = 0
+    while commands:
+        command = commands.pop()
+        if isinstance(command, app_commands.Group):
+            commands += command.commands
+            continue
+        kept = set(who_may(command))
+        for check in command.checks:
+            seen += 1
+            assert check in kept or "cooldown" in check.__qualname__, (
+                f"/{command.qualified_name}: check {check.__qualname__} is not in who_may"
+            )
+    assert seen > 0

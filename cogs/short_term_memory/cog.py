@@ -31,11 +31,12 @@ from stm.render import category_labels
 from stm.store import is_postgres_url
 
 from ..utils.checks import (
-    MissingServerPermission,
-    NotOwner,
+    Check,
     has_server_permission_or_owner,
-    is_owner,
+    owner_only,
     server_only,
+    still_allowed,
+    who_may,
 )
 from ..utils.context import channel_privacy, turn_context_from_interaction
 from ..utils.replies import NO_PINGS, reply
@@ -47,6 +48,7 @@ from .describe import (
     describe_memory,
     describe_purge_done,
     describe_purge_preview,
+    describe_refusal,
 )
 from .entries import entries_shown_to
 from .i18n import CommandTranslator, Refused, Texts, texts_for
@@ -109,21 +111,6 @@ def _not_yet_durable(exc: DurabilityError, done: str, what: str, texts: Texts) -
     if exc.at_risk:
         return texts("durability.at_risk")
     return texts("durability.retrying", done=done)
-
-
-def _refusal(error: app_commands.CheckFailure, texts: Texts) -> str:
-    """A failed check in the user's language (another cog's check: its own words)."""
-    if isinstance(error, MissingServerPermission):
-        key = f"permission.{error.permission}"
-        permission = texts(key) if texts.has(key) else error.permission
-        return texts("error.permission", permission=permission)
-    if isinstance(error, NotOwner):
-        if error.what == "this":
-            return texts("error.owner_only_this")
-        return texts("error.owner_only", what=error.what)
-    if isinstance(error, app_commands.NoPrivateMessage):
-        return texts("error.server_only")
-    return str(error) or texts("error.not_here")
 
 
 def _where(interaction: discord.Interaction[Any]) -> str:
@@ -406,8 +393,9 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
     async def purge_memory(
         self, interaction: discord.Interaction[Any], user: discord.User, everywhere: bool = False
     ) -> None:
-        if everywhere and not await is_owner(interaction):
-            raise NotOwner("`everywhere:True`")
+        # Only the owner may reach beyond this server: checked now, and again on Confirm.
+        also = (owner_only("`everywhere:True`"),) if everywhere else ()
+        await still_allowed(interaction, also)
         await interaction.response.defer(ephemeral=True, thinking=True)
         server_id = None if everywhere else interaction.guild_id
         texts = texts_for(interaction.locale)
@@ -438,7 +426,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             seconds=self.confirm_seconds,
             texts=texts,
         )
-        await self._confirm(interaction, preview, erase, texts)
+        await self._confirm(interaction, preview, erase, texts, also=also)
 
     async def _confirm(
         self,
@@ -446,11 +434,18 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         preview: str,
         erase: Callable[[], Awaitable[str]],
         texts: Texts,
+        *,
+        also: tuple[Check, ...] = (),
     ) -> None:
-        """Answer with ``preview`` and the Confirm / Cancel buttons; ``erase`` on Confirm."""
+        """Answer with ``preview`` and the Confirm / Cancel buttons; ``erase`` on Confirm.
+
+        Confirm runs again the checks that admitted the command (those that say who may
+        use it) and ``also`` (checks the command made of its options), against the press:
+        permissions lost while the buttons waited refuse it, as they would the command."""
         view = PurgeConfirmation(
             interaction.user.id,
             erase,
+            admits=(*who_may(interaction.command), *also),
             apology=texts("error.apology"),
             timeout=self.confirm_seconds,
             texts=texts,
@@ -500,7 +495,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         elif isinstance(error, Refused):
             message = texts(error.key, **error.values)
         elif isinstance(error, app_commands.CheckFailure):
-            message = _refusal(error, texts)
+            message = describe_refusal(error, texts)
         elif isinstance(error, app_commands.TransformerError):
             message = texts("error.bad_value", value=repr(error.value))
         else:

@@ -1,13 +1,16 @@
-"""Confirm / Cancel under a purge's preview: nothing is erased until the asker confirms."""
+"""Confirm / Cancel under a purge's preview: nothing is erased until the asker confirms,
+and only while they still may."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import discord
+from discord import app_commands
 
+from ..utils.checks import Check, still_allowed
 from ..utils.replies import NO_PINGS
 from .describe import (
     ENGLISH,
@@ -16,6 +19,7 @@ from .describe import (
     describe_purge_erasing,
     describe_purge_expired,
     describe_purge_not_yours,
+    describe_refusal,
     purge_buttons,
 )
 from .i18n import Texts, texts_for
@@ -32,9 +36,14 @@ CONFIRM_SECONDS = 120.0
 class PurgeConfirmation(discord.ui.View):
     """The buttons under a purge's preview; only ``asker`` may press them, once.
 
-    ``erase`` runs the purge and returns what the message then says. Cancelled, or
-    unanswered after ``timeout`` seconds, nothing happens and the message says so.
-    Send it, then set ``message`` (the sent message) so the expiry can be written.
+    ``erase`` runs the purge and returns what the message then says. ``admits``: the
+    checks that admitted the command (``checks.who_may``, and any the command made of
+    its options); Confirm runs them again against the press, whose payload carries the
+    presser's permissions as they are now, and a check that refuses ends the
+    confirmation with the refusal the command would have given, nothing erased.
+    Cancelled, or unanswered after ``timeout`` seconds, nothing happens and the message
+    says so. Send it, then set ``message`` (the sent message) so the expiry can be
+    written.
     """
 
     def __init__(
@@ -42,6 +51,7 @@ class PurgeConfirmation(discord.ui.View):
         asker: int,
         erase: Callable[[], Awaitable[str]],
         *,
+        admits: Sequence[Check],
         apology: str,
         timeout: float = CONFIRM_SECONDS,
         texts: Texts = ENGLISH,
@@ -52,12 +62,15 @@ class PurgeConfirmation(discord.ui.View):
         self.message: discord.WebhookMessage | None = None
         self.answered = False
         self._erase = erase
+        self._admits = tuple(admits)
         self._apology = apology
         self._seconds = timeout
         self.confirm.label, self.cancel.label = purge_buttons(texts)
 
     async def interaction_check(self, interaction: discord.Interaction[Any]) -> bool:
-        if interaction.user.id != self.asker:
+        # A press whose payload does not say who pressed (a server's without its member:
+        # they left) cannot be the asker's.
+        if not interaction.user or interaction.user.id != self.asker:
             await _tell(interaction, describe_purge_not_yours(texts_for(interaction.locale)))
             return False
         if self.answered:
@@ -72,6 +85,16 @@ class PurgeConfirmation(discord.ui.View):
         self, interaction: discord.Interaction[Any], _button: discord.ui.Button[Any]
     ) -> None:
         self.stop()
+        try:
+            # Permissions can change in the minutes the buttons wait (a role taken away,
+            # the server handed over): the press must be allowed itself.
+            await still_allowed(interaction, self._admits)
+        except app_commands.CheckFailure as refused:
+            text = describe_refusal(refused, texts_for(interaction.locale))
+            await interaction.response.edit_message(
+                content=text, view=None, allowed_mentions=NO_PINGS
+            )
+            return
         await interaction.response.edit_message(
             content=describe_purge_erasing(self.texts), view=None, allowed_mentions=NO_PINGS
         )

@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from datetime import datetime
 
 import discord
+from discord import app_commands
 
 from stm import MemoryEntry, PurgeImpact, RecentPurges, ServerSettings
 
+from ..utils.checks import MissingServerPermission, NotOwner
 from .i18n import Texts, texts_for
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "describe_purge_not_yours",
     "describe_purge_preview",
     "describe_recent_purges",
+    "describe_refusal",
     "describe_settings",
     "purge_buttons",
 ]
@@ -316,6 +319,22 @@ def describe_purge_expired(seconds: float, texts: Texts = ENGLISH) -> str:
 def describe_purge_not_yours(texts: Texts = ENGLISH) -> str:
     """The answer to someone pressing a button of another person's confirmation."""
     return texts("purge.not_yours")
+
+
+def describe_refusal(error: app_commands.CheckFailure, texts: Texts = ENGLISH) -> str:
+    """A failed check in the reader's language (another cog's check: its own words): the
+    answer to a command refused, and to its confirmation refused when pressed."""
+    if isinstance(error, MissingServerPermission):
+        key = f"permission.{error.permission}"
+        permission = texts(key) if texts.has(key) else error.permission
+        return texts("error.permission", permission=permission)
+    if isinstance(error, NotOwner):
+        if error.what == "this":
+            return texts("error.owner_only_this")
+        return texts("error.owner_only", what=error.what)
+    if isinstance(error, app_commands.NoPrivateMessage):
+        return texts("error.server_only")
+    return str(error) or texts("error.not_here")
 
 
 def describe_purge_answered(texts: Texts = ENGLISH) -> str:
