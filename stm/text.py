@@ -39,6 +39,7 @@ Kept: every letter, mark, number, punctuation mark, symbol and space of every sc
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -61,6 +62,17 @@ _TO_NEWLINE = str.maketrans(dict.fromkeys(LINE_BREAKS[1:], "\n"))
 # Rendered text: every line break a newline, a tab a space.
 _RENDERED = str.maketrans(dict.fromkeys(LINE_BREAKS[1:], "\n") | {"\t": " "})
 _TO_SPACE = str.maketrans(dict.fromkeys(LINE_BREAKS + "\t", " "))
+# What _TO_NEWLINE and _RENDERED change: translate() looks up every character of the
+# text, a search only finds the first, and most text has none.
+_TRANSLATED = re.compile("[\t\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def _newlines(text: str, table: dict[int, str]) -> str:
+    """``text`` with CRLF and every other line break a newline, and ``table`` applied."""
+    if _TRANSLATED.search(text) is None:
+        return text
+    return text.replace("\r\n", "\n").translate(table)
+
 
 # What each character is to the policy. _SHOWN: kept, and shows something. _BLANK:
 # kept, shows nothing (spaces, line breaks, combining marks, blank letters). _CONTEXT:
@@ -114,9 +126,20 @@ _SPECIAL: dict[str, int] = {
     },
 }
 
+# What is kept only between two characters, so the next one is looked at too.
+_NEEDS_AFTER = frozenset(
+    [_ZWJ, _ZWNJ, _MONGOLIAN_VS]
+    + [
+        ch
+        for ch, kind in _SPECIAL.items()
+        if kind is _CONTEXT and "\U00013000" <= ch < "\U0001bd00"
+    ]
+)
+
 # A subdivision flag (U+1F3F4, a CLDR subdivision id in tag characters, CANCEL TAG),
 # else any run of tag characters: the flag is kept whole, the run removed.
 _TAG_LETTER, _TAG_DIGIT = "\U000e0061-\U000e007a", "\U000e0030-\U000e0039"
+_TAG = re.compile("[\U000e0000-\U000e007f]")
 _TAG_RUN = re.compile(
     f"(\U0001f3f4(?:[{_TAG_LETTER}]{{2}}|[{_TAG_DIGIT}]{{3}})"
     f"[{_TAG_LETTER}{_TAG_DIGIT}]{{1,4}}\U000e007f)|[\U000e0000-\U000e007f]+"
@@ -124,6 +147,19 @@ _TAG_RUN = re.compile(
 # Printable characters that the policy may still remove (variation selectors are
 # combining marks, so str.isprintable() lets them pass).
 _SELECTORS = re.compile("[\u180b-\u180d\u180f\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+_SELECTOR_SET = frozenset(_PRESENTATION) | _VS1_14 | _VS17_256 | _MONGOLIAN_FVS
+# Every format character (Cf) and selector, and the rest of plane 14: all a printable
+# text can hold that the policy decides on.
+_FORMATS = re.compile(
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180b-\u180f"
+    "\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufe00-\ufe0f\ufeff\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
+# The spaces and line breaks (tab, Zs, Zl, Zp and the controls str.splitlines() breaks at).
+_SPACES = re.compile(
+    "[\t\n\x0b\x0c\r\x1c-\x1e\x85 \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"
+)
 # ASCII characters the policy removes: controls that are neither tab nor a line break.
 _ASCII_CONTROLS = bytes([*range(0x00, 0x09), *range(0x0E, 0x1C), 0x1F, 0x7F])
 _ASCII_DROPPED = re.compile("[\x00-\x08\x0e-\x1b\x1f\x7f]")
@@ -180,16 +216,29 @@ def _kept(ch: str, before: str, text: str, at: int) -> bool:
     (the last character kept, "" at the start)."""
     if ch in _TAGS:
         return True  # what is left of the tag block after _TAG_RUN is a flag's
+    if ch not in _NEEDS_AFTER:
+        return _stays(ch, before, "")
+    after = text[at + 1 : at + 2]
+    if after and _kind(after) is _DROP:
+        after = _next_kept(text, at + 1)
+    return _stays(ch, before, after)
+
+
+# The few (character, before, after) triples of a server's text recur: each is decided once.
+@functools.lru_cache(maxsize=4096)
+def _stays(ch: str, before: str, after: str) -> bool:
+    """Whether the context character ``ch`` stays between ``before`` (the last character
+    kept, "" at the start) and ``after`` (the next one not always removed, "" at the end;
+    looked at only by joiners and separators)."""
     if not before:
         return False  # nothing to modify or join
     if ch in (_ZWJ, _ZWNJ):
-        return _joinable(before, True) and _joinable(_next_kept(text, at + 1), False)
+        return _joinable(before, True) and _joinable(after, False)
     if ch == _MONGOLIAN_VS:
-        return _mongolian(before) and _mongolian(_next_kept(text, at + 1))
+        return _mongolian(before) and _mongolian(after)
     code = ord(ch)
     for (first, last), (start, end) in _SCRIPT_FORMATS.items():
         if first <= code <= last:
-            after = _next_kept(text, at + 1)
             return any(
                 start <= ord(near) <= end and _kind(near) is _SHOWN
                 for near in (before, after)
@@ -218,14 +267,45 @@ def strip_hidden(text: str) -> str:
         return _ASCII_DROPPED.sub("", text)
     if text.isprintable() and _SELECTORS.search(text) is None:
         return text  # no control, format, private-use, unassigned or selector character
-    if max(text) >= "\U000e0000":
+    if _TAG.search(text) is not None:
         text = _TAG_RUN.sub(lambda m: m.group(1) or "", text)
+    rest = _FORMATS.sub("", text)
+    if rest.isprintable() or _SPACES.sub("", rest).isprintable():
+        return _strip_formats(text)
+    return _strip_each(text)  # a control, surrogate, private-use or unassigned one
+
+
+def _strip_formats(text: str) -> str:
+    """``text``, whose every character but its format characters and selectors is
+    printable or a space, by the character policy: only those need a decision."""
+    out: list[str] = []
+    done = 0
+    before = ""
+    for found in _FORMATS.finditer(text):
+        at = found.start()
+        if at > done:
+            out.append(text[done:at])
+            before = text[at - 1]
+        ch = text[at]
+        kind = _kind(ch)
+        if kind is _SHOWN or (kind is _CONTEXT and _kept(ch, before, text, at)):
+            out.append(ch)
+            before = ch
+        done = at + 1
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _strip_each(text: str) -> str:
     out: list[str] = []
     before = ""
     for at, ch in enumerate(text):
-        kind = _kind(ch)
-        if kind is _DROP or (kind is _CONTEXT and not _kept(ch, before, text, at)):
-            continue
+        # A printable character is a letter, mark, number, punctuation mark, symbol or
+        # space: kept, unless a selector.
+        if not ch.isprintable() or ch in _SELECTOR_SET:
+            kind = _kind(ch)
+            if kind is _DROP or (kind is _CONTEXT and not _kept(ch, before, text, at)):
+                continue
         out.append(ch)
         before = ch
     return "".join(out)
@@ -243,7 +323,7 @@ def clean_value(text: str, limit: int) -> str:
     """``text`` by the character policy, every line break a newline; stripped; cut to
     ``limit``."""
     if not text.isprintable():
-        text = text.replace("\r\n", "\n").translate(_TO_NEWLINE)
+        text = _newlines(text, _TO_NEWLINE)
     cleaned = strip_hidden(text).strip()
     if len(cleaned) > limit:
         # A cut may split a flag or a joined sequence: what is left of it goes too.
@@ -277,6 +357,7 @@ _BROADCAST = re.compile(r"@(everyone|here)", re.IGNORECASE)
 _BRACKETS = str.maketrans(
     dict.fromkeys("[\u27e6\uff3b\ufe47", "(") | dict.fromkeys("]\u27e7\uff3d\ufe48", ")")
 )
+_BRACKET = re.compile("[\\[\\]\u27e6\u27e7\uff3b\uff3d\ufe47\ufe48]")
 # Any printable character that neutralize() would change or the policy might remove:
 # most text has none.
 _UNSAFE = re.compile(
@@ -300,8 +381,9 @@ def neutralize(text: str) -> str:
             return text  # nothing below would change it
         text = strip_hidden(text)
     else:
-        text = strip_hidden(text.replace("\r\n", "\n").translate(_RENDERED))
-    text = text.translate(_BRACKETS)
+        text = strip_hidden(_newlines(text, _RENDERED))
+    if _BRACKET.search(text) is not None:
+        text = text.translate(_BRACKETS)
     if "<" in text:
         text = _MENTION.sub(lambda m: _MENTION_NAMES[m.group(1)] + m.group(2), text)
     if "@" in text:
