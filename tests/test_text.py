@@ -206,6 +206,9 @@ def test_joiners_only_between_what_they_join() -> None:
     assert strip_hidden("\u200d\U0001f468\u200d") == "\U0001f468"
     assert strip_hidden("\U0001f468\u200d\u200d\U0001f469") == "\U0001f468\u200d\U0001f469"
     assert strip_hidden("\u06cc\u200c \u062e") == "\u06cc \u062e"
+    # A character removed beside a joiner does not part it from what it joins.
+    assert strip_hidden("\u06cc\u200c\u200b\u062e") == "\u06cc\u200c\u062e"
+    assert strip_hidden("\u06cc\u200c\x00\u062e") == "\u06cc\u200c\u062e"
 
 
 def test_format_characters_go_but_those_scripts_need() -> None:
