@@ -230,20 +230,20 @@ def _stays(ch: str, before: str, after: str) -> bool:
     """Whether the context character ``ch`` stays between ``before`` (the last character
     kept, "" at the start) and ``after`` (the next one not always removed, "" at the end;
     looked at only by joiners and separators)."""
+    code = ord(ch)
+    for (first, last), (start, end) in _SCRIPT_FORMATS.items():
+        if first <= code <= last:  # next to a sign of its script, on either side
+            return any(
+                start <= ord(near) <= end and _kind(near) is _SHOWN
+                for near in (before, after)
+                if near
+            )
     if not before:
         return False  # nothing to modify or join
     if ch in (_ZWJ, _ZWNJ):
         return _joinable(before, True) and _joinable(after, False)
     if ch == _MONGOLIAN_VS:
         return _mongolian(before) and _mongolian(after)
-    code = ord(ch)
-    for (first, last), (start, end) in _SCRIPT_FORMATS.items():
-        if first <= code <= last:
-            return any(
-                start <= ord(near) <= end and _kind(near) is _SHOWN
-                for near in (before, after)
-                if near
-            )
     return _base_of(ch, before)
 
 
@@ -334,7 +334,11 @@ def clean_value(text: str, limit: int) -> str:
 def clean_message(text: str, limit: int) -> str:
     """What memory holds of a message's text: cut to ``limit``, then by the character
     policy (so a cut cannot leave half a flag). Line breaks stay as they were."""
-    return strip_hidden(text if len(text) <= limit else text[:limit])
+    if len(text) > limit:
+        text = text[:limit]
+    if text.isascii() and len(text.encode().translate(None, _ASCII_CONTROLS)) == len(text):
+        return text  # strip_hidden's first test, without the call: most messages pass it
+    return strip_hidden(text)
 
 
 def clean_name(text: str, limit: int) -> str:

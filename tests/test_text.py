@@ -211,6 +211,17 @@ def test_joiners_only_between_what_they_join() -> None:
     assert strip_hidden("\u06cc\u200c\x00\u062e") == "\u06cc\u200c\u062e"
 
 
+def test_script_format_controls_next_to_a_sign_of_their_script() -> None:
+    """An Egyptian hieroglyph format control stays next to a hieroglyph on either side, at
+    the start of a text too (so stripping spaces from a cleaned text keeps it clean); alone
+    or among other letters it goes."""
+    sign, joiner = "\U00013000", "\U00013430"
+    for text in (joiner + sign, "\u2028" + joiner + sign, sign + joiner + sign, sign + joiner):
+        assert strip_hidden(text) == text
+    assert strip_hidden("a" + joiner + "b") == "ab"
+    assert strip_hidden(joiner + joiner + sign) == joiner + sign
+
+
 def test_format_characters_go_but_those_scripts_need() -> None:
     """Bidi controls (the implicit marks too), zero-width space, word joiner, BOM, soft
     hyphen, annotation and deprecated format characters go; Arabic number signs stay."""

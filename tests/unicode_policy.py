@@ -111,7 +111,9 @@ def hidden(text: str) -> list[str]:
         elif 0x13430 <= ord(ch) <= 0x1343F or 0x1BCA0 <= ord(ch) <= 0x1BCA3:
             block = (0x13000, 0x1345F) if ord(ch) < 0x1BC00 else (0x1BC00, 0x1BCAF)
             allowed = category == "Cf" and any(
-                block[0] <= ord(near) <= block[1] and _base(near) for near in (before, after)
+                block[0] <= ord(near) <= block[1] and _base(near)
+                for near in (before, after)
+                if near
             )
         elif ch in BIDI:
             allowed = False
