@@ -19,22 +19,25 @@ hides or reorders what a line says:
   marks LRM, RLM and ALM too (a model reads text in logical order, so they change
   nothing it reads, and they are invisible), zero-width space, word joiner, BOM, soft
   hyphen, the invisible math operators, interlinear annotation, the deprecated format
-  characters; except those a script needs: ZWJ and ZWNJ between two non-ASCII
+  characters; except those a script needs: ZWJ and ZWNJ, once, between two non-ASCII
   characters (a letter, mark, number or symbol before, a letter, number or symbol
-  after: Indic and Persian text, emoji sequences), the Mongolian vowel separator
-  between Mongolian characters, the Egyptian hieroglyph and Duployan shorthand format
-  controls next to a character of their script; and the prepended concatenation marks
-  (U+0600-0605, U+06DD, U+070F, U+0890-0891, U+08E2, U+110BD, U+110CD), which are
-  visible signs;
+  after: Indic and Persian text, emoji sequences; a joiner at either end, beside a
+  space or an ASCII character, or in a run, joins nothing and goes), the Mongolian
+  vowel separator between Mongolian letters, the Egyptian hieroglyph and Duployan
+  shorthand format controls next to a sign of their script; and the prepended
+  concatenation marks (U+0600-0605, U+06DD, U+070F, U+0890-0891, U+08E2, U+110BD,
+  U+110CD), which are visible signs;
 - a variation selector that does not directly follow a base it can modify, one per
   base: VS15/VS16 (U+FE0E/FE0F, text or emoji presentation) after a symbol, a
   punctuation mark, an ASCII digit or U+2139 (keycaps are digit, VS16, U+20E3); VS1-14
   (standardized variants) after a letter, number, punctuation mark or symbol; VS17-256
   (U+E0100-E01EF, ideographic variation sequences) after a CJK ideograph; the Mongolian
-  free variation selectors after a Mongolian character. So a run of selectors after an
+  free variation selectors after a Mongolian letter. So a run of selectors after an
   emoji (a byte per selector) cannot carry a message.
 
 Kept: every letter, mark, number, punctuation mark, symbol and space of every script.
+``visible`` calls a text blank when all it keeps are spaces, line breaks, combining
+marks and blank letters (Hangul fillers, the braille blank).
 """
 
 from __future__ import annotations
