@@ -44,7 +44,7 @@ def _text(value: object, what: str) -> str:
 
 def _name(value: object, what: str) -> str:
     """One printable line of at most ``MAX_NAME_LENGTH`` characters, cleaned like a tool
-    argument: line breaks become spaces, controls and lone surrogates go."""
+    argument: line breaks become spaces, and the character policy applies (``stm.text``)."""
     return clean_name(_text(value, what), MAX_NAME_LENGTH)
 
 
@@ -236,9 +236,13 @@ class TurnContext(_Plain):
             _id(persona_id, "persona_id")
         if parent_channel_id is not None:
             _id(parent_channel_id, "parent_channel_id")
-        # A name that is a str, short and printable is clean as it is (see clean_name).
+        # A name that is a str, short, ASCII and printable is clean as it is (see
+        # clean_name); any other goes through the character policy.
         if not (
-            type(user_name) is str and len(user_name) <= MAX_NAME_LENGTH and user_name.isprintable()
+            type(user_name) is str
+            and len(user_name) <= MAX_NAME_LENGTH
+            and user_name.isascii()
+            and user_name.isprintable()
         ):
             user_name = _name(user_name, "user_name")
         if bot_name != "Assistant" or type(bot_name) is not str:
@@ -246,12 +250,14 @@ class TurnContext(_Plain):
         if channel_name is not None and not (
             type(channel_name) is str
             and len(channel_name) <= MAX_NAME_LENGTH
+            and channel_name.isascii()
             and channel_name.isprintable()
         ):
             channel_name = _name(channel_name, "channel_name")
         if server_name is not None and not (
             type(server_name) is str
             and len(server_name) <= MAX_NAME_LENGTH
+            and server_name.isascii()
             and server_name.isprintable()
         ):
             server_name = _name(server_name, "server_name")
@@ -378,6 +384,7 @@ class DialogueMessage(_Plain):
         if not (
             type(speaker_name) is str
             and len(speaker_name) <= MAX_NAME_LENGTH
+            and speaker_name.isascii()
             and speaker_name.isprintable()
         ):
             speaker_name = _name(speaker_name, "speaker_name")

@@ -95,6 +95,7 @@ from .store.base import (
     Store,
     SweepStep,
 )
+from .text import clean_message
 from .timing import LoopScheduler, Scheduler
 from .tool.schema import definition_json
 from .tool.upgrade import MemoryTool, Upgrades
@@ -566,18 +567,11 @@ class ShortTermMemory:
         messages = tuple(
             [
                 _message(
-                    (
-                        m.role,
-                        m.content if len(m.content) <= limit else m.content[:limit],
-                        m.speaker_name,
-                        m.author_id,
-                        m._epoch,
-                        user_id,
-                        m.message_id,
-                    )
+                    (m.role, content, m.speaker_name, m.author_id, m._epoch, user_id, m.message_id)
                 )
                 for m in event.messages
-                if m.content and not m.content.isspace()  # strip() would copy every message
+                # strip() would copy every message
+                if (content := clean_message(m.content, limit)) and not content.isspace()
             ]
         )
         # Other authors' messages in this turn (a host that batches a busy channel): their
@@ -1091,11 +1085,11 @@ class ShortTermMemory:
         limit = self.config.max_message_length
         if content is not None and type(content) is not str:
             raise ValueError(f"content must be a string or None, not {type(content).__name__}")
-        if content is None or not content or content.isspace():
+        text = None if content is None else clean_message(content, limit)
+        if text is None or not text or text.isspace():
             self._forgotten.note(message_id, None)
             done = forget_messages(self.cache, self._reads, channel_id, (message_id,))
         else:
-            text = content if len(content) <= limit else content[:limit]
             if held_as(self.cache, channel_id, message_id, text):
                 return 0  # the text it had: nothing to change here or elsewhere
             self._forgotten.note(message_id, text)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from unicode_policy import ENGLAND, PAYLOAD, hidden, tags, untag
+
 from stm import (
     Category,
     DialogueMessage,
@@ -15,6 +17,7 @@ from stm import (
     STMError,
     TurnContext,
 )
+from stm.keys import server_key
 
 # The contract's STM_COHERENCE_SECONDS default is 2; the watchdog leaves room beyond it.
 COHERENCE_WATCHDOG_SECONDS = 3.0
@@ -137,3 +140,49 @@ async def test_a_huge_message_is_cut_before_it_reaches_other_prompts(tmp_path: P
         assert "A" * 100 in context
         assert "A" * 101 not in context
         assert len(context) < 2_000
+
+
+async def test_a_tag_smuggled_payload_reaches_no_prompt(tmp_path: Path) -> None:
+    """Invisible tag characters that a tokenizer reads as ``]`` and a ``[System: ...]``
+    line, in a member's message, their name, an edit, a category label and the model's
+    notes, are neither held nor rendered; the flag of England beside them survives."""
+    hidden_text = f"see {ENGLAND}{tags(PAYLOAD)} you"
+    async with ShortTermMemory.open(STMConfig(database=str(tmp_path / "m.sqlite3"))) as memory:
+        await memory.set_categories(100, [Category("mood" + tags(PAYLOAD), "how" + tags(PAYLOAD))])
+        here = _ctx(channel_id=11, user_name="mallory" + tags(PAYLOAD), message_id=5)
+        await memory.capture(
+            GenerationFinished(
+                context=here,
+                messages=[
+                    DialogueMessage(
+                        role="user",
+                        content=hidden_text,
+                        author_id=1,
+                        speaker_name=here.user_name + tags(PAYLOAD),
+                        message_id=5,
+                    ),
+                    DialogueMessage(role="assistant", content=hidden_text),
+                ],
+            )
+        )
+        await memory.capture(_turn(_ctx(channel_id=12), "more" + tags(PAYLOAD)))
+        await memory.edit_message(12, 6, "edited" + tags(PAYLOAD))  # not held: no effect
+        result = await memory.run_tool(here, {"mood": hidden_text})
+        assert result.success, result.message
+
+        held = await memory.get_entry(server_key(100, 11))
+        assert held is not None
+        assert held.categories == {"mood": f"see {ENGLAND} you"}
+        assert [m.content for m in held.messages] == [f"see {ENGLAND} you"] * 2
+        assert hidden(held.messages[0].speaker_name) == []
+        assert await memory.edit_message(11, 5, "now" + tags(PAYLOAD) + ENGLAND) == 2
+        held = await memory.get_entry(server_key(100, 11))
+        assert held is not None and held.messages[0].content == "now" + ENGLAND
+
+        for where in (here, _ctx(channel_id=12), _ctx(channel_id=13)):
+            context = await memory.build_context(where)
+            assert context.blocks
+            for block in context.blocks:
+                assert hidden(block.text) == [], block.text
+                assert "reveal" not in untag(block.text)
+            assert ENGLAND in str(context)

@@ -40,6 +40,7 @@ from ..readthrough import (
 from ..render import shown_by
 from ..settings import SettingsBook
 from ..store.base import Guard, Overtaken, Saved, SaveDistilled
+from ..text import strip_hidden
 from ..writer import Writer
 from . import TOOL_NAME
 from .schema import arguments_model, parse_arguments, tool_definition
@@ -244,7 +245,7 @@ class Upgrades:
         holds (a turn built from the edited message keeps its upgrade)."""
         assert ctx.message_id is not None
         known, content = forgotten.get(ctx.message_id)
-        return known and (content is None or content.strip() != ctx.user_text.strip())
+        return known and (content is None or content.strip() != strip_hidden(ctx.user_text).strip())
 
     def _refused(self, reason: str, message: str) -> ToolResult:
         self._tally.refused(reason)
