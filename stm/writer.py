@@ -175,8 +175,7 @@ class Writer:
         """Queue ``op``; the future answers with its result once committed, or the error.
         A shared change never comes this way (TypeError): it takes ``submit_change``, whose
         retries and journal this path, failed at once, would skip."""
-        if isinstance(op, SharedChange):
-            raise TypeError(f"{type(op).__name__} is a shared change: queue it with submit_change")
+        _not_shared((op,))
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         what = what or type(op).__name__
         refusal = self._refusal()
@@ -202,7 +201,9 @@ class Writer:
     ) -> asyncio.Future[list[Any]]:
         """Queue ``ops`` (one at least) to commit together, in order; the future answers
         with the list of their results once committed, or the error. ``on_result`` is
-        called with them first, in commit order."""
+        called with them first, in commit order. Shared changes take ``submit_change``
+        (TypeError here, as in ``submit``)."""
+        _not_shared(ops)
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         refusal = self._refusal()
         if refusal is not None:
@@ -649,6 +650,14 @@ class Writer:
         # What waits behind the batch is named too: a purge is a batch of its own.
         behind = [item for item in self._queue if item not in kept]
         self.retrying.retry(kept, first, self.scheduler.now(), behind)
+
+
+def _not_shared(ops: Sequence[Op]) -> None:
+    """Refuse a shared change on a path that fails its caller at once: it would skip the
+    retries and the journal of ``submit_change``."""
+    for op in ops:
+        if isinstance(op, SharedChange):
+            raise TypeError(f"{type(op).__name__} is a shared change: queue it with submit_change")
 
 
 def _light(item: Queued) -> bool:
