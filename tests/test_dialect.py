@@ -14,10 +14,11 @@ import pytest
 from helpers import stored_row
 
 from stm import ShortTermMemory, STMConfig
+from stm.errors import StoreError
 from stm.keys import user_key
 from stm.store.base import LoadRows, StoredRow, Touch
 from stm.store.dialect import POSTGRES, SQLITE
-from stm.store.sqlite import migrate, run_batch
+from stm.store.sqlite import _check_json, migrate, run_batch
 from stm.testing import ctx, turn
 
 
@@ -111,3 +112,17 @@ async def test_sqlite_memory_stays_flat_as_users_come_and_go(tmp_path: Path) -> 
         grown = library.sqlite3_memory_used() - before
     assert user > 4_000
     assert grown < 256 * 1024, f"SQLite's memory grew by {grown:,} bytes over {user:,} users"
+
+
+class _NoJson:
+    """A connection to a build of SQLite without its JSON functions."""
+
+    def execute(self, sql: str) -> Any:
+        raise sqlite3.OperationalError("no such table: json_each")
+
+
+def test_a_sqlite_without_json_functions_is_refused_at_open() -> None:
+    """Lists are bound as JSON arrays: a build of SQLite without ``json_each`` is named at
+    open, not found out at the first write-behind batch."""
+    with pytest.raises(StoreError, match="has no JSON functions"):
+        _check_json(_NoJson(), "m.db")  # type: ignore[arg-type]

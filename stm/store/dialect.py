@@ -56,8 +56,8 @@ class Dialect:
 
     def chunks(self, values: Sequence[_T], width: int = 1) -> Iterator[Sequence[_T]]:
         """``values`` (each ``width`` parameters) in runs one statement can bind (for
-        ``in_list`` and ``table``): all at once where a list is one array, else at most
-        ``BOUND_VALUES`` parameters at a time."""
+        ``in_list`` and ``table``): all at once on PostgreSQL, else at most ``BOUND_VALUES``
+        values at a time."""
         size = max(1, len(values) if self.arrays else BOUND_VALUES // width)
         for start in range(0, len(values), size):
             yield values[start : start + size]
