@@ -86,8 +86,9 @@ async def test_sqlite_memory_stays_flat_as_users_come_and_go(tmp_path: Path) -> 
 
     Each batch of write-behind once spelled its keys as a parameter each, a statement
     of every size that SQLite prepared and kept (about 200 bytes a key): ~3,900 users grew
-    it by about 2 MiB here. The page cache is held to 16 pages, so that the file growing
-    under it does not count."""
+    it by about 1.8 MiB here. The page cache is held to 16 pages, so that the file growing
+    under it does not count; the bound leaves room for a connection the store opens
+    meanwhile (its checkpointer's, about 120 KB, once the WAL holds 4 MiB)."""
     library = _sqlite_library()
     config = STMConfig(database=str(tmp_path / "m.db"), cache_max_keys=20)
     async with ShortTermMemory.open(config) as memory:
@@ -111,7 +112,7 @@ async def test_sqlite_memory_stays_flat_as_users_come_and_go(tmp_path: Path) -> 
         gc.collect()
         grown = library.sqlite3_memory_used() - before
     assert user > 4_000
-    assert grown < 256 * 1024, f"SQLite's memory grew by {grown:,} bytes over {user:,} users"
+    assert grown < 512 * 1024, f"SQLite's memory grew by {grown:,} bytes over {user:,} users"
 
 
 class _NoJson:
