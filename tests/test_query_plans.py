@@ -91,8 +91,14 @@ COARSE = {"scope"}
 # Scans that read only what is there to find: the janitor's candidates for garbage
 # collection are the ended chains, listed by a partial index of exactly them; a purge's
 # window, and whether it has more than a chunk of ranges, are the rows of a subquery of
-# their own, at most its LIMIT.
-BOUNDED = {"SCAN c USING INDEX stm_chains_ended", "SCAN window_", "SCAN few"}
+# their own, at most its LIMIT; a list of keys or ids is bound as one JSON array
+# (``Dialect.in_list``), read whole to search the table by each of its values.
+BOUNDED = {
+    "SCAN c USING INDEX stm_chains_ended",
+    "SCAN window_",
+    "SCAN few",
+    "SCAN json_each VIRTUAL TABLE INDEX 1:",
+}
 
 
 def scans(db: sqlite3.Connection, sql: str) -> list[str]:

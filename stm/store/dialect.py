@@ -9,6 +9,7 @@ values, a boolean column's value, the feed's newest position, the schema version
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,8 +19,8 @@ from ..expiry import expired_sql
 __all__ = ["BOUND_VALUES", "POSTGRES", "SQLITE", "Dialect"]
 
 _T = TypeVar("_T")
-# Values one statement binds at most where each is a parameter of its own (SQLite before
-# 3.32 takes 999 at most).
+# Values one statement takes at most where a list is not one array (SQLite): a bounded
+# amount of work per statement.
 BOUND_VALUES = 500
 
 
@@ -32,7 +33,7 @@ class Dialect:
     greatest: str
     # What follows a float parameter that the server cannot type by itself.
     real_cast: str
-    # A list parameter bound as one array (PostgreSQL), or as one parameter per value.
+    # A list parameter bound as one array (PostgreSQL), or as one JSON array (SQLite).
     arrays: bool
     # A boolean column's value as bound.
     flag: Callable[[bool], Any]
@@ -55,8 +56,8 @@ class Dialect:
 
     def chunks(self, values: Sequence[_T], width: int = 1) -> Iterator[Sequence[_T]]:
         """``values`` (each ``width`` parameters) in runs one statement can bind (for
-        ``in_list`` and ``table``): all at once where a list is one array, else at most
-        ``BOUND_VALUES`` parameters at a time."""
+        ``in_list`` and ``table``): all at once on PostgreSQL, else at most ``BOUND_VALUES``
+        values at a time."""
         size = max(1, len(values) if self.arrays else BOUND_VALUES // width)
         for start in range(0, len(values), size):
             yield values[start : start + size]
@@ -65,18 +66,22 @@ class Dialect:
         self, column: str, name: str, values: Sequence[Any], array_type: str
     ) -> tuple[str, dict[str, Any]]:
         """``column`` is one of ``values``: the condition and its parameters (``array_type``
-        is the PostgreSQL type of the array, ``text[]`` or ``bigint[]``)."""
+        is the PostgreSQL type of the array, ``text[]`` or ``bigint[]``).
+
+        One parameter whatever the number of values, so one statement text: a list spelled
+        as one parameter per value makes a statement of every length, each prepared on its
+        own and kept in the connection's statement cache (128 of them, some of thousands of
+        values: tens of MiB of SQLite's memory that grew with the number of users seen)."""
         if self.arrays:
             return f"{column} = ANY(:{name}::{array_type})", {name: list(values)}
-        names = [f"{name}{i}" for i in range(len(values))]
-        condition = f"{column} IN (" + ",".join(f":{n}" for n in names) + ")"
-        return condition, dict(zip(names, values, strict=True))
+        return f"{column} IN (SELECT value FROM json_each(:{name}))", {name: _json(values)}
 
     def table(
         self, name: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
     ) -> tuple[str, dict[str, Any]]:
         """``rows`` as a table ``name`` to join, its ``columns`` named with their PostgreSQL
-        types (``bigint``): the table's SQL and its parameters."""
+        types (``bigint``): the table's SQL and its parameters, one array a column (one
+        statement text whatever the number of rows, as for ``in_list``)."""
         if self.arrays:
             arrays = ", ".join(f":{name}_{column}::{kind}[]" for column, kind in columns)
             names = ", ".join(column for column, _ in columns)
@@ -85,13 +90,18 @@ class Dialect:
                 for i, (column, _) in enumerate(columns)
             }
             return f"unnest({arrays}) AS {name}({names})", params
-        params = {}
-        values = []
-        for n, row in enumerate(rows):
-            values.append("(" + ", ".join(f":{name}{n}_{i}" for i in range(len(columns))) + ")")
-            params.update({f"{name}{n}_{i}": value for i, value in enumerate(row)})
-        named = ", ".join(f"column{i + 1} AS {column}" for i, (column, _) in enumerate(columns))
-        return f"(SELECT {named} FROM (VALUES {', '.join(values)})) AS {name}", params
+        picked = ", ".join(
+            f"json_extract(value, '$[{i}]') AS {column}" for i, (column, _) in enumerate(columns)
+        )
+        return (
+            f"(SELECT {picked} FROM json_each(:{name})) AS {name}",
+            {name: _json([list(row) for row in rows])},
+        )
+
+
+def _json(values: Sequence[Any]) -> str:
+    """``values`` as SQLite's ``json_each`` reads them (ids stay integers, keys text)."""
+    return json.dumps(list(values), separators=(",", ":"))
 
 
 SQLITE = Dialect(

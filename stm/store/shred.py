@@ -29,6 +29,8 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
+from .dialect import SQLITE
+
 __all__ = [
     "DEAD_KEY",
     "MIGRATION",
@@ -86,7 +88,7 @@ def _new_key(db: sqlite3.Connection) -> tuple[int, bytes]:
     return int(slot[0]), key
 
 
-# Row keys per statement when reading their keys (well under SQLite's variable limit).
+# Row keys per statement when reading their keys.
 _CHUNK = 500
 # Nonces drawn from the OS at once.
 _NONCES = 256
@@ -118,11 +120,11 @@ class Sealer:
         wanted = [row_key for row_key in dict.fromkeys(row_keys) if row_key not in live]
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start : start + _CHUNK]
-            marks = ",".join("?" * len(chunk))
+            condition, params = SQLITE.in_list("m.key", "keys", chunk, "text[]")
             for row_key, slot, key in db.execute(
                 "SELECT m.key, k.slot, k.key FROM short_term_memories m "
-                f"JOIN stm_keys k ON k.slot = m.key_slot WHERE m.key IN ({marks})",
-                chunk,
+                f"JOIN stm_keys k ON k.slot = m.key_slot WHERE {condition}",
+                params,
             ):
                 if key != DEAD_KEY:
                     key = bytes(key)
@@ -273,13 +275,13 @@ def seal_params(
 
 def keys_of(db: sqlite3.Connection, ids: Sequence[int]) -> dict[int, bytes]:
     """The live key of each of these rows that has one."""
-    marks = ",".join("?" * len(ids))
+    condition, params = SQLITE.in_list("m.id", "ids", ids, "bigint[]")
     return {
         int(memory_id): bytes(key)
         for memory_id, key in db.execute(
             "SELECT m.id, k.key FROM short_term_memories m JOIN stm_keys k ON k.slot = m.key_slot "
-            f"WHERE m.id IN ({marks})",
-            list(ids),
+            f"WHERE {condition}",
+            params,
         )
     }
 

@@ -487,6 +487,7 @@ def _prepare(db: sqlite3.Connection, path: str, busy_timeout_ms: int) -> bool:
                 db.execute("PRAGMA wal_autocheckpoint = 0")  # see CHECKPOINT_BYTES
                 # A WAL that SQLite starts again from its beginning is cut back to this.
                 db.execute(f"PRAGMA journal_size_limit = {CHECKPOINT_BYTES}")
+            _check_json(db, path)
             created = migrate(db, path) == 0
             _check_writable(db, path)
             return created
@@ -500,6 +501,18 @@ def _prepare(db: sqlite3.Connection, path: str, busy_timeout_ms: int) -> bool:
             raise StoreError(f"short-term memory database {path!r} cannot be used: {exc}") from exc
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"short-term memory database {path!r} cannot be used: {exc}") from exc
+
+
+def _check_json(db: sqlite3.Connection, path: str) -> None:
+    """Fail at open, not at the first list of keys, on a build of SQLite without its JSON
+    functions: lists of values are bound as JSON arrays (``Dialect.in_list``)."""
+    try:
+        db.execute("SELECT value FROM json_each('[]')").fetchall()
+    except sqlite3.OperationalError as exc:
+        raise StoreError(
+            f"short-term memory database {path!r} cannot be used: this build of SQLite "
+            f"({sqlite3.sqlite_version}) has no JSON functions ({exc})"
+        ) from exc
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
