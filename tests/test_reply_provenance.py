@@ -53,6 +53,24 @@ async def quoted_from_recent_messages(memory: ShortTermMemory) -> None:
     await memory.capture(turn(zoe, "thanks"))
 
 
+async def quoted_from_notes(memory: ShortTermMemory) -> None:
+    """Xavier's code in #a's notes; Yuki's prompt in #b shows them (supersede: no crude
+    messages of #a) and the reply quotes them; #a turns private, so Zoe's prompt in #b no
+    longer shows its notes, and Zoe's notes copy the quote from #b's window alone."""
+    xavier = ctx(user=XAVIER, channel=A)
+    await memory.capture(turn(xavier, f"my locker code is {CODE}"))
+    assert (await memory.run_tool(xavier, {"summary": f"Xavier's code is {CODE}"})).success
+    yuki = ctx(user=YUKI, channel=B)
+    prompt = str(await memory.build_context(yuki))
+    assert f"Xavier's code is {CODE}" in prompt and "my locker code" not in prompt
+    await memory.capture(turn(yuki, "what is Xavier's code?", f"It is {CODE}"))
+    await memory.capture(turn(ctx(user=XAVIER, channel=A, channel_is_private=True), "bye"))
+    zoe = ctx(user=ZOE, channel=B)
+    assert CODE not in str(await memory.build_context(zoe))
+    assert (await memory.run_tool(zoe, {"summary": f"Yuki learnt {CODE}"})).success
+    await memory.capture(turn(zoe, "thanks"))
+
+
 async def where(memory: ShortTermMemory, text: str) -> list[str]:
     """Every place this memory still holds ``text``: windows, notes, snapshots, prompts."""
     found: list[str] = []
@@ -133,23 +151,14 @@ async def test_a_reply_quoting_notes_goes_under_complete_and_stays_under_direct(
     open_memory: Opener, store_database: str, erasure: str
 ) -> None:
     """Yuki's prompt in #b shows #a's notes (supersede: no crude messages of #a), which hold
-    Xavier's code, and the reply quotes them; Zoe's turn copies the reply into #b's notes.
+    Xavier's code, and the reply quotes them; #a then turns private, and Zoe's turn, whose
+    prompt does not show #a, copies the reply from #b's window into #b's notes.
     Under ``complete`` the purge removes the reply and its copies everywhere. Under
     ``direct`` it clears #a's notes (their prompt showed Xavier's words directly) and
     leaves exactly the quote and its copy in #b: the reply in #b's window, #b's notes, and
     the prompts that show them (in #b, and #b's in the other channels)."""
     memory = await open_memory(erasure=erasure, render_mode="supersede")
-    xavier = ctx(user=XAVIER, channel=A)
-    await memory.capture(turn(xavier, f"my locker code is {CODE}"))
-    assert (await memory.run_tool(xavier, {"summary": f"Xavier's code is {CODE}"})).success
-    yuki = ctx(user=YUKI, channel=B)
-    prompt = str(await memory.build_context(yuki))
-    assert f"Xavier's code is {CODE}" in prompt and "my locker code" not in prompt
-    await memory.capture(turn(yuki, "what is Xavier's code?", f"It is {CODE}"))
-    zoe = ctx(user=ZOE, channel=B)
-    await memory.build_context(zoe)
-    assert (await memory.run_tool(zoe, {"summary": f"Yuki learnt {CODE}"})).success
-    await memory.capture(turn(zoe, "thanks"))
+    await quoted_from_notes(memory)
     await memory.purge(XAVIER)
     left = await where(memory, CODE)
     if erasure == "complete":
@@ -168,3 +177,23 @@ async def test_a_reply_quoting_notes_goes_under_complete_and_stays_under_direct(
     }
     source = await memory.get_entry(A_KEY)
     assert source is None or source.summary is None
+
+
+@pytest.mark.parametrize("erasure", ["complete", "direct"])
+async def test_another_process_purge_treats_a_quote_of_notes_by_the_policy(
+    open_memory: Opener, erasure: str
+) -> None:
+    """The quote of #a's notes, the purge made in another process: the follower here
+    removes the reply under ``complete`` and leaves it, with Zoe's copy, under ``direct``."""
+    here = await paused(await open_memory(erasure=erasure, render_mode="supersede"))
+    elsewhere = await open_memory(erasure=erasure, render_mode="supersede")
+    await quoted_from_notes(here)
+    await here.flush()
+    await elsewhere.purge(XAVIER)
+    await here.follower.catch_up()
+    left = await where(here, CODE)
+    if erasure == "complete":
+        assert left == []
+    else:
+        assert f"window of {B_KEY}" in left and f"notes of {B_KEY}" in left
+        assert f"notes of {A_KEY}" not in left
