@@ -606,7 +606,8 @@ class ShortTermMemory:
             # No build_context on this turn: its replies carry what a prompt would show, as
             # its upgrade would (not noted: an upgrade still reads its group first).
             shown = self._upgrades.what_a_prompt_would_show(ctx, settings, group)
-        messages, sources = with_sources(messages, shown, user_id, users)
+        current = self._reads.current_pins
+        messages, sources = with_sources(messages, shown, user_id, users, current)
         indexed = users if sources is None else users | sources.users
         cold: list[str] = []
         writer = self.writer

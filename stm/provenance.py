@@ -9,7 +9,7 @@ bring the deleted words back. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -85,13 +85,20 @@ class Shown:
         self._read_windows()
         return self._window_pins
 
-    def sources(self, user_id: int, authors: Iterable[int] = ()) -> Sources | None:
+    def sources(
+        self,
+        user_id: int,
+        authors: Iterable[int] = (),
+        current: Mapping[str, Pin | None] | None = None,
+    ) -> Sources | None:
         """What a reply written from this prompt may quote, besides its own turn's user
         ``user_id``: the users whose words were shown (the turn's other ``authors`` among
-        them) and the notes shown; None when that is nothing."""
+        them) and the notes shown (``current`` as for :meth:`pins`); None when that is
+        nothing."""
         users = self.users | set(authors)
         users.discard(user_id)
-        pins = tuple(sorted(set(self.pins()), key=lambda pin: (pin.chain, pin.version)))
+        shown = set(self.pins(current))
+        pins = tuple(sorted(shown, key=lambda pin: (pin.chain, pin.version)))
         if not users and not pins:
             return None
         return Sources(frozenset(users), pins)
@@ -126,15 +133,20 @@ class Shown:
 
 
 def with_sources(
-    messages: tuple[StoredMessage, ...], shown: Shown, user_id: int, users: Iterable[int]
+    messages: tuple[StoredMessage, ...],
+    shown: Shown,
+    user_id: int,
+    users: Iterable[int],
+    current: Callable[[Shown], Mapping[str, Pin | None]],
 ) -> tuple[tuple[StoredMessage, ...], Sources | None]:
     """A turn's messages as they enter a window, the one way they do: each reply of the bot
     carrying what the turn's prompt showed (``Shown.sources``; ``users`` are the turn's own
-    authors), and that record (None when there is nothing to carry). A user's message
-    needs none: its author and its turn's user are its provenance."""
+    authors, ``current`` gives the pins of notes shown before theirs was known), and that
+    record (None when there is nothing to carry). A user's message needs none: its author
+    and its turn's user are its provenance."""
     if not any(m[0] == "assistant" for m in messages):
         return messages, None
-    sources = shown.sources(user_id, users)
+    sources = shown.sources(user_id, users, current(shown) if shown.notes else None)
     if sources is None:
         return messages, None
     sourced = tuple([m._replace(sources=sources) if m[0] == "assistant" else m for m in messages])
