@@ -197,3 +197,22 @@ async def test_another_process_purge_treats_a_quote_of_notes_by_the_policy(
     else:
         assert f"window of {B_KEY}" in left and f"notes of {B_KEY}" in left
         assert f"notes of {A_KEY}" not in left
+
+
+async def test_a_turn_without_build_context_carries_what_its_prompt_would_show(
+    open_memory: Opener,
+) -> None:
+    """A host that built Yuki's prompt without ``build_context``: the reply carries what that
+    prompt would have shown from the cache (the rule upgrades use), one record shared by
+    the turn's copies in the user's and the server's windows; Yuki's own message none."""
+    memory = await open_memory()
+    await memory.capture(turn(ctx(user=XAVIER, channel=A), f"my locker code is {CODE}"))
+    await memory.capture(turn(ctx(user=YUKI, channel=B), "what did he say?", f"He: {CODE}"))
+    server, own = memory.cache.peek(B_KEY), memory.cache.peek(f"shortterm:user:{YUKI}:{B}")
+    assert server is not None and own is not None
+    asked, reply = server.messages
+    assert asked.sources is None
+    assert reply.sources is not None and reply.sources.users == {XAVIER}
+    assert own.messages[-1].sources is reply.sources
+    await memory.purge(XAVIER)
+    assert await where(memory, CODE) == []
