@@ -607,7 +607,7 @@ class ShortTermMemory:
             # its upgrade would (not noted: an upgrade still reads its group first).
             shown = self._upgrades.what_a_prompt_would_show(ctx, settings, group)
         current = self._reads.current_pins
-        messages, sources = with_sources(messages, shown, user_id, users, current)
+        messages, sources = with_sources(messages, shown, user_id, current)
         indexed = users if sources is None else users | sources.users
         cold: list[str] = []
         writer = self.writer

@@ -136,17 +136,17 @@ def with_sources(
     messages: tuple[StoredMessage, ...],
     shown: Shown,
     user_id: int,
-    users: Iterable[int],
     current: Callable[[Shown], Mapping[str, Pin | None]],
 ) -> tuple[tuple[StoredMessage, ...], Sources | None]:
     """A turn's messages as they enter a window, the one way they do: each reply of the bot
-    carrying what the turn's prompt showed (``Shown.sources``; ``users`` are the turn's own
-    authors, ``current`` gives the pins of notes shown before theirs was known), and that
-    record (None when there is nothing to carry). A user's message needs none: its author
-    and its turn's user are its provenance."""
+    carrying what the turn's prompt showed (``Shown.sources``, with the authors of the
+    turn's own messages other than the bot's; ``current`` gives the pins of notes shown
+    before theirs was known), and that record (None when there is nothing to carry). A
+    user's message needs none: its author and its turn's user are its provenance."""
     if not any(m[0] == "assistant" for m in messages):
         return messages, None
-    sources = shown.sources(user_id, users, current(shown) if shown.notes else None)
+    authors = [m[3] for m in messages if m[0] != "assistant" and m[3] is not None]
+    sources = shown.sources(user_id, authors, current(shown) if shown.notes else None)
     if sources is None:
         return messages, None
     sourced = tuple([m._replace(sources=sources) if m[0] == "assistant" else m for m in messages])

@@ -17,7 +17,7 @@ import pytest
 from helpers import Opener
 from shredding import stored_text
 
-from stm import ShortTermMemory
+from stm import DialogueMessage, GenerationFinished, ShortTermMemory
 from stm.testing import ctx, turn
 
 BOTH_STORES = True
@@ -216,3 +216,17 @@ async def test_a_turn_without_build_context_carries_what_its_prompt_would_show(
     assert own.messages[-1].sources is reply.sources
     await memory.purge(XAVIER)
     assert await where(memory, CODE) == []
+
+
+async def test_a_reply_whose_prompt_showed_only_its_own_turn_carries_nothing(
+    open_memory: Opener,
+) -> None:
+    """Most replies (a DM's, a channel's that recalled nothing) carry no record: the bot's own
+    author id is not a source, and the turn's user is the reply's provenance already."""
+    memory = await open_memory()
+    dm = ctx(user=YUKI, channel=C, server=None)
+    said = DialogueMessage(role="user", content="hello", author_id=YUKI)
+    answer = DialogueMessage(role="assistant", content="hi", author_id=999)  # the bot's id
+    await memory.capture(GenerationFinished(context=dm, messages=[said, answer]))
+    await memory.capture(turn(ctx(user=YUKI, channel=A), "alone here", "hi"))
+    assert [m.sources for entry in memory.cache for m in entry.messages] == [None] * 6
