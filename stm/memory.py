@@ -98,7 +98,7 @@ from .store.base import (
 from .timing import LoopScheduler, Scheduler
 from .tool.schema import definition_json
 from .tool.upgrade import MemoryTool, Upgrades
-from .window import StoredMessage
+from .window import Sources, StoredMessage
 from .writer import Writer
 
 __all__ = ["MemoryTool", "ShortTermMemory"]
@@ -606,8 +606,13 @@ class ShortTermMemory:
             # No build_context on this turn: its replies carry what a prompt would show, as
             # its upgrade would (not noted: an upgrade still reads its group first).
             shown = self._upgrades.what_a_prompt_would_show(ctx, settings, group)
+
+        def previous() -> Sources | None:
+            held = self.cache.peek(server_k or user_k)
+            return held.messages[-1].sources if held is not None and held.messages else None
+
         current = self._reads.current_pins
-        messages, sources = with_sources(messages, shown, user_id, current)
+        messages, sources = with_sources(messages, shown, user_id, current, previous)
         indexed = users if sources is None else users | sources.users
         cold: list[str] = []
         writer = self.writer

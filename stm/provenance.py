@@ -137,17 +137,23 @@ def with_sources(
     shown: Shown,
     user_id: int,
     current: Callable[[Shown], Mapping[str, Pin | None]],
+    previous: Callable[[], Sources | None] = lambda: None,
 ) -> tuple[tuple[StoredMessage, ...], Sources | None]:
     """A turn's messages as they enter a window, the one way they do: each reply of the bot
     carrying what the turn's prompt showed (``Shown.sources``, with the authors of the
     turn's own messages other than the bot's; ``current`` gives the pins of notes shown
     before theirs was known), and that record (None when there is nothing to carry). A
-    user's message needs none: its author and its turn's user are its provenance."""
+    user's message needs none: its author and its turn's user are its provenance. A record
+    equal to ``previous`` (the channel's last reply's) is that one: a busy channel's
+    turns often showed the same, and its window then holds one record, not one a turn."""
     if not any(m[0] == "assistant" for m in messages):
         return messages, None
     authors = [m[3] for m in messages if m[0] != "assistant" and m[3] is not None]
     sources = shown.sources(user_id, authors, current(shown) if shown.notes else None)
     if sources is None:
         return messages, None
+    before = previous()
+    if before == sources:
+        sources = before
     sourced = tuple([m._replace(sources=sources) if m[0] == "assistant" else m for m in messages])
     return sourced, sources

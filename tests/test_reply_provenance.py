@@ -230,3 +230,20 @@ async def test_a_reply_whose_prompt_showed_only_its_own_turn_carries_nothing(
     await memory.capture(GenerationFinished(context=dm, messages=[said, answer]))
     await memory.capture(turn(ctx(user=YUKI, channel=A), "alone here", "hi"))
     assert [m.sources for entry in memory.cache for m in entry.messages] == [None] * 6
+
+
+async def test_replies_whose_prompts_showed_the_same_share_one_record(
+    open_memory: Opener,
+) -> None:
+    """Two turns in #b whose prompts showed the same (#a's recent messages): the window holds
+    one record for both replies, not one a turn."""
+    memory = await open_memory()
+    await memory.capture(turn(ctx(user=XAVIER, channel=A), f"my locker code is {CODE}"))
+    for said in ("first", "second"):
+        yuki = ctx(user=YUKI, channel=B)
+        await memory.build_context(yuki)
+        await memory.capture(turn(yuki, said, f"{said}: {CODE}"))
+    held = memory.cache.peek(B_KEY)
+    assert held is not None
+    replies = [m.sources for m in held.messages if m.role == "assistant"]
+    assert len(replies) == 2 and replies[0] is not None and replies[0] is replies[1]
