@@ -165,18 +165,24 @@ async def test_the_wal_is_checkpointed_in_the_background_not_by_a_commit(
         await memory.close()
 
 
+# How many turns of the event loop the reader holds its snapshot: long enough that a
+# batch usually commits meanwhile (so a passive checkpoint cannot copy the whole WAL and
+# SQLite cannot start it again), short enough that emptying it waits only briefly.
+HOLD_TURNS = 2
+
+
 async def test_the_wal_stays_bounded_when_writes_never_pause(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Upgrades committed back to back (work is always queued when a batch ends) while
     another connection keeps read transactions going: a passive checkpoint never finds
     the whole WAL copied when a write begins, so SQLite never starts it again from its
-    beginning, and it would grow with everything written (several MiB here). Once it
+    beginning, and it would grow with everything written (megabytes here). Once it
     holds ``RESET_FACTOR`` times ``CHECKPOINT_BYTES``, the writer's connection empties it
     between batches, so it stays within a small multiple of that."""
     from stm.store import sqlite as sqlite_store
 
-    threshold = 512 * 1024
+    threshold = 128 * 1024
     monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", threshold)
     # The reader lets go within a few turns of the event loop; on a loaded machine those
     # may take longer than the 20 ms the writer waits for it.
@@ -190,8 +196,8 @@ async def test_the_wal_stays_bounded_when_writes_never_pause(
         while writing:
             reader.execute("BEGIN")
             reader.execute("SELECT count(*) FROM short_term_memories").fetchone()
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
+            for _ in range(HOLD_TURNS):
+                await asyncio.sleep(0)
             reader.execute("COMMIT")
 
     reading = asyncio.create_task(read())
@@ -210,7 +216,7 @@ async def test_the_wal_stays_bounded_when_writes_never_pause(
             largest = max(largest, wal.stat().st_size if wal.exists() else 0)
         assert all(result.success for result in await asyncio.gather(*upgrades))
         assert memory.stats["commits"] >= 100  # many batches, not a few large ones
-        assert 0 < largest <= 4 * threshold, largest
+        assert 0 < largest <= 6 * threshold, largest
     finally:
         writing = False
         await reading
