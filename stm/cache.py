@@ -260,10 +260,6 @@ class MemoryCache:
         self._by_user: _Index = {}
         # The entries that pin a version of each chain: what a purge's ranges clear.
         self._by_chain: _Index = {}
-        # The entries whose window holds a reply whose prompt showed notes (it may quote
-        # them): what a purge's ranges look through, besides the pins above. A key may stay
-        # after its replies scrolled out, until the next purge looks.
-        self._quoting: set[str] = set()
         # Recall groups: most (a DM user's) hold one live entry, kept bare; a _Group is
         # made when a second entry or an untouched one arrives.
         self._groups: dict[GroupKey, Entry | _Group] = {}
@@ -454,18 +450,6 @@ class MemoryCache:
         for user in users:
             _index_add(self._by_user, user, entry.key)
 
-    def index_quoted_notes(self, entry: Entry) -> None:
-        """``entry``'s window holds a reply whose prompt showed notes."""
-        self._quoting.add(entry.key)
-
-    def keys_quoting_notes(self) -> list[str]:
-        """Every held key whose window may hold a reply whose prompt showed notes."""
-        return list(self._quoting)
-
-    def unindex_quoted_notes(self, key: str) -> None:
-        """``key``'s window holds no reply whose prompt showed notes any more."""
-        self._quoting.discard(key)
-
     def _unindex_scrolled(self, entry: Entry) -> None:
         gone, entry.scrolled = entry.scrolled or (), None
         present = entry.window_users()
@@ -484,7 +468,6 @@ class MemoryCache:
         if entry is None:
             return None
         self._open.pop(key, None)
-        self._quoting.discard(key)
         _index_discard(self._by_channel, entry.channel_id, key)
         if entry.pin is not None:
             _index_discard(self._by_chain, entry.pin.chain, key)
@@ -515,7 +498,6 @@ class MemoryCache:
             "channels": len(self._by_channel),
             "users": len(self._by_user),
             "chains": len(self._by_chain),
-            "quoting": len(self._quoting),
             "user_keys": sum(
                 1 if type(keys) is str else len(keys) for keys in self._by_user.values()
             ),

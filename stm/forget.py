@@ -26,7 +26,6 @@ from .writer import Writer
 __all__ = [
     "clear_channel",
     "clear_ranges",
-    "drop_quoting_replies",
     "forget_everything",
     "forget_key",
     "forget_unplanned",
@@ -88,8 +87,7 @@ def purge_user(
 
 def clear_ranges(cache: MemoryCache, purge: Purge, ranges: Iterable[Range]) -> int:
     """The store planned ``purge``: drop the distilled content of every entry that pins a
-    version in its ranges, and under ``complete`` the replies whose prompt showed such a
-    version (they may quote it); returns how many entries had notes cleared."""
+    version in its ranges; returns how many."""
     ranges = tuple(ranges)
     cleared = 0
     for found in ranges:
@@ -100,35 +98,8 @@ def clear_ranges(cache: MemoryCache, purge: Purge, ranges: Iterable[Range]) -> i
                 cache.drop_distilled(entry)
                 purge.keys.add(key)
                 cleared += 1
-    if ranges and purge.deletion.erasure == "complete":
-        drop_quoting_replies(cache, purge, ranges)
     purge.resolve(ranges)
     return cleared
-
-
-def drop_quoting_replies(cache: MemoryCache, purge: Purge, ranges: Iterable[Range]) -> int:
-    """Drop from every window the replies whose prompt showed a version of notes in
-    ``ranges``; returns how many. Looks only through the entries whose window holds a
-    reply whose prompt showed any notes (at most the cache's keys, never the users)."""
-    starts: dict[int, int] = {}
-    for found in ranges:
-        held = starts.get(found.chain)
-        starts[found.chain] = found.from_version if held is None else min(held, found.from_version)
-    dropped = 0
-    for key in cache.keys_quoting_notes():
-        entry = cache.peek(key)
-        if entry is None:
-            cache.unindex_quoted_notes(key)
-            continue
-        window = entry.messages
-        kept = window.without_pins(starts)
-        if kept is not window:
-            dropped += len(window) - len(kept)
-            entry.messages = kept
-            purge.keys.add(key)
-        if not kept.has_pins:
-            cache.unindex_quoted_notes(key)
-    return dropped
 
 
 def forget_unplanned(cache: MemoryCache, purge: Purge) -> int:

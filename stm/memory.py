@@ -59,7 +59,7 @@ from .models import (
     ToolResult,
     TurnContext,
 )
-from .provenance import Shown, with_sources
+from .provenance import Shown
 from .purgewatch import PurgeAlert, PurgeWatch, RecentPurges, describe_alert
 from .readthrough import (
     AGAIN,
@@ -99,7 +99,7 @@ from .text import clean_message
 from .timing import LoopScheduler, Scheduler
 from .tool.schema import definition_json
 from .tool.upgrade import MemoryTool, Upgrades
-from .window import Sources, StoredMessage
+from .window import StoredMessage
 from .writer import Writer
 
 __all__ = ["MemoryTool", "ShortTermMemory"]
@@ -206,7 +206,6 @@ class ShortTermMemory:
             self._writer,
             self._background.spawn,
             coherence_seconds=config.coherence_seconds,
-            erasure=config.erasure,
             forgotten=self._forgotten,
         )
         self._upgrades = Upgrades(
@@ -556,8 +555,7 @@ class ShortTermMemory:
         opted_out = self.settings.is_opted_out
         if event.stopped or self.closed or opted_out(ctx.user_id):
             return
-        settings = self.settings_for(ctx.server_id)
-        if not settings.enabled:
+        if not self.settings_for(ctx.server_id).enabled:
             return
         if self._reads.overtaken(ctx, event.messages):
             # The turn began before a deletion of what its prompt showed, of its scope or
@@ -569,16 +567,7 @@ class ShortTermMemory:
         messages = tuple(
             [
                 _message(
-                    (
-                        m.role,
-                        content,
-                        m.speaker_name,
-                        m.author_id,
-                        m._epoch,
-                        user_id,
-                        m.message_id,
-                        None,
-                    )
+                    (m.role, content, m.speaker_name, m.author_id, m._epoch, user_id, m.message_id)
                 )
                 for m in event.messages
                 # strip() would copy every message
@@ -602,20 +591,7 @@ class ShortTermMemory:
         if not messages:
             return
         self._tally.captures += 1
-        user_k, server_k, group = turn_scope(ctx)
-        shown = ctx._shown
-        if shown is None:
-            # No build_context on this turn: its replies carry what a prompt would show, as
-            # its upgrade would (not noted: an upgrade still reads its group first).
-            shown = self._upgrades.what_a_prompt_would_show(ctx, settings, group)
-
-        def previous() -> Sources | None:
-            held = self.cache.peek(server_k or user_k)
-            return held.messages[-1].sources if held is not None and held.messages else None
-
-        current = self._reads.current_pins
-        messages, sources = with_sources(messages, shown, user_id, current, previous)
-        indexed = users if sources is None else users | sources.users
+        user_k, server_k, _ = turn_scope(ctx)
         cold: list[str] = []
         writer = self.writer
         cache, window = self.cache, self.config.max_messages_per_channel
@@ -633,12 +609,10 @@ class ShortTermMemory:
             entry.remember(messages, window)
             if entry.scrolled is not None:
                 cache.unindex_scrolled(entry)
-            if len(indexed) == 1:
+            if len(users) == 1:
                 cache.index_user(entry, user_id)  # most turns: no set to walk
             else:
-                cache.index_users(entry, indexed)
-            if sources is not None and sources.pins:
-                cache.index_quoted_notes(entry)
+                cache.index_users(entry, users)
             if key == (server_k or user_k):
                 entry.turns_since_refresh += 1
             writer.mark_dirty(entry)

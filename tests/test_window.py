@@ -8,16 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stm.cache import Entry, MemoryCache
-from stm.lineage import Pin
-from stm.window import EMPTY, Sources, StoredMessage, Window, words_of
+from stm.window import EMPTY, StoredMessage, Window
 
 ids = st.integers(min_value=0, max_value=2**63 - 1)
-# A reply's sources: a few users, a few note versions (most messages have none).
-sources = st.none() | st.builds(
-    Sources,
-    users=st.frozensets(st.integers(0, 5) | ids, max_size=3),
-    pins=st.lists(st.builds(Pin, st.integers(1, 3), st.integers(1, 4)), max_size=2).map(tuple),
-)
 messages = st.builds(
     StoredMessage,
     role=st.sampled_from(["user", "assistant"]),
@@ -28,7 +21,6 @@ messages = st.builds(
     timestamp=st.floats(allow_nan=False, allow_infinity=False),
     turn_user_id=ids,
     message_id=st.none() | ids,
-    sources=sources,
 )
 windows = st.lists(messages, max_size=12)
 
@@ -49,8 +41,6 @@ def test_packed_reads_exactly_what_open_reads(
         assert packed[i] == held[i]
     for last in (None, 0, 1, 3, 20):
         assert packed.users(last) == open_.users(last)
-        assert packed.pins(last) == open_.pins(last)
-    assert packed.has_pins == open_.has_pins
     assert packed.first == open_.first and packed == open_
 
 
@@ -76,7 +66,9 @@ def test_appending_keeps_the_newest_and_their_positions(
         dropped = combined[: max(0, len(combined) - limit)]
         history = combined[-limit:]
         assert list(window) == history
-        expected_gone = {user for m in dropped for user in words_of(m)}
+        expected_gone = {m.turn_user_id for m in dropped} | {
+            m.author_id for m in dropped if m.author_id is not None
+        }
         expected_gone.discard(newest)
         assert set(gone or ()) == expected_gone
     total = sum(len(t) for t in turns)
@@ -88,18 +80,12 @@ def test_appending_keeps_the_newest_and_their_positions(
 def test_without_a_user_renumbers_past_every_used_position(
     held: list[StoredMessage], user: int, packed: bool
 ) -> None:
-    """A purge keeps the form, drops the user's turns and words and the replies whose prompt
-    showed their words, and never reuses a position."""
+    """A purge keeps the form, drops the user's turns and words, and never reuses a position."""
     window = Window(held, first=3)
     if packed:
         window = window.packed()
     kept = window.without(user)
-    expected = [
-        m
-        for m in held
-        if user not in (m.turn_user_id, m.author_id)
-        and (m.sources is None or user not in m.sources.users)
-    ]
+    expected = [m for m in held if user not in (m.turn_user_id, m.author_id)]
     assert list(kept) == expected
     if len(expected) == len(held):
         assert kept is window
