@@ -1223,8 +1223,7 @@ class ShortTermMemory:
             settled(channels)
 
         self._tally.discord_events["guild_cleared"] += 1
-        queued = self.writer.submit_change(ForgetServer(server_id), on_result=stored)
-        await self.writer.flush(through=queued, scrub=False)
+        await self._durably(ForgetServer(server_id), stored)
         log.info("cleared server %s: %d channels and its settings", server_id, len(cleared))
         return len(cleared)
 

@@ -1,7 +1,8 @@
 """Per-server settings and per-user opt-outs, held in memory for the turn path.
 
-Validation lives here; saving them is the facade's job (through the writer),
-so a change takes effect only once it is durable.
+Validation lives here; saving them is the facade's job (through the writer's shared
+changes): a change made here is in force here at once (``stage``), and stays so over
+every reload of what the store holds until the store has it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import itertools
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -21,6 +22,8 @@ from .models import DEFAULT_CATEGORY, Category, ServerSettings
 from .slugs import slugify
 
 __all__ = ["SettingsBook", "invalid_input"]
+
+_V = TypeVar("_V")
 
 log = logging.getLogger("stm.settings")
 
@@ -191,25 +194,27 @@ class SettingsBook:
         """Put a change made here in force at once (None: the server's settings deleted),
         kept over every reload until the store has it; returns what to call once it is
         committed."""
-        token = next(self._tokens)
-        self._staged[server_id] = (token, settings)
-        self._put(server_id, settings)
-
-        def committed(_result: object = None) -> None:
-            if self._staged.get(server_id, (0, None))[0] == token:
-                del self._staged[server_id]
-
-        return committed
+        return self._stage(self._staged, server_id, settings, self._put)
 
     def stage_opt_out(self, user_id: int, opted_out: bool) -> Callable[[object], None]:
         """``stage`` for a user's opt-out (or its end)."""
+        return self._stage(self._staged_opt_outs, user_id, opted_out, self._put_opt_out)
+
+    def _stage(
+        self,
+        staged: dict[int, tuple[int, _V]],
+        key: int,
+        value: _V,
+        put: Callable[[int, _V], None],
+    ) -> Callable[[object], None]:
         token = next(self._tokens)
-        self._staged_opt_outs[user_id] = (token, opted_out)
-        self._put_opt_out(user_id, opted_out)
+        staged[key] = (token, value)
+        put(key, value)
 
         def committed(_result: object = None) -> None:
-            if self._staged_opt_outs.get(user_id, (0, False))[0] == token:
-                del self._staged_opt_outs[user_id]
+            # A later change of the same key stays staged until its own commit.
+            if key in staged and staged[key][0] == token:
+                del staged[key]
 
         return committed
 

@@ -3,8 +3,6 @@ what SQLite keeps of the statements it prepared stays bounded as users come and 
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import sqlite3
 from pathlib import Path
@@ -13,6 +11,7 @@ from typing import Any
 import pytest
 from helpers import stored_row
 
+from benchmarks.churn import sqlite_memory
 from stm import ShortTermMemory, STMConfig
 from stm.errors import StoreError
 from stm.keys import user_key
@@ -23,22 +22,12 @@ from stm.testing import ctx, turn
 
 
 def _sqlite_library() -> Any:
-    """The SQLite library the ``sqlite3`` module uses, for ``sqlite3_memory_used``."""
-    import _sqlite3
-
-    # The module's own file first (SQLite linked into it, or the library it loads); the
-    # system's library only if that exports nothing (looking for it runs ldconfig).
-    for find in (lambda: _sqlite3.__file__, lambda: ctypes.util.find_library("sqlite3")):
-        name = find()
-        if not name:
-            continue
-        try:
-            library = ctypes.CDLL(name)
-            library.sqlite3_memory_used.restype = ctypes.c_int64
-        except (OSError, AttributeError):
-            continue
-        return library
-    pytest.skip("this build of SQLite exports no sqlite3_memory_used")
+    """The SQLite library the ``sqlite3`` module uses, for ``sqlite3_memory_used`` (the
+    churn benchmark's reading of it)."""
+    library = sqlite_memory()
+    if library is None:
+        pytest.skip("this build of SQLite exports no sqlite3_memory_used")
+    return library
 
 
 @pytest.mark.parametrize("dialect", [SQLITE, POSTGRES], ids=["sqlite", "postgres"])
