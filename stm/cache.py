@@ -260,6 +260,11 @@ class MemoryCache:
         self._by_user: _Index = {}
         # The entries that pin a version of each chain: what a purge's ranges clear.
         self._by_chain: _Index = {}
+        # The entries whose window holds a reply carrying sources (what its prompt showed):
+        # what a purge, its ranges and a Discord delete look through besides the indexes
+        # above, so that no index grows with what replies quoted. At most the cache's keys;
+        # a key may stay after its replies scrolled out, until the next walk looks.
+        self._sourced: set[str] = set()
         # Recall groups: most (a DM user's) hold one live entry, kept bare; a _Group is
         # made when a second entry or an untouched one arrives.
         self._groups: dict[GroupKey, Entry | _Group] = {}
@@ -450,6 +455,20 @@ class MemoryCache:
         for user in users:
             _index_add(self._by_user, user, entry.key)
 
+    def index_sourced(self, entry: Entry) -> None:
+        """``entry``'s window holds a reply carrying sources."""
+        self._sourced.add(entry.key)
+
+    def sourced(self, server_id: int | None = None) -> Iterator[Entry]:
+        """The held entries whose window holds a reply carrying sources (of ``server_id``
+        only, when given); forgets the keys that no longer hold one."""
+        for key in list(self._sourced):
+            entry = self._held(key)
+            if entry is None or not entry.messages.has_sources:
+                self._sourced.discard(key)
+            elif server_id is None or entry.server_id == server_id:
+                yield entry
+
     def _unindex_scrolled(self, entry: Entry) -> None:
         gone, entry.scrolled = entry.scrolled or (), None
         present = entry.window_users()
@@ -468,6 +487,7 @@ class MemoryCache:
         if entry is None:
             return None
         self._open.pop(key, None)
+        self._sourced.discard(key)
         _index_discard(self._by_channel, entry.channel_id, key)
         if entry.pin is not None:
             _index_discard(self._by_chain, entry.pin.chain, key)
@@ -498,6 +518,7 @@ class MemoryCache:
             "channels": len(self._by_channel),
             "users": len(self._by_user),
             "chains": len(self._by_chain),
+            "sourced": len(self._sourced),
             "user_keys": sum(
                 1 if type(keys) is str else len(keys) for keys in self._by_user.values()
             ),

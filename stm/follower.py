@@ -37,6 +37,7 @@ from .cache import GroupKey, MemoryCache, group_of
 from .deletions import Purge
 from .forget import clear_channel, clear_ranges, forget_everything, forget_key, purge_user
 from .keys import parse_key
+from .lineage import Erasure
 from .messages import RecentlyForgotten, forget_messages, nudge_rewrite
 from .models import TurnContext
 from .readthrough import ReadThrough
@@ -65,6 +66,7 @@ class Follower:
         spawn: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]],
         *,
         coherence_seconds: float,
+        erasure: Erasure = "complete",
         forgotten: RecentlyForgotten | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -75,6 +77,9 @@ class Follower:
         self._writer = writer
         self._spawn = spawn
         self.coherence_seconds = coherence_seconds
+        # The erasure policy of the processes sharing the store (one configuration): what
+        # another process's purge removes from windows here besides its ranges' notes.
+        self.erasure: Erasure = erasure
         self._monotonic = monotonic
         # The feed position whose changes (and every earlier one) the cache reflects.
         self.position = 0
@@ -188,7 +193,12 @@ class Follower:
         purge = self._unplanned.pop(change.position, None)
         if purge is None:
             purge = purge_user(
-                self.cache, self.reads, self._writer, change.user_id, change.server_id
+                self.cache,
+                self.reads,
+                self._writer,
+                change.user_id,
+                change.server_id,
+                self.erasure,
             )
             purge.position = change.position
         self._unplanned[change.position] = purge

@@ -26,6 +26,7 @@ from .writer import Writer
 __all__ = [
     "clear_channel",
     "clear_ranges",
+    "drop_quoting_replies",
     "forget_everything",
     "forget_key",
     "forget_unplanned",
@@ -65,10 +66,12 @@ def purge_user(
     server_id: int | None,
     erasure: Erasure = "complete",
 ) -> Purge:
-    """Drop the user's own entries and the crude messages of turns they triggered or wrote
-    (within ``server_id`` when given); the purge stays pending until ``clear_ranges``."""
+    """Drop the user's own entries, the crude messages of turns they triggered or wrote,
+    and the replies whose prompt showed their words (within ``server_id`` when given); the
+    purge stays pending until ``clear_ranges``."""
     touched: list[str] = []
-    for key in cache.keys_of_user(user_id):
+    keys = cache.keys_of_user(user_id)
+    for key in keys:
         entry = cache.peek(key)
         if entry is None or (server_id is not None and entry.server_id != server_id):
             continue
@@ -81,13 +84,23 @@ def purge_user(
         kept = entry.messages.without(user_id)
         if len(kept) != len(entry.messages):
             entry.messages = kept
+    # Replies quoting them in windows where they have no words of their own: a walk of the
+    # entries holding sourced replies, not an index by every user a reply quoted.
+    indexed = set(keys)
+    for entry in cache.sourced(server_id):
+        if entry.key not in indexed:
+            kept = entry.messages.without(user_id)
+            if kept is not entry.messages:
+                entry.messages = kept
+                touched.append(entry.key)
     # The keys it changed: a turn in one of them was overtaken (see ``ReadThrough.overtaken``).
     return reads.deletions.record_purge(PurgeUser(user_id, server_id, erasure), touched)
 
 
 def clear_ranges(cache: MemoryCache, purge: Purge, ranges: Iterable[Range]) -> int:
     """The store planned ``purge``: drop the distilled content of every entry that pins a
-    version in its ranges; returns how many."""
+    version in its ranges, and under ``complete`` the replies whose prompt showed such a
+    version (they may quote it); returns how many entries had notes cleared."""
     ranges = tuple(ranges)
     cleared = 0
     for found in ranges:
@@ -98,8 +111,29 @@ def clear_ranges(cache: MemoryCache, purge: Purge, ranges: Iterable[Range]) -> i
                 cache.drop_distilled(entry)
                 purge.keys.add(key)
                 cleared += 1
+    if ranges and purge.deletion.erasure == "complete":
+        drop_quoting_replies(cache, purge, ranges)
     purge.resolve(ranges)
     return cleared
+
+
+def drop_quoting_replies(cache: MemoryCache, purge: Purge, ranges: Iterable[Range]) -> int:
+    """Drop from every window the replies whose prompt showed a version of notes in
+    ``ranges``; returns how many. Looks only through the entries whose window holds a
+    reply carrying sources (at most the cache's keys, never the users)."""
+    starts: dict[int, int] = {}
+    for found in ranges:
+        held = starts.get(found.chain)
+        starts[found.chain] = found.from_version if held is None else min(held, found.from_version)
+    dropped = 0
+    for entry in cache.sourced():
+        window = entry.messages
+        kept = window.without_pins(starts)
+        if kept is not window:
+            dropped += len(window) - len(kept)
+            entry.messages = kept
+            purge.keys.add(entry.key)
+    return dropped
 
 
 def forget_unplanned(cache: MemoryCache, purge: Purge) -> int:

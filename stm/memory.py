@@ -59,7 +59,7 @@ from .models import (
     ToolResult,
     TurnContext,
 )
-from .provenance import Shown
+from .provenance import TOO_WIDE, Shown, with_sources
 from .purgewatch import PurgeAlert, PurgeWatch, RecentPurges, describe_alert
 from .readthrough import (
     AGAIN,
@@ -99,7 +99,7 @@ from .text import clean_message
 from .timing import LoopScheduler, Scheduler
 from .tool.schema import definition_json
 from .tool.upgrade import MemoryTool, Upgrades
-from .window import StoredMessage
+from .window import Sources, StoredMessage
 from .writer import Writer
 
 __all__ = ["MemoryTool", "ShortTermMemory"]
@@ -206,6 +206,7 @@ class ShortTermMemory:
             self._writer,
             self._background.spawn,
             coherence_seconds=config.coherence_seconds,
+            erasure=config.erasure,
             forgotten=self._forgotten,
         )
         self._upgrades = Upgrades(
@@ -479,6 +480,7 @@ class ShortTermMemory:
             messages_deleted=t.messages_deleted,
             messages_edited=t.messages_edited,
             discord_events=dict(t.discord_events),
+            replies_too_wide=t.replies_too_wide,
             # Closed, the memory follows no feed.
             feed_lag_seconds=None if self.closed else self.follower.lag_seconds(),
         )
@@ -555,7 +557,8 @@ class ShortTermMemory:
         opted_out = self.settings.is_opted_out
         if event.stopped or self.closed or opted_out(ctx.user_id):
             return
-        if not self.settings_for(ctx.server_id).enabled:
+        settings = self.settings_for(ctx.server_id)
+        if not settings.enabled:
             return
         if self._reads.overtaken(ctx, event.messages):
             # The turn began before a deletion of what its prompt showed, of its scope or
@@ -567,7 +570,16 @@ class ShortTermMemory:
         messages = tuple(
             [
                 _message(
-                    (m.role, content, m.speaker_name, m.author_id, m._epoch, user_id, m.message_id)
+                    (
+                        m.role,
+                        content,
+                        m.speaker_name,
+                        m.author_id,
+                        m._epoch,
+                        user_id,
+                        m.message_id,
+                        None,
+                    )
                 )
                 for m in event.messages
                 # strip() would copy every message
@@ -591,7 +603,26 @@ class ShortTermMemory:
         if not messages:
             return
         self._tally.captures += 1
-        user_k, server_k, _ = turn_scope(ctx)
+        user_k, server_k, group = turn_scope(ctx)
+        sources: Sources | None = None
+        if any(m[0] == "assistant" for m in messages):
+            # The bot's replies carry what the turn's prompt showed; a turn without
+            # build_context, what a prompt would show now, as its upgrade would (not noted:
+            # an upgrade still reads its group first).
+            shown = ctx._shown or self._upgrades.what_a_prompt_would_show(ctx, settings, group)
+
+            def previous() -> Sources | None:
+                held = self.cache.peek(server_k or user_k)
+                return held.messages[-1].sources if held is not None and held.messages else None
+
+            erasure, current = self.config.erasure, self._reads.current_pins
+            messages, found = with_sources(messages, shown, user_id, erasure, current, previous)
+            if found is TOO_WIDE:
+                self._tally.replies_too_wide += 1
+                if not messages:
+                    return
+            elif isinstance(found, Sources):
+                sources = found
         cold: list[str] = []
         writer = self.writer
         cache, window = self.cache, self.config.max_messages_per_channel
@@ -613,6 +644,8 @@ class ShortTermMemory:
                 cache.index_user(entry, user_id)  # most turns: no set to walk
             else:
                 cache.index_users(entry, users)
+            if sources is not None:
+                cache.index_sourced(entry)
             if key == (server_k or user_k):
                 entry.turns_since_refresh += 1
             writer.mark_dirty(entry)

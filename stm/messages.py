@@ -4,7 +4,9 @@ A captured message may carry its Discord message id (``DialogueMessage.message_i
 When Discord says a message was deleted, it leaves every window of its channel that
 holds it; when it says a message was edited, the held text is replaced by the new
 one (cleaned and bounded as a capture would), or the message leaves the window when
-the new text cannot be read. One definition for both origins: an event this process
+the new text cannot be read. Either way the bot's replies whose prompt showed the
+message (their sources name it, ``window.Sources``) leave every window: they may
+quote it. One definition for both origins: an event this process
 received, and another process's change that the follower applies (which names the
 message but not its new text, so there an edit removes the message).
 
@@ -116,6 +118,15 @@ class RecentlyForgotten:
         return False, None
 
 
+def _windows_showing(cache: MemoryCache, channel_id: int) -> list[Entry]:
+    """The entries whose window may hold a message of the channel, or a reply whose prompt
+    showed one: the channel's, and those holding replies with sources."""
+    entries = [e for key in cache.keys_of_channel(channel_id) if (e := cache.peek(key))]
+    held = {e.key for e in entries}
+    entries += [e for e in cache.sourced() if e.key not in held]
+    return entries
+
+
 def _changed(cache: MemoryCache, reads: ReadThrough, channel_id: int, keys: list[str]) -> None:
     if keys:
         reads.deletions.record(ForgetMessages(channel_id, ()), frozenset(keys))
@@ -124,15 +135,14 @@ def _changed(cache: MemoryCache, reads: ReadThrough, channel_id: int, keys: list
 def forget_messages(
     cache: MemoryCache, reads: ReadThrough, channel_id: int, message_ids: Iterable[int]
 ) -> Forgotten:
-    """Remove the messages with these Discord ids from every window of the channel."""
+    """Remove the messages with these Discord ids from every window of the channel, and
+    the replies whose prompt showed one of them from every window."""
     ids = frozenset(message_ids)
     done = Forgotten()
     if not ids:
         return done
-    for key in cache.keys_of_channel(channel_id):
-        entry = cache.peek(key)
-        if entry is None:
-            continue
+    for entry in _windows_showing(cache, channel_id):
+        key = entry.key
         kept = entry.messages.without_messages(ids)
         if kept is entry.messages:
             continue
@@ -149,12 +159,11 @@ def edit_message(
     cache: MemoryCache, reads: ReadThrough, channel_id: int, message_id: int, content: str
 ) -> Forgotten:
     """Replace the text of the message with this Discord id in every window of the
-    channel by ``content`` (cleaned and bounded already, not empty)."""
+    channel by ``content`` (cleaned and bounded already, not empty), and remove the replies
+    whose prompt showed it (they may quote the old text) from every window."""
     done = Forgotten()
-    for key in cache.keys_of_channel(channel_id):
-        entry = cache.peek(key)
-        if entry is None:
-            continue
+    for entry in _windows_showing(cache, channel_id):
+        key = entry.key
         changed = entry.messages.edited(message_id, content)
         if changed is entry.messages:
             continue

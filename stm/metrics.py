@@ -46,6 +46,7 @@ class Tally:
     """What the facade counts as it goes (plain attributes: an increment is one add)."""
 
     captures: int = 0
+    replies_too_wide: int = 0
     upgrades: int = 0
     upgrade_seconds: float = 0.0
     refusals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REFUSAL_REASONS, 0))
@@ -127,6 +128,9 @@ class MetricsSnapshot:
     messages_deleted: int = 0
     messages_edited: int = 0
     discord_events: dict[str, int] = field(default_factory=dict)
+    # Replies of the bot left out of memory under ``complete`` because what their prompt
+    # showed named more than ``stm.provenance.SOURCES_BOUND`` users or versions of notes.
+    replies_too_wide: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The snapshot as a plain dict (JSON-ready)."""

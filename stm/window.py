@@ -22,15 +22,41 @@ of positions it has rendered). Removing messages (a purge) numbers the kept
 ones anew, past every position used before, so a position never stands for two
 different messages; so does removing or editing a message by its Discord id
 (``without_messages``, ``edited``).
+
+A reply of the bot may carry its **sources** (:class:`Sources`): whose words,
+which Discord messages and which note versions the prompt that produced it
+showed, frozen when it was captured. The reply may quote any of it, so a purge
+removes it with the person's own messages (:meth:`Window.without`), a delete or
+edit on Discord with the message (:meth:`Window.without_messages`), and an
+upgrade counts its sources as shown (:meth:`Window.quoted`). :meth:`Window.users`
+stays the window's own words (turn users and authors): what the cache indexes by
+user, so that the index never grows with what replies quoted. Most messages have
+none; a packed window keeps the few it has in one tuple beside its records.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple, overload
 
-__all__ = ["EMPTY", "StoredMessage", "Window"]
+from .lineage import Pin, covers
+
+__all__ = ["EMPTY", "Sources", "StoredMessage", "Window", "words_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """What the prompt of a reply showed besides its own turn: the users whose words it
+    showed (other than the turn's user, whose words the reply is already counted with),
+    the Discord messages among them, and the versions of notes it showed; each sorted.
+    Bounded by what one prompt shows (see ``provenance.Shown.sources``). Immutable; one
+    object is shared by the copies of a turn in its keys' windows."""
+
+    users: tuple[int, ...]
+    message_ids: tuple[int, ...] = ()
+    pins: tuple[Pin, ...] = ()
 
 
 class StoredMessage(NamedTuple):
@@ -44,6 +70,18 @@ class StoredMessage(NamedTuple):
     timestamp: float
     turn_user_id: int
     message_id: int | None = None
+    sources: Sources | None = None
+
+
+def words_of(message: StoredMessage) -> Iterator[int]:
+    """The users whose words ``message`` may hold: who triggered its turn, who wrote it, and
+    its sources' users (a reply). What a purge removes."""
+    yield message[5]
+    if message[3] is not None:
+        yield message[3]
+    sources = message[7]
+    if sources is not None:
+        yield from sources.users
 
 
 # flags (bit 0: the assistant's; bit 1: has an author), author id, timestamp, turn user,
@@ -61,18 +99,22 @@ _ASSISTANT = 1
 _AUTHORED = 2
 _HAS_ID = 4
 _ID_FORM = 8
+# Bit 4: the message has sources, the next of the window's ``_sources`` in order.
+_SOURCED = 16
 _new = object.__new__
 
 
 class Window(Sequence[StoredMessage]):
     """An immutable window of crude messages, open or packed (see the module's docstring)."""
 
-    __slots__ = ("_items", "_meta", "_names", "_text", "first")
+    __slots__ = ("_items", "_meta", "_names", "_sources", "_text", "first")
 
     _items: tuple[StoredMessage, ...] | None
     _meta: bytes
     _text: bytes
     _names: tuple[str, ...]
+    # Packed only: the sources of the messages flagged ``_SOURCED``, in their order.
+    _sources: tuple[Sources, ...]
 
     def __init__(self, messages: Iterable[StoredMessage] = (), first: int = 0) -> None:
         self._items = messages if type(messages) is tuple else tuple(messages)
@@ -114,9 +156,18 @@ class Window(Sequence[StoredMessage]):
             offset = sum(fields[4] for fields in record.iter_unpack(meta[: start * size_of]))
         out = []
         new = tuple.__new__
+        held = self._sources
+        sourced = 0
+        if held:
+            before = record.iter_unpack(meta[: start * size_of])
+            sourced = sum(1 for fields in before if fields[0] & _SOURCED)
         for fields in records:
             flags, author, timestamp, turn_user, size, name = fields[:6]
             end = offset + size
+            sources = None
+            if flags & _SOURCED:
+                sources = held[sourced]
+                sourced += 1
             out.append(
                 new(
                     StoredMessage,
@@ -128,6 +179,7 @@ class Window(Sequence[StoredMessage]):
                         timestamp,
                         turn_user,
                         fields[6] if flags & _HAS_ID else None,
+                        sources,
                     ),
                 )
             )
@@ -177,17 +229,18 @@ class Window(Sequence[StoredMessage]):
         return f"Window({list(self)!r}, first={self.first})"
 
     def users(self, last: int | None = None) -> set[int]:
-        """Who has words in the window (or in its newest ``last`` messages): the user of each
-        message's turn and each message's author."""
+        """Who has words of their own in the window (or in its newest ``last`` messages): the
+        user of each message's turn and each message's author. Not what replies quoted
+        (``quoted``): this is what the cache indexes by user."""
         items = self._items
         n = len(self)
         start = 0 if last is None or last >= n else n - last
         users: set[int] = set()
         if items is not None:
             for message in items[start:] if start else items:
-                users.add(message.turn_user_id)
-                if message.author_id is not None:
-                    users.add(message.author_id)
+                users.add(message[5])
+                if message[3] is not None:
+                    users.add(message[3])
             return users
         record, size_of = self._record()
         for fields in record.iter_unpack(self._meta[start * size_of :]):
@@ -196,15 +249,45 @@ class Window(Sequence[StoredMessage]):
                 users.add(fields[1])
         return users
 
-    def message_ids(self) -> set[int]:
-        """The Discord message ids the window's messages carry."""
+    def quoted(self, last: int | None = None) -> list[Sources]:
+        """The sources of the replies among the window's (newest ``last``) messages."""
+        items = self._items
+        if items is None:
+            if not self._sources:
+                return []
+            n = len(self)
+            items = tuple(self._unpack(0 if last is None or last >= n else n - last, n))
+        elif last is not None and last < len(items):
+            items = items[len(items) - last :]
+        return [m[7] for m in items if m[7] is not None]
+
+    def pins(self, last: int | None = None) -> set[Pin]:
+        """The versions of notes the prompts of the window's replies (of its newest ``last``
+        messages) showed: the replies may quote them."""
+        return {pin for sources in self.quoted(last) for pin in sources.pins}
+
+    @property
+    def has_sources(self) -> bool:
+        """True when a reply in the window carries sources."""
+        items = self._items
+        if items is None:
+            return bool(self._sources)
+        return any(m[7] is not None for m in items)
+
+    def message_ids(self, last: int | None = None) -> set[int]:
+        """The Discord message ids the window's (newest ``last``) messages carry."""
         items = self._items
         if items is not None:
+            if last is not None and last < len(items):
+                items = items[len(items) - last :]
             return {m[6] for m in items if m[6] is not None}
-        record = self._record()[0]
+        record, size_of = self._record()
         if record is _RECORD:
             return set()
-        return {f[6] for f in record.iter_unpack(self._meta) if f[0] & _HAS_ID}
+        meta = self._meta
+        if last is not None and last < len(meta) // size_of:
+            meta = meta[len(meta) - last * size_of :]
+        return {f[6] for f in record.iter_unpack(meta) if f[0] & _HAS_ID}
 
     # -- making new windows -------------------------------------------------
     def appended(
@@ -245,13 +328,17 @@ class Window(Sequence[StoredMessage]):
         meta: list[bytes] = []
         texts: list[bytes] = []
         names: dict[str, int] = {}
+        sourced: list[Sources] = []
         with_ids = any(m[6] is not None for m in items)
         pack = _RECORD_IDS.pack if with_ids else _RECORD.pack
-        for role, content, speaker, author, timestamp, turn_user, message_id in items:
+        for role, content, speaker, author, timestamp, turn_user, message_id, sources in items:
             data = content.encode("utf-8", "surrogatepass")
             flags = _ASSISTANT if role == "assistant" else 0
             if author is not None:
                 flags |= _AUTHORED
+            if sources is not None:
+                flags |= _SOURCED
+                sourced.append(sources)
             name = names.setdefault(speaker, len(names))
             if with_ids:
                 flags |= _ID_FORM if message_id is None else _ID_FORM | _HAS_ID
@@ -265,6 +352,7 @@ class Window(Sequence[StoredMessage]):
         made._meta = b"".join(meta)
         made._text = b"".join(texts)
         made._names = tuple(names)
+        made._sources = tuple(sourced) if sourced else ()
         made.first = self.first
         return made
 
@@ -272,33 +360,57 @@ class Window(Sequence[StoredMessage]):
         return Window(self._all() + tuple(other), self.first)
 
     def without(self, user_id: int) -> Window:
-        """The window without the messages of ``user_id``'s turns or authored by them, in
-        the same form; the same window when it has none. The kept messages are numbered
-        anew, past every position this window's entry has used."""
+        """The window without the messages that may hold ``user_id``'s words (``words_of``:
+        their turns, their messages, and replies whose prompt showed their words), in the
+        same form; the same window when it has none. The kept messages are numbered anew,
+        past every position this window's entry has used."""
         held = self._all()
-        kept = tuple(m for m in held if user_id not in (m.turn_user_id, m.author_id))
+        kept = tuple(m for m in held if user_id not in words_of(m))
+        return self._kept(held, kept)
+
+    def without_pins(self, ranges: dict[int, int]) -> Window:
+        """The window without the replies whose prompt showed a version of notes in
+        ``ranges`` (chain -> first version cleared by a purge), in the same form; the same
+        window when it has none."""
+        held = self._all()
+        kept = tuple(
+            m for m in held if m[7] is None or not any(covers(ranges, p) for p in m[7].pins)
+        )
+        return self._kept(held, kept)
+
+    def _kept(self, held: tuple[StoredMessage, ...], kept: tuple[StoredMessage, ...]) -> Window:
+        """The window of ``kept``, some of ``held``, in this one's form and numbered anew;
+        this window itself when nothing was dropped."""
         if len(kept) == len(held):
             return self
         made = Window(kept, self.first + len(held) + 1)
         return made.packed() if self._items is None else made
 
     def without_messages(self, message_ids: set[int] | frozenset[int]) -> Window:
-        """The window without the messages whose Discord id is in ``message_ids``, in the same
-        form; the same window when it holds none of them. Kept messages are numbered anew."""
+        """The window without the messages whose Discord id is in ``message_ids``, and the
+        replies whose prompt showed one of them, in the same form; the same window when it
+        holds none of them. Kept messages are numbered anew."""
         held = self._all()
-        kept = tuple(m for m in held if m[6] is None or m[6] not in message_ids)
-        if len(kept) == len(held):
-            return self
-        made = Window(kept, self.first + len(held) + 1)
-        return made.packed() if self._items is None else made
+        kept = tuple(
+            m
+            for m in held
+            if (m[6] is None or m[6] not in message_ids)
+            and (m[7] is None or message_ids.isdisjoint(m[7].message_ids))
+        )
+        return self._kept(held, kept)
 
     def edited(self, message_id: int, content: str) -> Window:
         """The window with the content of the message whose Discord id is ``message_id``
         replaced by ``content`` (already cleaned and bounded), in the same form; the same
-        window when it does not hold it. Messages are numbered anew, so that no line
-        rendered from the old text is reused."""
+        window when it does not hold it. The replies whose prompt showed the message leave
+        (they may quote its old text). Messages are numbered anew, so that no line rendered
+        from the old text is reused."""
         held = self._all()
-        changed = tuple(m._replace(content=content) if m[6] == message_id else m for m in held)
+        changed = tuple(
+            m._replace(content=content) if m[6] == message_id else m
+            for m in held
+            if m[7] is None or message_id not in m[7].message_ids
+        )
         if changed == held:
             return self
         made = Window(changed, self.first + len(held) + 1)

@@ -119,8 +119,11 @@ async def test_close_waits_for_everything_in_flight(config: STMConfig, clock: Cl
     )
     await first.capture(turn(ctx(channel=11), "gone"))
     assert (await first.run_tool(ctx(channel=11), {"summary": "CLEARED"})).success
-    await first.capture(turn(ctx(user=3, channel=12), "purged"))
-    assert (await first.run_tool(ctx(user=3, channel=12), {"summary": "PURGED"})).success
+    # In another server: a reply in #10 whose prompt showed user 3's words would make the
+    # notes written from #10's window theirs too, and the purge would clear them.
+    purged = ctx(user=3, channel=12, server=200)
+    await first.capture(turn(purged, "purged"))
+    assert (await first.run_tool(purged, {"summary": "PURGED"})).success
     for channel in (10, *range(20, 40)):
         await first.capture(turn(ctx(channel=channel), "hot"))  # no hydration left to wait for
     await first.flush()

@@ -8,9 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stm.cache import Entry, MemoryCache
-from stm.window import EMPTY, StoredMessage, Window
+from stm.lineage import Pin
+from stm.window import EMPTY, Sources, StoredMessage, Window, words_of
 
 ids = st.integers(min_value=0, max_value=2**63 - 1)
+# A reply's sources: a few users, a few note versions (most messages have none).
+sources = st.none() | st.builds(
+    Sources,
+    users=st.frozensets(st.integers(0, 5) | ids, max_size=3).map(sorted).map(tuple),
+    message_ids=st.frozensets(st.integers(0, 5) | ids, max_size=3).map(sorted).map(tuple),
+    pins=st.lists(st.builds(Pin, st.integers(1, 3), st.integers(1, 4)), max_size=2).map(tuple),
+)
 messages = st.builds(
     StoredMessage,
     role=st.sampled_from(["user", "assistant"]),
@@ -21,6 +29,7 @@ messages = st.builds(
     timestamp=st.floats(allow_nan=False, allow_infinity=False),
     turn_user_id=ids,
     message_id=st.none() | ids,
+    sources=sources,
 )
 windows = st.lists(messages, max_size=12)
 
@@ -41,6 +50,10 @@ def test_packed_reads_exactly_what_open_reads(
         assert packed[i] == held[i]
     for last in (None, 0, 1, 3, 20):
         assert packed.users(last) == open_.users(last)
+        assert packed.pins(last) == open_.pins(last)
+        assert packed.quoted(last) == open_.quoted(last)
+        assert packed.message_ids(last) == open_.message_ids(last)
+    assert packed.has_sources == open_.has_sources
     assert packed.first == open_.first and packed == open_
 
 
@@ -66,6 +79,7 @@ def test_appending_keeps_the_newest_and_their_positions(
         dropped = combined[: max(0, len(combined) - limit)]
         history = combined[-limit:]
         assert list(window) == history
+        # What the cache indexes by user: turns and authors, never what replies quoted.
         expected_gone = {m.turn_user_id for m in dropped} | {
             m.author_id for m in dropped if m.author_id is not None
         }
@@ -80,18 +94,56 @@ def test_appending_keeps_the_newest_and_their_positions(
 def test_without_a_user_renumbers_past_every_used_position(
     held: list[StoredMessage], user: int, packed: bool
 ) -> None:
-    """A purge keeps the form, drops the user's turns and words, and never reuses a position."""
+    """A purge keeps the form, drops the user's turns and words and the replies whose prompt
+    showed their words, and never reuses a position."""
     window = Window(held, first=3)
     if packed:
         window = window.packed()
     kept = window.without(user)
-    expected = [m for m in held if user not in (m.turn_user_id, m.author_id)]
+    expected = [
+        m
+        for m in held
+        if user not in (m.turn_user_id, m.author_id)
+        and (m.sources is None or user not in m.sources.users)
+    ]
     assert list(kept) == expected
     if len(expected) == len(held):
         assert kept is window
     else:
         assert kept.first > window.first + len(held) - 1
         assert kept.packed_form == packed
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    held=windows,
+    gone=st.frozensets(st.integers(0, 5) | ids, max_size=3),
+    new_text=st.text(min_size=1, max_size=5),
+    packed=st.booleans(),
+)
+def test_a_deleted_or_edited_message_takes_the_replies_that_showed_it(
+    held: list[StoredMessage], gone: frozenset[int], new_text: str, packed: bool
+) -> None:
+    """A delete drops the messages and every reply whose sources name one of them; an edit
+    replaces the text and drops the replies that showed the old one; the form is kept."""
+    window = Window(held, first=3)
+    if packed:
+        window = window.packed()
+
+    def showed(m: StoredMessage, ids: frozenset[int]) -> bool:
+        return m.sources is not None and not ids.isdisjoint(m.sources.message_ids)
+
+    kept = window.without_messages(gone)
+    assert list(kept) == [m for m in held if m.message_id not in gone and not showed(m, gone)]
+    assert kept.packed_form == packed or kept is window
+    for message_id in gone:
+        edited = window.edited(message_id, new_text)
+        expected = [
+            m._replace(content=new_text) if m.message_id == message_id else m
+            for m in held
+            if not showed(m, frozenset([message_id]))
+        ]
+        assert list(edited) == expected
 
 
 def test_packed_form_is_smaller() -> None:

@@ -319,7 +319,7 @@ class Upgrades:
             warming = self.reads.warm(group)
             if warming is not None:
                 await warming
-            self._note_what_a_prompt_would_show(ctx, settings, group)
+            self.reads.note_shown(ctx, self.what_a_prompt_would_show(ctx, settings, group))
         keys = [user_k] if server_k is None else [user_k, server_k]
         # Most upgrades: both entries are in the cache with their rows merged, and none is
         # being read; the reads below would only cost their set-up.
@@ -348,14 +348,16 @@ class Upgrades:
             return entries
         return await self._commit(ctx, settings, entries, values)
 
-    def _note_what_a_prompt_would_show(
+    def what_a_prompt_would_show(
         self, ctx: TurnContext, settings: ServerSettings, group: GroupKey
-    ) -> None:
+    ) -> Shown:
+        """What the prompt of a turn that did not call ``build_context`` would have shown
+        from the cache now: its upgrade's provenance, and its replies'."""
         now = self.clock()
         others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
         shown = Shown.own(ctx.user_id, ctx.channel_id)
         shown_by(None, others, settings, shown)
-        self.reads.note_shown(ctx, shown)
+        return shown
 
     def _held(
         self, ctx: TurnContext, keys: list[str], group: GroupKey
@@ -417,12 +419,21 @@ class Upgrades:
             direct |= shown.users
         for entry in entries:
             direct |= entry.window_users()
+            # A reply in the window may quote what its own prompt showed.
+            for sources in entry.messages.quoted():
+                direct.update(sources.users)
         # The notes' own content kept (a category write keeps the fields it does not name),
         # as their pins, or keys while their own upgrade is being committed.
         own: list[Pin | str] = []
         other: list[Pin | str] = []
         for key, pin, is_own in shown.notes if shown is not None else ():
             (own if is_own else other).append(pin if pin is not None else key)
+        # Notes a reply shown (in another channel's recent messages, or in the turn's own
+        # windows) may quote: as if this prompt had shown them (``Window.pins``).
+        quoted = set(shown.window_pins) if shown is not None else set()
+        for entry in entries:
+            quoted |= entry.messages.pins()
+        other.extend(quoted)
         if not settings.summary_mode:
             for entry in entries:
                 if entry.distilled:
@@ -432,6 +443,7 @@ class Upgrades:
         guarded_pins = {
             *(shown.pins(self.reads.current_pins(shown)) if shown is not None else ()),
             *(e.pin for e in entries if e.pin is not None),
+            *quoted,
         }
         for entry in entries:
             if settings.summary_mode:
