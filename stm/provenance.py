@@ -34,6 +34,10 @@ Note = tuple[str, Pin | None, bool]
 SOURCES_BOUND: Final = 64
 
 
+def _pin_order(pin: Pin) -> tuple[int, int]:
+    return pin.chain, pin.version
+
+
 class _TooWide:
     """The sources of a reply that would name more than ``SOURCES_BOUND``."""
 
@@ -49,16 +53,9 @@ TOO_WIDE: Final = _TooWide()
 class Said(Protocol):
     """A window of crude messages, as far as provenance needs it."""
 
-    def users(self, last: int | None = None) -> set[int]:
-        """Turn users and authors of the newest ``last`` messages (all when None)."""
-        ...
-
-    def message_ids(self, last: int | None = None) -> set[int]:
-        """The Discord message ids among the newest ``last`` messages."""
-        ...
-
-    def quoted(self, last: int | None = None) -> list[Sources]:
-        """The sources of the replies among the newest ``last`` messages."""
+    def said(self, last: int) -> tuple[set[int], set[int], list[Sources]]:
+        """The turn users and authors of the newest ``last`` messages, their Discord
+        message ids, and the sources of the replies among them."""
         ...
 
 
@@ -79,9 +76,11 @@ class Shown:
     _users: set[int] = field(default_factory=set)
     _windows: list[tuple[Said, int]] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
-    # Read from the windows (``_read_windows``): the Discord messages shown, and what the
-    # replies shown had been shown (their users, their notes).
+    # Read from the windows (``_read_windows``): the Discord messages shown, and the
+    # sources of the replies shown, merged into what they had been shown (their users,
+    # their notes) only when an upgrade or a deletion asks (``_read_replies``).
     _message_ids: set[int] = field(default_factory=set)
+    _replies: list[Sources] = field(default_factory=list)
     _quoted_users: set[int] = field(default_factory=set)
     _window_pins: set[Pin] = field(default_factory=set)
 
@@ -115,7 +114,7 @@ class Shown:
     @property
     def window_pins(self) -> set[Pin]:
         """The versions of notes that the prompts of the replies shown showed."""
-        self._read_windows()
+        self._read_replies()
         return self._window_pins
 
     def sources(
@@ -131,24 +130,23 @@ class Shown:
         (``current`` as for :meth:`pins`) and what the replies shown carried. None when
         that is nothing; ``TOO_WIDE`` past ``SOURCES_BOUND``."""
         self._read_windows()
-        users = self._users | set(authors)
+        users = self._users.union(authors) if authors else set(self._users)
         pins: set[Pin] = set()
         if erasure == "complete":
             # A note shown matters to a reply only where a purge follows it to the reply:
             # under ``complete``; ``direct`` clears only what showed the words directly.
+            self._read_replies()
             users |= self._quoted_users
             pins.update(self._note_pins(current))
             pins |= self._window_pins
         users.discard(user_id)
-        if not users and not pins and not self._message_ids:
+        ids = self._message_ids
+        if not users and not pins and not ids:
             return None
         if len(users) > SOURCES_BOUND or len(pins) > SOURCES_BOUND:
             return TOO_WIDE
-        return Sources(
-            tuple(sorted(users)),
-            tuple(sorted(self._message_ids)),
-            tuple(sorted(pins, key=lambda pin: (pin.chain, pin.version))),
-        )
+        ordered: tuple[Pin, ...] = tuple(sorted(pins, key=_pin_order)) if pins else ()
+        return tuple.__new__(Sources, (tuple(sorted(users)), tuple(sorted(ids)), ordered))
 
     def add_window(self, window: Said, last: int) -> None:
         """Credit the turn users and authors of the newest ``last`` messages of ``window``,
@@ -162,28 +160,38 @@ class Shown:
         self._windows += other._windows
         self.notes += other.notes
         self._message_ids |= other._message_ids
+        self._replies += other._replies
         self._quoted_users |= other._quoted_users
         self._window_pins |= other._window_pins
 
     @property
     def users(self) -> set[int]:
         """Every user whose words were shown: directly, or through a reply shown."""
-        self._read_windows()
+        self._read_replies()
         return self._users | self._quoted_users if self._quoted_users else self._users
 
     def _read_windows(self) -> None:
         """Credit the windows shown, once: their users, their message ids, and their
         replies' sources."""
         if self._windows:
-            users, ids = self._users, self._message_ids
-            quoted, pins = self._quoted_users, self._window_pins
+            users, ids, replies = self._users, self._message_ids, self._replies
             for window, last in self._windows:
-                users |= window.users(last)
-                ids |= window.message_ids(last)
-                for sources in window.quoted(last):
-                    quoted.update(sources.users)
-                    pins.update(sources.pins)
+                said, said_ids, quoted = window.said(last)
+                users |= said
+                ids |= said_ids
+                replies += quoted
             self._windows = []
+
+    def _read_replies(self) -> None:
+        """Credit what the replies shown had been shown, once."""
+        self._read_windows()
+        if self._replies:
+            quoted, pins = self._quoted_users, self._window_pins
+            for sources in self._replies:
+                quoted.update(sources.users)
+                if sources.pins:
+                    pins.update(sources.pins)
+            self._replies = []
 
 
 def with_sources(
@@ -215,5 +223,8 @@ def with_sources(
     before = previous()
     if before == sources:
         sources = before
-    sourced = tuple([m._replace(sources=sources) if m[0] == "assistant" else m for m in messages])
+    new = tuple.__new__  # NamedTuple._replace costs a dict and a call per message
+    sourced = tuple(
+        [new(StoredMessage, (*m[:7], sources)) if m[0] == "assistant" else m for m in messages]
+    )
     return sourced, sources

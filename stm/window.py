@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple, overload
 
 from .lineage import Pin, covers
@@ -46,8 +45,7 @@ from .lineage import Pin, covers
 __all__ = ["EMPTY", "Sources", "StoredMessage", "Window", "words_of"]
 
 
-@dataclass(frozen=True, slots=True)
-class Sources:
+class Sources(NamedTuple):
     """What the prompt of a reply showed besides its own turn: the users whose words it
     showed (other than the turn's user, whose words the reply is already counted with),
     the Discord messages among them, and the versions of notes it showed; each sorted.
@@ -248,6 +246,43 @@ class Window(Sequence[StoredMessage]):
             if fields[0] & _AUTHORED:
                 users.add(fields[1])
         return users
+
+    def said(self, last: int) -> tuple[set[int], set[int], list[Sources]]:
+        """What the newest ``last`` messages hold, in one pass: their users (as
+        :meth:`users`), their Discord message ids, and their replies' sources."""
+        items = self._items
+        users: set[int] = set()
+        ids: set[int] = set()
+        quoted: list[Sources] = []
+        if items is None:
+            # Packed: the records alone, no text decoded.
+            record, size_of = self._record()
+            meta, held = self._meta, self._sources
+            n = len(meta) // size_of
+            start = (n - last if last < n else 0) * size_of
+            k = sum(1 for f in record.iter_unpack(meta[:start]) if f[0] & _SOURCED) if held else 0
+            for fields in record.iter_unpack(meta[start:]):
+                flags = fields[0]
+                users.add(fields[3])
+                if flags & _AUTHORED:
+                    users.add(fields[1])
+                if flags & _HAS_ID:
+                    ids.add(fields[6])
+                if flags & _SOURCED:
+                    quoted.append(held[k])
+                    k += 1
+            return users, ids, quoted
+        if last < len(items):
+            items = items[len(items) - last :]
+        for message in items:
+            users.add(message[5])
+            if message[3] is not None:
+                users.add(message[3])
+            if message[6] is not None:
+                ids.add(message[6])
+            if message[7] is not None:
+                quoted.append(message[7])
+        return users, ids, quoted
 
     def quoted(self, last: int | None = None) -> list[Sources]:
         """The sources of the replies among the window's (newest ``last``) messages."""

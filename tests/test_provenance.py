@@ -167,15 +167,32 @@ OWN_NOTES = re.compile(r"^\[Short-term memory of .*?^\[End of short-term memory\
 
 
 def copied_from(seen: str, erasure: str) -> str:
-    """What the stand-in model copies from a prompt: everything (``complete`` must clear
-    copies of anything), or under ``direct`` the recent messages it rendered and this
-    channel's own notes (a copy of another channel's notes is what ``direct`` keeps, see
-    the test above)."""
+    """What the stand-in model copies from a prompt into notes: everything (``complete``
+    must clear copies of anything), or under ``direct`` the recent messages it rendered
+    and this channel's own notes (a copy of another channel's notes is what ``direct``
+    keeps, see the test above)."""
     if erasure == "complete":
         return " ".join(m.group() for m in TOKEN.finditer(seen))
     parts = [m.group(1) for m in CRUDE_LINE.finditer(seen)]
     parts += [m.group() for m in OWN_NOTES.finditer(seen)]
     return " ".join(m.group() for m in TOKEN.finditer(" ".join(parts)))
+
+
+# A recent message of someone other than the bot, as a prompt renders it.
+PEOPLES_LINE = re.compile(r'^> (?!Assistant:)[^:\n]*: "([^"\n]*)"$', re.M)
+
+
+def quoted_from(seen: str, erasure: str, pick: list[bool]) -> str:
+    """What the stand-in model's reply quotes from its prompt: some of what it showed
+    (``pick`` says which), anything under ``complete``, and under ``direct`` only the
+    people's recent messages it rendered (a reply quoting notes, or another reply, is
+    what ``direct`` keeps: tests/test_reply_provenance.py)."""
+    if erasure == "complete":
+        shown = [m.group() for m in TOKEN.finditer(seen)]
+    else:
+        lines = " ".join(m.group(1) for m in PEOPLES_LINE.finditer(seen))
+        shown = [m.group() for m in TOKEN.finditer(lines)]
+    return " ".join(token for i, token in enumerate(shown) if pick[i % len(pick)])
 
 
 async def _play(
@@ -185,7 +202,12 @@ async def _play(
     server: int | None,
     mode: str,
     erasure: str = "complete",
+    pick: tuple[bool, ...] = (True,),
 ) -> None:
+    """Play ``plan``, each turn's reply quoting what its prompt showed (``quoted_from``) and
+    each upgrade copying its prompt and window; purge ``target``; nothing of theirs may
+    remain."""
+    pick = list(pick) or [True]
     config = STMConfig(
         database=db,
         max_messages_per_channel=4,
@@ -197,11 +219,11 @@ async def _play(
         n = 0
         for user, channel, authors, upgrade in plan:
             here = TurnContext(user_id=user, channel_id=channel, server_id=100)
-            seen = ""
             if upgrade == "built":
                 seen = str(await memory.build_context(here))
-            elif upgrade == "blind":
-                # The host built the prompt through another context object.
+            else:
+                # The host built the prompt through another context object, or without
+                # telling the memory ("none"): what the memory would have shown.
                 twin = TurnContext(user_id=user, channel_id=channel, server_id=100)
                 seen = str(await memory.build_context(twin))
             messages = []
@@ -211,8 +233,10 @@ async def _play(
                     DialogueMessage(role="user", content=f"w{author}t{user}n{n}", author_id=author)
                 )
             n += 1
-            # The bot's reply: words of the turn's user (author unknown, as hosts send it).
-            messages.append(DialogueMessage(role="assistant", content=f"w0t{user}n{n}"))
+            # The bot's reply: words of the turn's user (author unknown, as hosts send it),
+            # quoting some of what its prompt showed.
+            quote = quoted_from(seen, erasure, pick)
+            messages.append(DialogueMessage(role="assistant", content=f"w0t{user}n{n} {quote}"))
             await memory.capture(GenerationFinished(context=here, messages=messages))
             if upgrade != "none":
                 # The model copies what it saw: the prompt and the channel's history.
@@ -239,22 +263,48 @@ async def _play(
 # recalled from another channel, with and without a prompt built; distilled memory recalled
 # in supersede mode; another author's message inside someone else's turn.
 NAMED = [
-    ([(1, 11, [1], "none"), (2, 10, [2], "built")], 1, None, "crude_summary", "direct"),
-    ([(1, 11, [1], "none"), (2, 10, [2], "blind")], 1, 100, "crude_summary", "direct"),
+    ([(1, 11, [1], "none"), (2, 10, [2], "built")], 1, None, "crude_summary", "direct", (True,)),
+    ([(1, 11, [1], "none"), (2, 10, [2], "blind")], 1, 100, "crude_summary", "direct", (True,)),
     (
         [(1, 11, [1], "built"), (2, 11, [2], "none"), (2, 10, [2], "built")],
         1,
         None,
         "supersede",
         "complete",
+        (True,),
     ),
-    ([(1, 10, [1, 3], "built")], 3, None, "crude_summary", "direct"),
+    ([(1, 10, [1, 3], "built")], 3, None, "crude_summary", "direct", (True,)),
     (
         [(1, 11, [2], "built"), (1, 10, [1], "built"), (2, 10, [1], "built")],
         2,
         None,
         "supersede",
         "complete",
+        (True,),
+    ),
+    (
+        [(1, 11, [1], "none"), (2, 10, [2], "none"), (3, 10, [3], "built")],
+        1,
+        100,
+        "crude_summary",
+        "direct",
+        (True,),
+    ),
+    (
+        [(1, 11, [1], "none"), (2, 10, [2], "none"), (3, 12, [3], "none")],
+        1,
+        None,
+        "crude_summary",
+        "complete",
+        (True,),
+    ),
+    (
+        [(1, 11, [1], "built"), (2, 10, [2], "none"), (3, 12, [3], "built")],
+        1,
+        None,
+        "supersede",
+        "complete",
+        (True, False),
     ),
 ]
 
@@ -264,7 +314,8 @@ def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
 ) -> None:
     """Any assignment of authors to turns and channels, upgrades after a prompt built on
     their context or on another, any purge target (everywhere or in the server), either
-    render mode, either erasure policy, on each store: none of the purged user's words
+    render mode, either erasure policy, replies quoting some of what their prompt showed,
+    on each store: none of the purged user's words
     (their messages, the replies to their turns, summaries that copied either) remain in
     the cache, get_entry, any prompt or any row. (Fewer examples on PostgreSQL, where each
     needs a schema of its own.)"""
@@ -276,6 +327,7 @@ def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
         server=st.sampled_from([None, 100]),
         mode=st.sampled_from(["crude_summary", "supersede"]),
         erasure=st.sampled_from(["complete", "direct"]),
+        pick=st.lists(st.booleans(), min_size=1, max_size=5).map(tuple),
     )
     def purge_leaves_nothing(
         plan: list[tuple[int, int, list[int], str]],
@@ -283,9 +335,10 @@ def test_nothing_of_a_purged_user_remains_whoever_wrote_where(
         server: int | None,
         mode: str,
         erasure: str,
+        pick: tuple[bool, ...],
     ) -> None:
         with example_database() as database:
-            asyncio.run(_play(database, plan, target, server, mode, erasure))
+            asyncio.run(_play(database, plan, target, server, mode, erasure, pick))
 
     for named in NAMED:
         purge_leaves_nothing = example(*named)(purge_leaves_nothing)

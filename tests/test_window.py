@@ -53,6 +53,13 @@ def test_packed_reads_exactly_what_open_reads(
         assert packed.pins(last) == open_.pins(last)
         assert packed.quoted(last) == open_.quoted(last)
         assert packed.message_ids(last) == open_.message_ids(last)
+        if last is not None:
+            assert packed.said(last) == open_.said(last)
+            assert packed.said(last) == (
+                open_.users(last),
+                open_.message_ids(last),
+                open_.quoted(last),
+            )
     assert packed.has_sources == open_.has_sources
     assert packed.first == open_.first and packed == open_
 

@@ -352,11 +352,16 @@ class Upgrades:
         self, ctx: TurnContext, settings: ServerSettings, group: GroupKey
     ) -> Shown:
         """What the prompt of a turn that did not call ``build_context`` would have shown
-        from the cache now: its upgrade's provenance, and its replies'."""
+        from the cache now, as ``build_context`` records it (this channel's notes
+        included): its upgrade's provenance, and its replies'."""
         now = self.clock()
         others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
+        user_k, server_k, _ = turn_scope(ctx)
+        entry = self.cache.peek(server_k or user_k)
+        if entry is not None and self.cache.is_expired(entry, now):
+            entry = None
         shown = Shown.own(ctx.user_id, ctx.channel_id)
-        shown_by(None, others, settings, shown)
+        shown_by(entry, others, settings, shown)
         return shown
 
     def _held(
