@@ -25,8 +25,9 @@ __all__ = ["SOURCES_BOUND", "TOO_WIDE", "Note", "Said", "Shown", "with_sources"]
 # is being committed), and whether it is the notes' own (the same-channel block).
 Note = tuple[str, Pin | None, bool]
 
-# The most users, or versions of notes, one reply's sources name. Under ``direct`` a
-# reply names only what its own prompt showed, far fewer. Under ``complete`` it names
+# The most users, or versions of notes, one reply's sources name under ``complete``.
+# Under ``direct`` a reply names only what its own prompt showed, which the settings
+# bound (other channels shown, recent messages each). Under ``complete`` it names
 # also what the replies its prompt showed had named, which in a server whose channels
 # keep quoting each other could grow without end: a reply past the bound is not
 # remembered (``with_sources``), so that a purge never meets a reply whose sources were
@@ -143,7 +144,7 @@ class Shown:
         ids = self._message_ids
         if not users and not pins and not ids:
             return None
-        if len(users) > SOURCES_BOUND or len(pins) > SOURCES_BOUND:
+        if erasure == "complete" and (len(users) > SOURCES_BOUND or len(pins) > SOURCES_BOUND):
             return TOO_WIDE
         ordered: tuple[Pin, ...] = tuple(sorted(pins, key=_pin_order)) if pins else ()
         return tuple.__new__(Sources, (tuple(sorted(users)), tuple(sorted(ids)), ordered))

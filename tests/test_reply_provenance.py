@@ -18,6 +18,7 @@ from helpers import Opener
 from shredding import stored_text
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory
+from stm.provenance import SOURCES_BOUND
 from stm.testing import ctx, turn
 
 BOTH_STORES = True
@@ -247,3 +248,105 @@ async def test_replies_whose_prompts_showed_the_same_share_one_record(
     assert held is not None
     replies = [m.sources for m in held.messages if m.role == "assistant"]
     assert len(replies) == 2 and replies[0] is not None and replies[0] is replies[1]
+
+
+async def said_with_id(memory: ShortTermMemory, message_id: int) -> None:
+    """Xavier's code in #a, carrying its Discord message id; Yuki's turn in #b recalls it and
+    the reply quotes it."""
+    xavier = ctx(user=XAVIER, channel=A)
+    said = DialogueMessage(
+        role="user", content=f"my locker code is {CODE}", author_id=XAVIER, message_id=message_id
+    )
+    await memory.capture(GenerationFinished(context=xavier, messages=[said]))
+    yuki = ctx(user=YUKI, channel=B)
+    assert CODE in str(await memory.build_context(yuki))
+    await memory.capture(turn(yuki, "what did Xavier say?", f"Xavier said: {CODE}"))
+
+
+@pytest.mark.parametrize("erasure", ["complete", "direct"])
+async def test_a_message_deleted_on_discord_takes_the_reply_that_quoted_it(
+    open_memory: Opener, erasure: str
+) -> None:
+    """The message is deleted on Discord: it leaves #a, and the reply in #b whose prompt
+    showed it leaves #b's windows (both keys), in this process and in another one."""
+    here = await paused(await open_memory(erasure=erasure))
+    elsewhere = await open_memory(erasure=erasure)
+    await said_with_id(here, 4711)
+    await said_with_id(elsewhere, 4711)
+    await here.flush()
+    assert await here.forget_messages(A, [4711]) >= 1
+    assert await where(here, CODE) == []
+    entry = await here.get_entry(B_KEY)
+    assert entry is not None and [m.content for m in entry.messages] == ["what did Xavier say?"]
+    await here.flush()
+    await elsewhere.follower.catch_up()
+    assert await where(elsewhere, CODE) == []
+
+
+async def test_an_edit_on_discord_takes_the_reply_that_quoted_the_old_text(
+    open_memory: Opener,
+) -> None:
+    """The message is edited on Discord: #a holds the new text, and the reply in #b that
+    quoted the old one leaves every window."""
+    memory = await open_memory()
+    await said_with_id(memory, 4712)
+    await memory.edit_message(A, 4712, "my locker code is secret now")
+    assert await where(memory, CODE) == []
+    entry = await memory.get_entry(A_KEY)
+    assert entry is not None and [m.content for m in entry.messages] == [
+        "my locker code is secret now"
+    ]
+
+
+@pytest.mark.parametrize("erasure", ["complete", "direct"])
+async def test_a_reply_quoting_a_reply_goes_under_complete_and_stays_under_direct(
+    open_memory: Opener, erasure: str
+) -> None:
+    """What ``direct`` leaves, stated in docs/data.md: Yuki's reply in #b quotes Xavier's
+    words recalled from #a; #a is refreshed; Zoe's turn in #c recalls #b and its reply
+    quotes Yuki's reply.
+    Purging Xavier removes Yuki's reply under both policies, and Zoe's only under
+    ``complete`` (its prompt showed Xavier's words through the bot's reply, not directly)."""
+    memory = await open_memory(erasure=erasure)
+    await memory.capture(turn(ctx(user=XAVIER, channel=A), f"my locker code is {CODE}"))
+    yuki = ctx(user=YUKI, channel=B)
+    assert CODE in str(await memory.build_context(yuki))
+    await memory.capture(turn(yuki, "what did Xavier say?", f"Xavier said: {CODE}"))
+    await memory.clear_short_term_memory_for_channel(A)  # Zoe's prompt shows #b alone
+    zoe = ctx(user=ZOE, channel=C)
+    assert f"Xavier said: {CODE}" in str(await memory.build_context(zoe))
+    await memory.capture(turn(zoe, "what did the bot say?", f"It said {CODE}"))
+    await memory.purge(XAVIER)
+    left = [m.content for entry in memory.cache for m in entry.messages if CODE in m.content]
+    assert left == ([] if erasure == "complete" else [f"It said {CODE}"] * 2)
+
+
+@pytest.mark.parametrize("erasure", ["complete", "direct"])
+async def test_a_reply_whose_sources_would_pass_the_bound_is_not_remembered(
+    open_memory: Opener, erasure: str
+) -> None:
+    """Under ``complete`` a reply carries what the replies its prompt showed carried: one that
+    would name more than ``SOURCES_BOUND`` users is left out of memory (counted), and the
+    turn's own message is kept. Under ``direct`` a reply names only what its prompt showed,
+    which the settings bound: it is kept."""
+    wide = SOURCES_BOUND + 1
+    memory = await open_memory(
+        erasure=erasure, crude_message_count=2 * wide, max_messages_per_channel=2 * wide
+    )
+    for user in range(100, 100 + wide):  # #a holds the words of wide people
+        await memory.capture(turn(ctx(user=user, channel=A), f"hello from {user}", "hi"))
+    yuki = ctx(user=YUKI, channel=B)
+    assert "hello from 100" in str(await memory.build_context(yuki))
+    await memory.capture(turn(yuki, "who is here?", "everyone"))
+    entry = await memory.get_entry(B_KEY)
+    assert entry is not None
+    if erasure == "complete":
+        assert [m.content for m in entry.messages] == ["who is here?"]
+        assert memory.metrics.replies_too_wide == 1
+    else:
+        assert [m.content for m in entry.messages] == ["who is here?", "everyone"]
+        reply = entry.messages[-1]
+        assert memory.metrics.replies_too_wide == 0
+        await memory.purge(150)
+        assert [m.content for m in (await memory.get_entry(B_KEY)).messages] == ["who is here?"]
+        assert reply.content == "everyone"
