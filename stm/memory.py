@@ -176,6 +176,9 @@ class ShortTermMemory:
             held=self._held,
         )
         self._tally = Tally()
+        # The last record a reply was captured with: the next turn's, when equal, is this
+        # one (a busy channel's turns often showed the same), so windows share it.
+        self._last_sources: Sources | None = None
         self.purge_watch = PurgeWatch()
         self._on_purge_alert = on_purge_alert
         self._reads = ReadThrough(
@@ -611,18 +614,15 @@ class ShortTermMemory:
             # an upgrade still reads its group first).
             shown = ctx._shown or self._upgrades.what_a_prompt_would_show(ctx, settings, group)
 
-            def previous() -> Sources | None:
-                held = self.cache.peek(server_k or user_k)
-                return held.messages[-1].sources if held is not None and held.messages else None
-
             erasure, current = self.config.erasure, self._reads.current_pins
-            messages, found = with_sources(messages, shown, user_id, erasure, current, previous)
+            last = self._last_sources
+            messages, found = with_sources(messages, shown, user_id, erasure, current, last)
             if found is TOO_WIDE:
                 self._tally.replies_too_wide += 1
                 if not messages:
                     return
             elif isinstance(found, Sources):
-                sources = found
+                sources = self._last_sources = found
         cold: list[str] = []
         writer = self.writer
         cache, window = self.cache, self.config.max_messages_per_channel

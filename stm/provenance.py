@@ -201,16 +201,16 @@ def with_sources(
     user_id: int,
     erasure: Erasure,
     current: Callable[[Shown], Mapping[str, Pin | None]],
-    previous: Callable[[], Sources | None] = lambda: None,
+    previous: Sources | None = None,
 ) -> tuple[tuple[StoredMessage, ...], Sources | _TooWide | None]:
     """A turn's messages as they enter a window, the one way they do: each reply of the bot
     carrying what the turn's prompt showed (``Shown.sources``, with the authors of the
     turn's own messages other than the bot's; ``current`` gives the pins of notes shown
     before theirs was known), and that record (None when there is nothing to carry). A
     user's message needs none: its author and its turn's user are its provenance. Replies
-    whose sources are ``TOO_WIDE`` are left out. A record equal to ``previous`` (the
-    channel's last reply's) is that one: a busy channel's turns often showed the same,
-    and its window then holds one record, not one a turn."""
+    whose sources are ``TOO_WIDE`` are left out. A record equal to ``previous`` (the last
+    one made) is that one: a busy channel's turns often showed the same, and its window
+    then holds one record, not one a turn."""
     if not any(m[0] == "assistant" for m in messages):
         return messages, None
     authors = [m[3] for m in messages if m[0] != "assistant" and m[3] is not None]
@@ -221,9 +221,8 @@ def with_sources(
     if sources is TOO_WIDE:
         return tuple([m for m in messages if m[0] != "assistant"]), TOO_WIDE
     assert isinstance(sources, Sources)
-    before = previous()
-    if before == sources:
-        sources = before
+    if previous == sources:
+        sources = previous
     new = tuple.__new__  # NamedTuple._replace costs a dict and a call per message
     sourced = tuple(
         [new(StoredMessage, (*m[:7], sources)) if m[0] == "assistant" else m for m in messages]

@@ -105,7 +105,7 @@ _new = object.__new__
 class Window(Sequence[StoredMessage]):
     """An immutable window of crude messages, open or packed (see the module's docstring)."""
 
-    __slots__ = ("_items", "_meta", "_names", "_sources", "_text", "first")
+    __slots__ = ("_items", "_meta", "_names", "_said", "_sources", "_text", "first")
 
     _items: tuple[StoredMessage, ...] | None
     _meta: bytes
@@ -113,6 +113,8 @@ class Window(Sequence[StoredMessage]):
     _names: tuple[str, ...]
     # Packed only: the sources of the messages flagged ``_SOURCED``, in their order.
     _sources: tuple[Sources, ...]
+    # What ``said`` read last: how many messages, and what they hold (unset until read).
+    _said: tuple[int, tuple[set[int], set[int], list[Sources]]]
 
     def __init__(self, messages: Iterable[StoredMessage] = (), first: int = 0) -> None:
         self._items = messages if type(messages) is tuple else tuple(messages)
@@ -249,7 +251,22 @@ class Window(Sequence[StoredMessage]):
 
     def said(self, last: int) -> tuple[set[int], set[int], list[Sources]]:
         """What the newest ``last`` messages hold, in one pass: their users (as
-        :meth:`users`), their Discord message ids, and their replies' sources."""
+        :meth:`users`), their Discord message ids, and their replies' sources. Read once
+        per window (it never changes) and count: a window is shown to the prompts of
+        several turns elsewhere before its channel speaks again. Callers must not change
+        what it returns."""
+        try:
+            held = self._said
+        except AttributeError:  # not read yet: the slot is unset
+            pass
+        else:
+            if held[0] == last:
+                return held[1]
+        found = self._read_said(last)
+        self._said = (last, found)
+        return found
+
+    def _read_said(self, last: int) -> tuple[set[int], set[int], list[Sources]]:
         items = self._items
         users: set[int] = set()
         ids: set[int] = set()
