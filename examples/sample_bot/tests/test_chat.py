@@ -103,7 +103,7 @@ async def test_messages_deleted_on_discord_leave_the_memory(tmp_path: Path):
         (reply,) = await discord.say(ann, channels["general"], f"{discord.mention} my PIN is 4321")
         games = turn_context_from_message(discord.message(ann, channels["games"], ""))
         memory = discord.bot.get_cog(COG_NAME).memory  # type: ignore[union-attr]
-        assert "Ann: \"my PIN is 4321\"" in str(await memory.build_context(games))
+        assert 'Ann: "my PIN is 4321"' in str(await memory.build_context(games))
         await discord.delete(discord.said[-1])  # Ann deletes her message on Discord
         recalled = str(await memory.build_context(games))
         assert "Ann:" not in recalled and "You said: my PIN" in recalled
