@@ -86,9 +86,10 @@ def anthropic_errors(request: dict[str, Any]) -> list[str]:
     if set(request) - {"system", "messages"}:
         errors.append(f"keys {sorted(request)}")
     system = request.get("system")
-    if system is not None and not isinstance(system, str):
-        if not all(b.get("type") == "text" and b.get("text") for b in system):
-            errors.append("system holds something other than text blocks")
+    if not (system is None or isinstance(system, str)) and not all(
+        b.get("type") == "text" and b.get("text") for b in system
+    ):
+        errors.append("system holds something other than text blocks")
     messages = request["messages"]
     if messages and messages[0]["role"] != "user":
         errors.append("the first message is not the user's")
