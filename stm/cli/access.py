@@ -24,12 +24,12 @@ from ..store.base import Inspector
 from ..store.inspect import file_missing, open_inspector, shown
 
 __all__ = [
+    "NOTHING_CHANGED",
     "CommandError",
+    "Declined",
     "Done",
     "Options",
     "configure_logging",
-    "NOTHING_CHANGED",
-    "Declined",
     "confirm",
     "durably",
     "janitor_ttls",

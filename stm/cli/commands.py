@@ -55,7 +55,7 @@ log = logging.getLogger("stm.cli")
 
 
 # Discord ids are unsigned 64-bit snowflakes; SQLite stores signed 64-bit integers.
-class DiscordId(click.ParamType):
+class DiscordId(click.ParamType):  # type: ignore[type-arg]
     """An id as Discord writes one: a whole number from 0 to 2**63 - 1."""
 
     name = "ID"
