@@ -305,7 +305,7 @@ def export(opts: Options, user_id: int, include_shared_text: bool) -> None:
             "opted_out": opt_out_json(holdings),
             **cover.json(left_out),
             "not_included": (
-                "recent messages (crude memory) are held only in the memory of running bot "
+                "recent messages are held only in the memory of running bot "
                 "processes, never in the database; they expire after "
                 f"{opts.config.crude_ttl_hours:g} hours without activity"
             ),
