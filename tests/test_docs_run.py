@@ -117,3 +117,9 @@ def test_a_block_without_its_marker_is_a_snippet_and_a_bad_one_is_found() -> Non
     (plain,) = blocks("```python\nawait f()\n```\n", "page.md")
     assert plain.file is None and plain.not_run is None
     compiled(plain)  # top-level await is allowed in a snippet
+
+
+def test_no_page_needs_a_script_from_the_network() -> None:
+    """Diagrams are text: a mermaid fence would load mermaid.js from a CDN."""
+    pages = [*(ROOT / "docs").rglob("*.md"), README]
+    assert [str(p) for p in pages if "```mermaid" in p.read_text(encoding="utf-8")] == []
