@@ -118,7 +118,7 @@ class Demo:
             return
         distilled = entry.summary or (json.dumps(entry.categories) if entry.categories else "-")
         self.say(
-            f"{key}: {len(entry.messages)} crude message(s), "
+            f"{key}: {len(entry.messages)} recent message(s), "
             f"turns since refresh {entry.turns_since_refresh}, distilled: {distilled}"
         )
 
@@ -199,7 +199,7 @@ async def _first_life(demo: Demo, database: Path) -> None:
     demo.stage("2. The cadence nudge makes the model call update_short_term_memory")
     await demo.turn(alice, general, "Which tram goes up to the castle?")
     await memory.flush()
-    demo.say("stored rows in the SQLite file (crude messages are never stored; distilled text")
+    demo.say("stored rows in the SQLite file (recent messages are never stored; distilled text")
     demo.say("is encrypted under a key per row, which a purge overwrites):")
     await demo.show_rows(database)
 
@@ -268,7 +268,7 @@ async def run_demo(out: Out = print) -> int:
         async with bot:
             await bot.load_extension(EXTENSION)
             demo = Demo(bot, out)
-            demo.say("distilled notes survive in the database; crude messages do not:")
+            demo.say("distilled notes survive in the database; recent messages do not:")
             await demo.show_entry(server_key(1100, demo.general.id))
             await demo.show_context(demo.alice, demo.general, "after the restart")
             await demo.show_context(demo.carol, demo.games, "another channel after the restart")

@@ -7,7 +7,7 @@ import logging
 import discord
 from discord.ext import commands
 
-from cogs.short_term_memory import ShortTermMemoryCog
+from cogs.short_term_memory import ShortTermMemoryCog, record_turn
 from cogs.utils.context import turn_context_from_message
 from cogs.utils.formatting import chunk_text
 from cogs.utils.replies import NO_PINGS
@@ -97,30 +97,20 @@ class ChatBot(commands.Bot):
             return
         # Each part of the reply as Discord holds it, with its id, so that deleting or
         # editing any part reaches the memory.
-        parts: list[tuple[str, int]] = []
+        sent: list[discord.Message] = []
         try:
             for index, chunk in enumerate(chunk_text(record.outcome.reply)):
                 if index == 0:
-                    sent = await message.reply(
+                    part = await message.reply(
                         chunk, allowed_mentions=NO_PINGS, mention_author=False
                     )
                 else:
-                    sent = await message.channel.send(chunk, allowed_mentions=NO_PINGS)
-                parts.append((chunk, sent.id))
+                    part = await message.channel.send(chunk, allowed_mentions=NO_PINGS)
+                sent.append(part)
         except discord.HTTPException:
             log.exception("could not send the reply in channel %s", message.channel.id)
-            record.event.stopped = True
-        if parts:
-            record.event.messages = [
-                part
-                for m in record.event.messages
-                for part in (
-                    [m.model_copy(update={"content": c, "message_id": i}) for c, i in parts]
-                    if m.role == "assistant"
-                    else [m]
-                )
-            ]
-        self.pipeline.finished(record)
+            sent = []  # a reply cut short is not remembered
+        record.event = record_turn(self, ctx, sent, user_text=text)
 
 
 async def run_bot(token: str, model: ChatModel, config: STMConfig, *, sync: bool) -> int:

@@ -9,12 +9,12 @@ from discord.ext import commands
 
 from cogs.short_term_memory import COG_NAME, EXTENSION
 from stm import (
-    DialogueMessage,
     GenerationFinished,
     PromptContext,
     ShortTermMemory,
     ToolRegistry,
     TurnContext,
+    exchange,
 )
 
 from .models import ChatModel
@@ -83,24 +83,7 @@ class ChatPipeline:
         outcome = await run_tool_loop(
             self.model, messages, self.tools, ctx, max_iterations=self.max_tool_iterations
         )
-        event = GenerationFinished(
-            context=ctx,
-            messages=[
-                DialogueMessage(
-                    role="user",
-                    content=text,
-                    author_id=ctx.user_id,
-                    speaker_name=ctx.user_name,
-                    message_id=ctx.message_id,
-                ),
-                DialogueMessage(
-                    role="assistant",
-                    content=outcome.reply,
-                    author_id=None,
-                    speaker_name=ctx.bot_name,
-                ),
-            ],
-        )
+        event = exchange(ctx, outcome.reply, user_text=text)
         return TurnRecord(context, messages, outcome, event)
 
     def finished(self, record: TurnRecord) -> None:

@@ -15,6 +15,7 @@ from .errors import (
     STMError,
     StoreError,
 )
+from .exchange import exchange
 from .intent import IntentGate
 from .memory import MemoryTool, ShortTermMemory
 from .models import (
@@ -67,5 +68,6 @@ __all__ = [
     "TurnContext",
     "convert_tool_definition",
     "estimate_tokens",
+    "exchange",
     "place",
 ]

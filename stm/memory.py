@@ -646,8 +646,10 @@ class ShortTermMemory:
                 cache.index_users(entry, users)
             if sources is not None:
                 cache.index_sourced(entry)
-            if key == (server_k or user_k):
-                entry.turns_since_refresh += 1
+            # Every key the turn is kept under counts it, so that each entry's counter
+            # says the same of the same turns (the nudge reads the server key's in a
+            # server, the user key's in a DM; an upgrade resets both).
+            entry.turns_since_refresh += 1
             writer.mark_dirty(entry)
         if cold:
             self._reads.hydrate_in_background(cold)

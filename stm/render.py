@@ -298,13 +298,23 @@ def _crude_lines(
     def line(message: StoredMessage) -> str:
         default = bot_name if message.role == "assistant" else user
         speaker = _name(message.speaker_name or default)
-        content = one_line(message.content).replace('"', "\u201d")
+        content = _curly_quotes(one_line(message.content))
         return f'> {speaker}: "{content}"'
 
     if cache is not None:
         made_from = bot_name if frames is ENGLISH else (bot_name, frames.language)
         return cache.crude_lines(entry, count, made_from, line)
     return tuple(map(line, entry.messages[-count:]))
+
+
+def _curly_quotes(text: str) -> str:
+    """Straight double quotes inside a quoted line as typographic pairs ("a" -> “a”), so
+    they cannot close the line's own quotes and still read as quotes."""
+    if '"' not in text:
+        return text
+    parts = text.split('"')
+    marks = ("\u201c", "\u201d")
+    return parts[0] + "".join(marks[n % 2] + part for n, part in enumerate(parts[1:]))
 
 
 def same_channel_header(entry: Entry, bot_name: str, now: float, frames: Frames = ENGLISH) -> str:

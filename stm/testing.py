@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
+from stm import GenerationFinished, ShortTermMemory, STMConfig, TurnContext, exchange
 from stm.errors import StoreError
 from stm.lineage import Erasure
 from stm.store import open_store
@@ -59,18 +59,15 @@ def ctx(
 def turn(
     context: TurnContext, user_text: str, reply: str = "ok", **fields: Any
 ) -> GenerationFinished:
-    """A finished generation in ``context``: the user's message and the bot's reply."""
-    return GenerationFinished(
-        context=context,
-        messages=[
-            DialogueMessage(
-                role="user",
-                content=user_text,
-                author_id=context.user_id,
-                speaker_name=f"user{context.user_id}",
-            ),
-            DialogueMessage(role="assistant", content=reply, speaker_name="Bot"),
-        ],
+    """A finished generation in ``context``: the user's message and the bot's reply, built
+    by ``stm.exchange`` as a host's are (the user named ``user<id>`` when the context has
+    no name, the bot ``Bot``)."""
+    return exchange(
+        context,
+        reply,
+        user_text=user_text,
+        user_name=context.user_name or f"user{context.user_id}",
+        bot_name="Bot",
         **fields,
     )
 

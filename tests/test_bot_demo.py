@@ -41,7 +41,7 @@ def test_demo_runs_offline_and_shows_every_stage(tmp_path: Path) -> None:
     assert "Slow down" in out
     assert "erased in this server" in out
     after_restart = out.split("=== 6.")[1]
-    assert "0 crude message(s)" in after_restart and "Cacilhas" in after_restart
+    assert "0 recent message(s)" in after_restart and "Cacilhas" in after_restart
     assert "Traceback" not in done.stderr
     # Nothing of the demo is left in the working directory: it used a temporary file.
     assert list(tmp_path.iterdir()) == []

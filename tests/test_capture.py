@@ -59,8 +59,9 @@ async def test_capture_carries_distilled_content_forward(memory: ShortTermMemory
     assert entry.turns_since_refresh == 1
 
 
-async def test_counter_counts_on_the_live_scope(memory: ShortTermMemory) -> None:
-    """Server scope counts in a server, user scope in a DM."""
+async def test_every_scope_counts_the_turns_it_keeps(memory: ShortTermMemory) -> None:
+    """A turn counts on every key it is kept under: in a server its user key and its
+    server key say the same of the same turns; in a DM the user key counts."""
     for _ in range(3):
         await memory.capture(turn(ctx(), "x"))
         await memory.capture(turn(ctx(channel=20, server=None), "y"))
@@ -68,7 +69,7 @@ async def test_counter_counts_on_the_live_scope(memory: ShortTermMemory) -> None
     user_in_server = await memory.get_entry("shortterm:user:1:10")
     dm = await memory.get_entry("shortterm:user:1:20")
     assert server is not None and user_in_server is not None and dm is not None
-    assert (server.turns_since_refresh, user_in_server.turns_since_refresh) == (3, 0)
+    assert (server.turns_since_refresh, user_in_server.turns_since_refresh) == (3, 3)
     assert dm.turns_since_refresh == 3
 
 

@@ -317,6 +317,31 @@ def test_show_a_user_and_a_channel(db: Path) -> None:
     assert isinstance(opted, dict) and opted["opted_out"]["opted_out"] is True
 
 
+@pytest.mark.process
+async def test_show_through_a_pipe_prints_every_line_whole(tmp_path: Path) -> None:
+    """Piped (``show --user ID | cat``), a long note is printed whole, whatever COLUMNS
+    says; on a terminal it is cut to the terminal's width."""
+    db = tmp_path / "stm.sqlite3"
+    long = "Ann plans a long trip: " + "Lisbon, Porto, Madrid, " * 12 + "and home."
+    config = STMConfig(database=str(db))
+    async with ShortTermMemory.open(config, clock=Clock()) as memory:
+        c = ctx(user=42, channel=10, server=100)
+        await memory.capture(turn(c, "hello"))
+        assert (await memory.run_tool(c, {"summary": long})).success
+    piped = stm(db, "show", "--user", "42", COLUMNS="80")
+    assert piped.status == 0 and long in piped.out
+    assert max(len(line) for line in piped.out.splitlines()) > 200
+    on_terminal = stm_on_terminal(db, "show", "--user", "42", answer="", stdout_tty=True)
+    assert on_terminal.status == 0 and long not in on_terminal.out
+
+
+@pytest.mark.parametrize("bad", ["abc", "-5", "1.5", str(2**63)])
+def test_an_id_that_is_not_one_is_answered_in_our_words(db: Path, bad: str) -> None:
+    run = stm(db, "show", "--user", bad)
+    one_line_error(run, "'--user'", "ids are whole numbers")
+    assert run.status == 2 and "integer" not in run.err and "Invalid value" not in run.err
+
+
 def test_stored_text_cannot_drive_the_terminal(db: Path) -> None:
     """A stored value holding escape sequences is shown with them made visible."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
@@ -515,10 +540,15 @@ def test_purge_user_asks_first(db: Path) -> None:
     assert "(erasure policy direct): 3" in no.err
     assert "    server 100: 3 of its 5 distilled entries (60%)" in no.err
     assert "Erase user 42's short-term memory everywhere (6 entries)" in no.err
-    assert "aborted" in no.err
+    assert no.err.rstrip().endswith("Nothing was changed.") and "error" not in no.err
     assert rows(db) == before
     piped = stm(db, "purge-user", "42", stdin="y\n")
-    one_line_error(piped, "--yes", "not a terminal")
+    # Without a terminal it shows what it would erase, then refuses in one line.
+    assert f"A purge of user 42 everywhere in {db} erases:" in piped.err
+    assert "    server 100: 3 of its 5 distilled entries (60%)" in piped.err
+    *shown, refused = piped.err.strip().splitlines()
+    assert shown and "error" not in "".join(shown)
+    one_line_error(Run(piped.status, piped.out, refused), "--yes", "not a terminal")
     assert rows(db) == before
     yes = stm_on_terminal(db, "purge-user", "42", answer="y\n")
     assert yes.status == 0, yes.err

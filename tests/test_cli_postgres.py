@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from test_cli import (
     TTLS,
+    Run,
     make_database,
     one_line_error,
     pend,
@@ -114,7 +115,9 @@ def test_purges_and_janitor(pg: str, tmp_path: Path) -> None:
     purge-channel and the janitor work as on SQLite."""
     before = rows(pg)
     refused = stm_at(tmp_path, pg, "purge-user", "42")
-    one_line_error(refused, "--yes")
+    *shown, last = refused.err.strip().splitlines()
+    assert shown and "A purge of user 42" in shown[0]  # what it would erase, first
+    one_line_error(Run(refused.status, refused.out, last), "--yes")
     assert rows(pg) == before
     done = stm_at(tmp_path, pg, "--json", "purge-user", "42", "--yes")
     assert done.status == 0, done.err

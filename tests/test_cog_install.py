@@ -25,13 +25,17 @@ from pathlib import Path
 
 import pytest
 import wheelhouse
+from docs_blocks import blocks, write_files
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 # What the sample bot's own tests need besides the wheel (dev dependencies of this project).
 SAMPLE_TEST_TOOLS = ("pytest", "pytest-asyncio")
+
 ROOT = Path(__file__).resolve().parent.parent
+GUIDE = ROOT / "docs" / "guide.md"
+README = ROOT / "README.md"
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "stm", "cogs")
 
 DRIVER = textwrap.dedent(
@@ -59,15 +63,18 @@ DRIVER = textwrap.dedent(
             def turn(channel):
                 return TurnContext(user_id=1, channel_id=channel, server_id=100,
                                    user_name="ann", channel_name=f"c{channel}", user_text="")
+            async def say(ctx, text):
+                reply = await chat.answer(ctx, text)
+                bot.dispatch("generation_finished", stm.exchange(ctx, reply, user_text=text))
+                await settle()
+                return reply
             here = turn(11)
-            out["reply"] = await chat.answer(here, "we plan a trip to Lisbon")
-            await settle()
+            out["reply"] = await say(here, "we plan a trip to Lisbon")
             result = await bot.tools.execute(
                 "update_short_term_memory", here, '{"summary": "Ann plans a Lisbon trip"}'
             )
             out["upgrade"] = result.success
-            out["elsewhere"] = await chat.answer(turn(12), "what was I planning?")
-            await settle()
+            out["elsewhere"] = await say(turn(12), "what was I planning?")
             context = await bot.get_cog(COG_NAME).memory.build_context(turn(13))
             out["context_elsewhere"] = str(context)
             await bot.remove_cog(COG_NAME)
@@ -191,3 +198,17 @@ def test_the_wheel_loads_next_to_a_bots_own_cogs_package(tmp_path: Path):
     # The sample bot's own tests, written with discord_stm.testing, pass against the wheel.
     tests = run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=sample, env=env)
     assert " passed" in tests.splitlines()[-1] and "failed" not in tests.splitlines()[-1]
+
+    # A bot written from the guide's blocks, and one from the README's with the guide's
+    # tests and pytest.ini, pass those tests with pytest against the wheel, as their
+    # authors would run them.
+    guide = blocks(GUIDE.read_text(encoding="utf-8"), "guide.md")
+    readme = blocks(README.read_text(encoding="utf-8"), "README.md")
+    for name, pages in (("guide_bot", [guide]), ("readme_bot", [guide, readme])):
+        folder = tmp_path / name
+        write_files(folder, *pages)
+        if name == "readme_bot":
+            (folder / "cogs" / "chat.py").unlink()  # the README's bot is one file
+        tests = run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=folder, env=env)
+        last = tests.splitlines()[-1]
+        assert " passed" in last and "failed" not in last, (name, tests)

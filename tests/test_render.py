@@ -232,3 +232,12 @@ def test_no_field_can_start_a_line_of_its_own(
         assert hidden(block.text) == []  # the character policy, on text held from before it
     assert len(nudge(settings_).splitlines()) == 1
     assert hidden(nudge(settings_)) == []
+
+
+def test_double_quotes_inside_a_quoted_line_become_typographic_pairs() -> None:
+    """A message's own "quotes" cannot close the line's quotes and still read as a pair."""
+    from stm.render import _curly_quotes
+
+    assert _curly_quotes('You said "Lisbon".') == "You said \u201cLisbon\u201d."
+    assert _curly_quotes('an odd " one') == "an odd \u201c one"
+    assert '"' not in _curly_quotes('"a" "b"')

@@ -12,6 +12,7 @@ from discord.ext import commands
 from stm import STMConfig, ToolRegistry
 
 from ..utils.context import turn_context_from_interaction, turn_context_from_message
+from ..utils.turns import record_turn
 from .cog import COG_NAME, COMMANDS, EXTENSION, CommandNameTaken, ShortTermMemoryCog
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "EXTENSION",
     "CommandNameTaken",
     "ShortTermMemoryCog",
+    "record_turn",
     "setup",
     "turn_context_from_interaction",
     "turn_context_from_message",

@@ -19,6 +19,7 @@ from .offline import (
     OfflineDiscord,
     Person,
     Place,
+    Said,
     offline_bot,
 )
 from .payloads import (
@@ -50,6 +51,7 @@ __all__ = [
     "RecordingAdapter",
     "RecordingHTTP",
     "Reply",
+    "Said",
     "channel_payload",
     "dm_channel_payload",
     "guild_payload",

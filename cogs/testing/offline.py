@@ -33,7 +33,7 @@ from .payloads import (
 )
 
 __all__ = ["ADMINISTRATOR", "MANAGE_GUILD", "ListenerFailed", "OfflineDiscord", "Person",
-           "Place", "offline_bot"]  # fmt: skip
+           "Place", "Said", "offline_bot"]  # fmt: skip
 
 ADMINISTRATOR = 1 << 3
 MANAGE_GUILD = 1 << 5
@@ -87,6 +87,20 @@ class Place:
         return int(guild) if guild is not None else None
 
 
+@dataclass(frozen=True)
+class Said:
+    """A message a person said through ``say``: its id, channel, author and text."""
+
+    id: int
+    channel_id: int
+    author: Person
+    content: str
+
+    @property
+    def message_id(self) -> int:
+        return self.id
+
+
 def _user(who: Person | dict[str, Any]) -> dict[str, Any]:
     return who.payload if isinstance(who, Person) else who
 
@@ -122,6 +136,8 @@ class OfflineDiscord:
         self.http = RecordingHTTP(self.replies, self.me.payload)
         self.owner = owner or Person(snowflake(), "Owner")
         self.errors: list[tuple[str, BaseException]] = []
+        # What people said through say(), oldest first (``said[-1].id`` to delete or edit it).
+        self.said: list[Said] = []
         # Channel payloads by id, and by the token of each interaction delivered: where a
         # message with buttons was sent, so that a press comes from there.
         self._channels: dict[int, dict[str, Any]] = {}
@@ -251,6 +267,7 @@ class OfflineDiscord:
         data = self._message_data(person, place, text)
         self._channel_of(place)  # a clear error for a channel of an unknown server
         self.http.said(place.id, data)
+        self.said.append(Said(int(data["id"]), place.id, person, text))
         return await self._deliver(lambda: self.bot._connection.parse_message_create(data))  # type: ignore[arg-type]
 
     async def gateway(self, event: str, data: dict[str, Any]) -> list[Reply]:
@@ -266,6 +283,134 @@ class OfflineDiscord:
         """Wait for listeners set off outside the harness (``bot.dispatch`` in a test)."""
         await self._settle(set(), len(self.replies))
 
+    # -- what changes on Discord --------------------------------------------------------
+    def _message_ref(self, message: Said | Reply | int) -> tuple[int, int | None, Person | None]:
+        """(id, channel id or None, author or None) of a message said, sent or named by id."""
+        if isinstance(message, Said):
+            return message.id, message.channel_id, message.author
+        if isinstance(message, Reply):
+            if message.message_id is None:
+                raise ValueError("that reply has no message id (an ephemeral response?)")
+            return message.message_id, message.channel_id, self.me
+        if isinstance(message, int) and not isinstance(message, bool):
+            return message, None, None
+        raise TypeError(f"a message is a Said, a Reply or an id, not {type(message).__name__}")
+
+    def _where(self, place: Place | None, channel_id: int | None) -> dict[str, Any]:
+        if place is not None:
+            return place.payload
+        if channel_id is not None and channel_id in self._channels:
+            return self._channels[channel_id]
+        raise ValueError("say in which channel the message is: pass place=")
+
+    @staticmethod
+    def _located(data: dict[str, Any], channel: dict[str, Any]) -> dict[str, Any]:
+        data["channel_id"] = str(channel["id"])
+        if channel.get("guild_id") is not None:
+            data["guild_id"] = str(channel["guild_id"])
+        return data
+
+    async def delete(self, message: Said | Reply | int, *, place: Place | None = None) -> None:
+        """Someone deletes ``message`` (``offline.said[-1]``, a reply of the bot, or an id
+        with its ``place``) on Discord: a MESSAGE_DELETE."""
+        message_id, channel_id, _ = self._message_ref(message)
+        channel = self._where(place, channel_id)
+        await self.gateway("MESSAGE_DELETE", self._located({"id": str(message_id)}, channel))
+
+    async def delete_bulk(
+        self, messages: Iterable[Said | Reply | int], *, place: Place | None = None
+    ) -> None:
+        """A moderator deletes ``messages`` of one channel at once: a MESSAGE_DELETE_BULK."""
+        refs = [self._message_ref(message) for message in messages]
+        if not refs:
+            raise ValueError("delete_bulk needs at least one message")
+        channels = {channel for _, channel, _ in refs if channel is not None}
+        if len(channels) > 1:
+            raise ValueError("a bulk delete is of one channel's messages")
+        channel = self._where(place, next(iter(channels), None))
+        ids = [str(message_id) for message_id, _, _ in refs]
+        await self.gateway("MESSAGE_DELETE_BULK", self._located({"ids": ids}, channel))
+
+    async def edit(
+        self,
+        message: Said | Reply | int,
+        text: str,
+        *,
+        author: Person | None = None,
+        place: Place | None = None,
+    ) -> list[Reply]:
+        """Its author edits ``message`` to read ``text``: a full MESSAGE_UPDATE, as Discord
+        sends an author's edit (``type``, ``edited_timestamp`` and all). A message named by
+        id needs its ``author`` and ``place``. Returns what the bot sent in answer."""
+        message_id, channel_id, said_by = self._message_ref(message)
+        who = said_by or author
+        if who is None:
+            raise ValueError("say who wrote the message: pass author=")
+        channel = self._where(place, channel_id)
+        known = {self.me.id: self.me.payload}
+        mentioned = [known.get(int(i), user_payload(int(i), i)) for i in _MENTION.findall(text)]
+        data = message_payload(
+            text, author=who.payload, channel_id=int(channel["id"]), message_id=message_id,
+            mentions=mentioned,
+        )  # fmt: skip
+        data["edited_timestamp"] = discord.utils.utcnow().isoformat()
+        if channel.get("guild_id") is not None:
+            data["guild_id"] = str(channel["guild_id"])
+            data["member"] = {k: v for k, v in member_payload(who.payload).items() if k != "user"}
+        return await self.gateway("MESSAGE_UPDATE", data)
+
+    async def channel_update(
+        self, place: Place, *, name: str | None = None, private: bool | None = None
+    ) -> Place:
+        """An admin renames ``place`` or changes who may view it (``private``): a
+        CHANNEL_UPDATE. Returns the channel as it is now."""
+        if place.guild_id is None:
+            raise ValueError("only a server's channel can be updated")
+        data = dict(place.payload)
+        if name is not None:
+            data["name"] = name
+        if private is not None:
+            fresh = channel_payload(place.id, data["name"], place.guild_id, private=private)
+            data["permission_overwrites"] = fresh["permission_overwrites"]
+        self._channels[place.id] = data
+        await self.gateway("CHANNEL_UPDATE", data)
+        return Place(place.key.rsplit("/", 1)[0] + "/" + data["name"], data)
+
+    async def channel_delete(self, place: Place) -> None:
+        """An admin deletes the channel or thread ``place``: a CHANNEL_DELETE (a
+        THREAD_DELETE for a thread)."""
+        if place.guild_id is None:
+            raise ValueError("only a server's channel can be deleted")
+        self._channels.pop(place.id, None)
+        if place.payload.get("type") in (11, 12):
+            thread = {
+                "id": str(place.id),
+                "guild_id": str(place.guild_id),
+                "parent_id": place.payload.get("parent_id"),
+                "type": place.payload["type"],
+            }
+            await self.gateway("THREAD_DELETE", thread)
+        else:
+            await self.gateway("CHANNEL_DELETE", place.payload)
+
+    async def member_leave(self, person: Person, server: Place | int) -> None:
+        """``person`` leaves (or is kicked from) the server ``server`` is a channel of (or
+        the server of that id): a GUILD_MEMBER_REMOVE."""
+        guild_id = server.guild_id if isinstance(server, Place) else server
+        if guild_id is None:
+            raise ValueError("a DM is not a server")
+        await self.gateway(
+            "GUILD_MEMBER_REMOVE", {"guild_id": str(guild_id), "user": person.payload}
+        )
+
+    async def guild_remove(self, server: Place | int) -> None:
+        """The bot is removed from the server (kicked, banned, the server deleted): a
+        GUILD_DELETE without ``unavailable``, which is not an outage."""
+        guild_id = server.guild_id if isinstance(server, Place) else server
+        if guild_id is None:
+            raise ValueError("a DM is not a server")
+        await self.gateway("GUILD_DELETE", {"id": str(guild_id)})
+
     def interaction_payload(
         self,
         command: str,
@@ -274,8 +419,10 @@ class OfflineDiscord:
         channel: Place | dict[str, Any],
         permissions: int | None = None,
         resolved_users: Iterable[Person | dict[str, Any]] = (),
+        locale: str = "en-US",
     ) -> dict[str, Any]:
-        """An INTERACTION_CREATE payload for ``/command`` used by ``user`` in ``channel``."""
+        """An INTERACTION_CREATE payload for ``/command`` used by ``user`` in ``channel``,
+        whose Discord client is set to ``locale`` (``"ja"``, ``"fr"``, ...)."""
         data: dict[str, Any] = {
             "id": str(snowflake()),
             "name": command,
@@ -285,7 +432,7 @@ class OfflineDiscord:
         resolved = [_user(u) for u in resolved_users]
         if resolved:
             data["resolved"] = {"users": {u["id"]: u for u in resolved}}
-        return self._interaction(2, data, user, _channel(channel), permissions)
+        return self._interaction(2, data, user, _channel(channel), permissions, locale)
 
     def component_payload(
         self,
@@ -294,6 +441,7 @@ class OfflineDiscord:
         *,
         user: Person | dict[str, Any],
         permissions: int | None = None,
+        locale: str = "en-US",
     ) -> dict[str, Any]:
         """An INTERACTION_CREATE payload (type 3) for ``user`` pressing the button labelled
         (or with the custom id) ``button`` on the message ``reply`` is, as it reads now."""
@@ -312,7 +460,7 @@ class OfflineDiscord:
             raise ValueError(f"button {button!r} {state} on that message (buttons: {shown})")
         channel = self._channel_of_reply(message)
         data = {"custom_id": pressed["custom_id"], "component_type": 2}
-        payload = self._interaction(3, data, user, channel, permissions)
+        payload = self._interaction(3, data, user, channel, permissions, locale)
         sent = message_payload(
             message.content, author=self.me.payload, channel_id=int(channel["id"]),
             message_id=message.message_id,
@@ -348,7 +496,10 @@ class OfflineDiscord:
         user: Person | dict[str, Any],
         channel_data: dict[str, Any],
         permissions: int | None,
+        locale: str,
     ) -> dict[str, Any]:
+        if not isinstance(locale, str) or not locale:
+            raise ValueError(f"locale must be a Discord locale such as 'ja', not {locale!r}")
         if permissions is None:
             permissions = user.permissions if isinstance(user, Person) else 0
         user_data = _user(user)
@@ -363,7 +514,7 @@ class OfflineDiscord:
             "data": data,
             "channel_id": channel_data["id"],
             "channel": channel_data,
-            "locale": "en-US",
+            "locale": locale,
             "attachment_size_limit": 8 * 1024 * 1024,
             "app_permissions": "0",
             "entitlements": [],
@@ -396,11 +547,13 @@ class OfflineDiscord:
         channel: Place | dict[str, Any],
         permissions: int | None = None,
         resolved_users: Iterable[Person | dict[str, Any]] = (),
+        locale: str = "en-US",
     ) -> list[Reply]:
         """``user`` uses ``/command`` in ``channel``; returns the bot's replies.
 
         ``permissions`` (a bit field) defaults to the person's own; a user option needs
-        that user in ``resolved_users``, as Discord sends it.
+        that user in ``resolved_users``, as Discord sends it; ``locale`` is the language
+        the person's Discord client is set to (``"ja"``: the replies come in Japanese).
         """
         payload = self.interaction_payload(
             command,
@@ -409,6 +562,7 @@ class OfflineDiscord:
             channel=channel,
             permissions=permissions,
             resolved_users=resolved_users,
+            locale=locale,
         )
         return await self.deliver(payload)
 
@@ -419,6 +573,7 @@ class OfflineDiscord:
         *,
         user: Person | dict[str, Any],
         permissions: int | None = None,
+        locale: str = "en-US",
     ) -> list[Reply]:
         """``user`` presses ``button`` (its label or custom id) on the message ``reply`` is;
         returns what the bot sent in answer (edits of that message, new messages).
@@ -427,7 +582,8 @@ class OfflineDiscord:
         press comes from the channel the message was sent in.
         """
         return await self.deliver(self.component_payload(reply, button, user=user,
-                                                         permissions=permissions))  # fmt: skip
+                                                         permissions=permissions,
+                                                         locale=locale))  # fmt: skip
 
 
 @asynccontextmanager

@@ -24,7 +24,9 @@ from ..store.base import Inspector
 from ..store.inspect import file_missing, open_inspector, shown
 
 __all__ = [
+    "NOTHING_CHANGED",
     "CommandError",
+    "Declined",
     "Done",
     "Options",
     "configure_logging",
@@ -45,6 +47,14 @@ FLUSH_ATTEMPTS = 3
 
 class CommandError(click.ClickException):
     """An error the operator can act on: one line, exit status 1."""
+
+
+class Declined(Exception):
+    """The operator answered no (or closed the prompt): nothing was changed, exit status 1
+    so that a script does not go on as if it had been."""
+
+
+NOTHING_CHANGED = "Nothing was changed."
 
 
 @dataclass
@@ -148,14 +158,19 @@ async def durably(
 
 
 # -- asking -----------------------------------------------------------------------
-def confirm(yes: bool, question: str) -> None:
+def confirm(yes: bool, question: str, *, preview: str = "") -> None:
+    """Go on with ``--yes``; on a terminal, show ``preview`` and ask ``question``. Without
+    a terminal, show ``preview`` (on stderr) and refuse, naming ``--yes``."""
     if yes:
         return
     if not sys.stdin.isatty():
+        if preview:
+            click.echo(preview, err=True)
         raise CommandError("not changing anything without confirmation: pass --yes (stdin is "
                            "not a terminal)")  # fmt: skip
-    if not click.confirm(question, default=False, err=True):
-        raise CommandError("aborted: nothing was changed")
+    asked = f"{preview}\n{question}" if preview else question
+    if not click.confirm(asked, default=False, err=True):
+        raise Declined
 
 
 def configure_logging(verbose: int) -> None:

@@ -22,7 +22,9 @@ from ..store.base import CheckReport, PurgePreview, StoredRow, UserHoldings
 from ..store.inspect import open_migrating
 from ..tables import human_bytes, iso, printable
 from .access import (
+    NOTHING_CHANGED,
     CommandError,
+    Declined,
     Options,
     configure_logging,
     confirm,
@@ -51,8 +53,28 @@ __all__ = ["cli", "main"]
 
 log = logging.getLogger("stm.cli")
 
+
 # Discord ids are unsigned 64-bit snowflakes; SQLite stores signed 64-bit integers.
-ID = click.IntRange(0, 2**63 - 1)
+class DiscordId(click.ParamType):  # type: ignore[type-arg]
+    """An id as Discord writes one: a whole number from 0 to 2**63 - 1."""
+
+    name = "ID"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            if not (text.isascii() and text.isdigit()):
+                self.fail(f"{printable(str(value))!r} is not an id: {ID_RULE}", param, ctx)
+            number = int(text)
+        if not 0 <= number < 2**63:
+            self.fail(f"{number} is out of range: {ID_RULE}", param, ctx)
+        return number
+
+
+ID_RULE = "ids are whole numbers from 0 to 9223372036854775807, as Discord's are"
+ID = DiscordId()
 
 
 # -- the command group ----------------------------------------------------------------
@@ -283,7 +305,7 @@ def export(opts: Options, user_id: int, include_shared_text: bool) -> None:
             "opted_out": opt_out_json(holdings),
             **cover.json(left_out),
             "not_included": (
-                "recent messages (crude memory) are held only in the memory of running bot "
+                "recent messages are held only in the memory of running bot "
                 "processes, never in the database; they expire after "
                 f"{opts.config.crude_ttl_hours:g} hours without activity"
             ),
@@ -314,11 +336,11 @@ def purge_user(opts: Options, user_id: int, server_id: int | None, yes: bool) ->
     held = before.own + before.shared
     confirm(
         yes,
-        "\n".join(
+        f"Erase user {user_id}'s short-term memory {where} ({held} entries)?",
+        preview="\n".join(
             [
                 f"A purge of user {user_id} {where} in {printable(opts.shown)} erases:",
                 *impact_lines(before, erasure),
-                f"Erase user {user_id}'s short-term memory {where} ({held} entries)?",
             ]
         ),
     )
@@ -523,11 +545,22 @@ def main(argv: list[str] | None = None, prog_name: str | None = None) -> None:
     """Run the command line; exit with its status (errors: one line on stderr)."""
     try:
         status = cli.main(args=argv, prog_name=prog_name or _prog_name(), standalone_mode=False)
-    except click.exceptions.Abort:
-        _fail("aborted: nothing was changed", 1)
+    except (click.exceptions.Abort, Declined):
+        # Not an error: the operator chose. Status 1 all the same, so that a script does
+        # not go on as if the change had been made.
+        click.echo(NOTHING_CHANGED, err=True)
+        sys.exit(1)
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        _fail(exc.format_message() + hint, exc.exit_code)
+        message = exc.format_message()
+        if (
+            isinstance(exc, click.BadParameter)
+            and not isinstance(exc, click.MissingParameter)
+            and exc.param is not None
+            and exc.ctx is not None
+        ):
+            message = f"{exc.param.get_error_hint(exc.ctx)}: {exc.message}"  # in our words
+        _fail(message + hint, exc.exit_code)
     except click.ClickException as exc:
         _fail(exc.format_message(), exc.exit_code)
     sys.exit(status if isinstance(status, int) else 0)

@@ -73,8 +73,11 @@ def echo_rows(title: str, rows: list[StoredRow], config: STMConfig, now: float) 
         for row in rows
     ]
     fixed = table(headers[:-1], [c[:-1] for c in cells])
-    room = max(20, _columns() - max(len(line) for line in fixed) - 2)
-    for i, line in enumerate(table(headers, [[*c[:-1], shorten(c[-1], room)] for c in cells])):
+    columns = _columns()
+    if columns is not None:  # on a terminal, the memory's text is cut to fit its width
+        room = max(20, columns - max(len(line) for line in fixed) - 2)
+        cells = [[*c[:-1], shorten(c[-1], room)] for c in cells]
+    for i, line in enumerate(table(headers, cells)):
         click.echo(click.style(line, bold=True) if i == 0 else line)
 
 
@@ -114,8 +117,10 @@ def _memory_text(row: StoredRow) -> str:
     return "(recent messages only, not stored)"
 
 
-def _columns() -> int:
-    return shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else 120
+def _columns() -> int | None:
+    """The terminal's width (``COLUMNS`` first), or None when stdout is not a terminal:
+    then nothing is cut, so that a pipe or a file gets every line whole."""
+    return shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else None
 
 
 def shared_row_json(row: StoredRow, config: STMConfig, *, text: bool = False) -> dict[str, Any]:

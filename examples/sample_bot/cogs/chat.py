@@ -10,16 +10,9 @@ from typing import Any
 
 import discord
 from discord.ext import commands
-from discord_stm.short_term_memory import COG_NAME, turn_context_from_message
+from discord_stm.short_term_memory import COG_NAME, record_turn, turn_context_from_message
 
-from stm import (
-    DialogueMessage,
-    GenerationFinished,
-    ShortTermMemory,
-    ToolRegistry,
-    TurnContext,
-    place,
-)
+from stm import ShortTermMemory, ToolRegistry, TurnContext, place
 
 
 def think(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
@@ -44,7 +37,7 @@ class Chat(commands.Cog):
         return cog.memory  # type: ignore[attr-defined, no-any-return]
 
     async def answer(self, ctx: TurnContext, text: str) -> str:
-        """One turn: the memory context into the prompt, the model, and the capture."""
+        """One turn's answer: the memory context into the prompt, then the model."""
         context = await self.memory.build_context(ctx)
         conversation: list[dict[str, Any]] = [
             {"role": "system", "content": "You are a friendly bot on Discord."},
@@ -53,26 +46,9 @@ class Chat(commands.Cog):
         # stm.place puts each block `depth` messages from the end (-1: right after the
         # system prompt) and the nudge, which asks the model to update its notes.
         messages = place(conversation, context)
-        reply = think(messages, self.tools.definitions(ctx))
         # A real model may answer with tool calls; run each with
         # await self.tools.execute(call.name, ctx, call.arguments) and give it the result.
-        # After the reply is out, the memory captures the turn.
-        self.bot.dispatch(
-            "generation_finished",
-            GenerationFinished(
-                context=ctx,
-                messages=[
-                    DialogueMessage(
-                        role="user",
-                        content=text,
-                        author_id=ctx.user_id,
-                        speaker_name=ctx.user_name,
-                    ),
-                    DialogueMessage(role="assistant", content=reply, speaker_name=ctx.bot_name),
-                ],
-            ),
-        )
-        return reply
+        return think(messages, self.tools.definitions(ctx))
 
     @commands.Cog.listener()
     async def on_message(self, message: discord.Message) -> None:
@@ -84,7 +60,10 @@ class Chat(commands.Cog):
         text = message.content.replace(f"<@{me.id}>", "").strip()
         ctx = turn_context_from_message(message, user_text=text)
         reply = await self.answer(ctx, text)
-        await message.reply(reply, allowed_mentions=discord.AllowedMentions.none())
+        sent = await message.reply(reply, allowed_mentions=discord.AllowedMentions.none())
+        # Once the reply is out, the memory records the exchange: both messages with their
+        # Discord ids (so deletes and edits reach it) and who said them.
+        record_turn(self.bot, ctx, sent)
 
 
 async def setup(bot: commands.Bot) -> None:

@@ -94,3 +94,30 @@ async def test_a_dm_is_answered_without_a_mention(tmp_path: Path):
         ann = discord.person("Ann")
         (reply,) = await discord.say(ann, discord.dm(ann), "hello there")
         assert reply.content.startswith("You said: hello there")
+
+
+async def test_messages_deleted_on_discord_leave_the_memory(tmp_path: Path):
+    async with offline_bot(sample_bot(tmp_path), bot_name="Sample") as discord:
+        channels = discord.server("Harbor", ["general", "games"])
+        ann = discord.person("Ann")
+        (reply,) = await discord.say(ann, channels["general"], f"{discord.mention} my PIN is 4321")
+        games = turn_context_from_message(discord.message(ann, channels["games"], ""))
+        memory = discord.bot.get_cog(COG_NAME).memory  # type: ignore[union-attr]
+        assert 'Ann: "my PIN is 4321"' in str(await memory.build_context(games))
+        await discord.delete(discord.said[-1])  # Ann deletes her message on Discord
+        recalled = str(await memory.build_context(games))
+        assert "Ann:" not in recalled and "You said: my PIN" in recalled
+        await discord.delete(reply)  # and the bot's reply, which quoted it
+        assert "4321" not in str(await memory.build_context(games))
+
+
+async def test_a_message_edited_on_discord_is_edited_in_the_memory(tmp_path: Path):
+    async with offline_bot(sample_bot(tmp_path), bot_name="Sample") as discord:
+        channels = discord.server("Harbor", ["general", "games"])
+        ann = discord.person("Ann")
+        await discord.say(ann, channels["general"], f"{discord.mention} we meet at 6")
+        await discord.edit(discord.said[-1], f"{discord.mention} we meet at 7")
+        games = turn_context_from_message(discord.message(ann, channels["games"], ""))
+        memory = discord.bot.get_cog(COG_NAME).memory  # type: ignore[union-attr]
+        recalled = str(await memory.build_context(games))
+        assert 'Ann: "we meet at 7"' in recalled and 'Ann: "we meet at 6"' not in recalled
