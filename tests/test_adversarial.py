@@ -175,7 +175,8 @@ async def test_a_tag_smuggled_payload_reaches_no_prompt(tmp_path: Path) -> None:
         assert held.categories == {"mood": f"see {ENGLAND} you"}
         assert [m.content for m in held.messages] == [f"see {ENGLAND} you"] * 2
         assert hidden(held.messages[0].speaker_name) == []
-        assert await memory.edit_message(11, 5, "now" + tags(PAYLOAD) + ENGLAND) == 2
+        # #11's two keys hold it; #12's two hold a reply whose prompt showed it, which goes.
+        assert await memory.edit_message(11, 5, "now" + tags(PAYLOAD) + ENGLAND) == 4
         held = await memory.get_entry(server_key(100, 11))
         assert held is not None and held.messages[0].content == "now" + ENGLAND
 
