@@ -32,8 +32,10 @@ import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from types import MappingProxyType
 
+from .audience import Admit
 from .expiry import HOUR, Expiry
 from .keys import Scope
 from .lineage import Pin
@@ -531,9 +533,19 @@ class MemoryCache:
         self.set_pin(entry, None)
         entry.version += 1
 
-    def recall(self, group: GroupKey, exclude_channel: int, limit: int, now: float) -> list[Entry]:
+    def recall(
+        self,
+        group: GroupKey,
+        exclude_channel: int,
+        limit: int,
+        now: float,
+        admit: Admit | None = None,
+    ) -> list[Entry]:
         """Up to ``limit`` live entries of ``group`` other than ``exclude_channel``, newest first,
-        never private channels, never empty ones; nothing for a user's group (DMs)."""
+        never empty ones; nothing for a user's group (DMs). Without ``admit``, never private
+        channels (as flagged at capture); with it, only the channels it admits, whatever
+        the flag says: it is asked once for the newest ``limit`` candidates, and again for
+        more at once only when it refused some."""
         if group[0] != "server":
             # A DM channel may hold other people (a group DM, a user-installed bot in a DM
             # between friends): a user's notes of one DM must never show in another.
@@ -541,6 +553,8 @@ class MemoryCache:
         held = self._groups.get(group)
         if held is None or limit <= 0:
             return []
+        if admit is not None:
+            return self._admitted(held, exclude_channel, limit, now, admit)
         found: list[Entry] = []
         expired: list[str] = []
         if type(held) is _Group:
@@ -568,11 +582,60 @@ class MemoryCache:
                     found.append(entry)
             found.sort(key=lambda e: e.updated_at, reverse=True)
             del found[limit:]
+        self._drop_expired(expired)
+        return found
+
+    def _admitted(
+        self, held: Entry | _Group, exclude_channel: int, limit: int, now: float, admit: Admit
+    ) -> list[Entry]:
+        """``recall`` with the host's audience: the candidates newest first, asked about in
+        rounds (``limit``, then four times as many, then the rest) until ``limit`` pass."""
+        expired: list[str] = []
+        ordered = self._candidates(held, exclude_channel, now, expired)
+        found: list[Entry] = []
+        size = limit
+        while len(found) < limit:
+            batch = list(islice(ordered, size))
+            if not batch:
+                break
+            allowed = admit([entry.channel_id for entry in batch])
+            for entry in batch:
+                if entry.channel_id in allowed:
+                    found.append(entry)
+                    if len(found) == limit:
+                        break
+            size = 4 * limit if size == limit else len(self)
+        self._drop_expired(expired)
+        return found
+
+    def _candidates(
+        self, held: Entry | _Group, exclude_channel: int, now: float, expired: list[str]
+    ) -> Iterator[Entry]:
+        """The live, non-empty entries of a group but ``exclude_channel``'s, newest first,
+        read lazily while no entry is cold (the expired ones noted in ``expired``)."""
+        if type(held) is not _Group:
+            held_entries: Iterable[Entry] = (held,)  # type: ignore[assignment]
+            cold = None
+        else:
+            held_entries = reversed(held.live.values())
+            cold = held.cold
+        if cold:
+            held_entries = sorted(
+                (*held_entries, *cold.values()), key=lambda e: e.updated_at, reverse=True
+            )
+        for entry in held_entries:
+            if entry.channel_id == exclude_channel:
+                continue
+            if self.is_expired(entry, now):
+                expired.append(entry.key)
+            elif entry.messages or entry.distilled:
+                yield entry
+
+    def _drop_expired(self, expired: list[str]) -> None:
         if expired:
             for key in expired:
                 self.remove(key)
             self.expired_drops += len(expired)
-        return found
 
     @property
     def dropped(self) -> int:

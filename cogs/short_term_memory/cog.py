@@ -30,6 +30,7 @@ from stm.redact import redact_url
 from stm.render import category_labels
 from stm.store import is_postgres_url
 
+from ..utils.audience import DiscordAudience
 from ..utils.checks import (
     Check,
     has_server_permission_or_owner,
@@ -231,6 +232,9 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             on_purge_alert=self._purge_alert,
             channel_is_private=channel_privacy(self.bot),
             token_counter=self.token_counter,
+            # Other channels' memory only where everyone present can read it, as Discord
+            # says at each prompt (cogs/utils/audience.py).
+            audience=DiscordAudience(self.bot),
         )
         try:
             self.start_departures()

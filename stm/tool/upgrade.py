@@ -352,7 +352,7 @@ class Upgrades:
         self, ctx: TurnContext, settings: ServerSettings, group: GroupKey
     ) -> None:
         now = self.clock()
-        others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
+        others = self.reads.recall(ctx, group, now)
         shown = Shown.own(ctx.user_id, ctx.channel_id)
         shown_by(None, others, settings, shown)
         self.reads.note_shown(ctx, shown)
