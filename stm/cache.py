@@ -32,7 +32,6 @@ import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 from types import MappingProxyType
 
 from .audience import Admit
@@ -590,12 +589,29 @@ class MemoryCache:
     ) -> list[Entry]:
         """``recall`` with the host's audience: the candidates newest first, asked about in
         rounds (``limit``, then four times as many, then the rest) until ``limit`` pass."""
+        ordered: Iterator[Entry]
+        if type(held) is not _Group:
+            ordered = iter((held,))  # type: ignore[arg-type]
+        elif held.cold:
+            every = (*held.live.values(), *held.cold.values())
+            ordered = iter(sorted(every, key=lambda e: e.updated_at, reverse=True))
+        else:
+            ordered = reversed(held.live.values())
+        is_expired = self.is_expired
         expired: list[str] = []
-        ordered = self._candidates(held, exclude_channel, now, expired)
         found: list[Entry] = []
         size = limit
-        while len(found) < limit:
-            batch = list(islice(ordered, size))
+        while True:
+            batch: list[Entry] = []
+            for entry in ordered:  # read lazily: a later round goes on where this one ends
+                if entry.channel_id == exclude_channel:
+                    continue
+                if is_expired(entry, now):
+                    expired.append(entry.key)
+                elif entry.messages or entry.summary or entry.categories:
+                    batch.append(entry)
+                    if len(batch) == size:
+                        break
             if not batch:
                 break
             allowed = admit([entry.channel_id for entry in batch])
@@ -604,32 +620,11 @@ class MemoryCache:
                     found.append(entry)
                     if len(found) == limit:
                         break
+            if len(found) == limit or len(batch) < size:
+                break
             size = 4 * limit if size == limit else len(self)
         self._drop_expired(expired)
         return found
-
-    def _candidates(
-        self, held: Entry | _Group, exclude_channel: int, now: float, expired: list[str]
-    ) -> Iterator[Entry]:
-        """The live, non-empty entries of a group but ``exclude_channel``'s, newest first,
-        read lazily while no entry is cold (the expired ones noted in ``expired``)."""
-        if type(held) is not _Group:
-            held_entries: Iterable[Entry] = (held,)  # type: ignore[assignment]
-            cold = None
-        else:
-            held_entries = reversed(held.live.values())
-            cold = held.cold
-        if cold:
-            held_entries = sorted(
-                (*held_entries, *cold.values()), key=lambda e: e.updated_at, reverse=True
-            )
-        for entry in held_entries:
-            if entry.channel_id == exclude_channel:
-                continue
-            if self.is_expired(entry, now):
-                expired.append(entry.key)
-            elif entry.messages or entry.distilled:
-                yield entry
 
     def _drop_expired(self, expired: list[str]) -> None:
         if expired:

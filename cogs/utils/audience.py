@@ -35,7 +35,8 @@ across a restart.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import itertools
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,18 @@ _ROLE, _MEMBER = 0, 1
 MAX_DECISIONS = 65_536
 
 
+# What decides who views a channel, as plain values: (@everyone's server-level View and
+# Administrator bits, @everyone's overwrite, each named role's overwrite with its own View
+# and Administrator bits, each named member's overwrite). Channels synced to one category
+# have the same; decisions are remembered per pair of these, not per pair of channels.
+Signature = tuple[
+    tuple[bool, bool],
+    tuple[bool, bool],
+    frozenset[tuple[int, bool, bool, bool, bool]],
+    frozenset[tuple[int, bool, bool]],
+]
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ChannelAudience:
     """Who can view one channel with overwrites, as read from discord.py's objects."""
@@ -60,11 +73,10 @@ class ChannelAudience:
     everyone: Any  # the server's @everyone role
     everyone_perms: int  # its permissions, as read
     roles: tuple[tuple[Any, int], ...]  # each role the overwrites name, and its permissions
-    # The view bits: @everyone's overwrite (allow, deny); per role id, per member id.
-    everyone_ow: tuple[bool, bool]
-    role_ow: dict[int, tuple[bool, bool]]
-    member_ow: dict[int, tuple[bool, bool]]
-    role_perms: dict[int, int]
+    signature: Signature
+    number: int  # the signature's number in the ``DiscordAudience`` that read it
+    # Whoever is in the server can view it (whatever their roles and overwrites).
+    everyone_views: bool
 
     def current(self, channel: Any) -> bool:
         """True while nothing it was read from has changed."""
@@ -78,7 +90,9 @@ class ChannelAudience:
         return True
 
 
-def channel_audience(channel: Any) -> ChannelAudience | None:
+def channel_audience(
+    channel: Any, number: Callable[[Signature], int] = lambda signature: 0
+) -> ChannelAudience | None:
     """The audience of a guild channel with overwrites (not a thread), or None when it
     cannot be judged (no @everyone role, a role an overwrite names is not cached)."""
     guild = channel.guild
@@ -87,34 +101,47 @@ def channel_audience(channel: Any) -> ChannelAudience | None:
         return None
     overwrites = channel._overwrites
     everyone_ow = (False, False)
-    role_ow: dict[int, tuple[bool, bool]] = {}
-    member_ow: dict[int, tuple[bool, bool]] = {}
+    role_ow: list[tuple[int, bool, bool, bool, bool]] = []
+    member_ow: list[tuple[int, bool, bool]] = []
     roles: list[tuple[Any, int]] = []
-    role_perms: dict[int, int] = {}
     for ow in overwrites:
-        bits = (bool(ow.allow & VIEW), bool(ow.deny & VIEW))
+        allow, deny = bool(ow.allow & VIEW), bool(ow.deny & VIEW)
         if ow.type == _MEMBER:
-            member_ow[ow.id] = bits
+            member_ow.append((ow.id, allow, deny))
         elif ow.id == guild.id:
-            everyone_ow = bits
+            everyone_ow = (allow, deny)
         else:
             role = guild.get_role(ow.id)
             if role is None:
                 return None
-            role_ow[ow.id] = bits
-            roles.append((role, role._permissions))
-            role_perms[ow.id] = role._permissions
+            perms = role._permissions
+            role_ow.append((ow.id, bool(perms & VIEW), bool(perms & ADMINISTRATOR), allow, deny))
+            roles.append((role, perms))
+    base = everyone._permissions
+    server = (bool(base & VIEW), bool(base & ADMINISTRATOR))
+    signature = (server, everyone_ow, frozenset(role_ow), frozenset(member_ow))
     return ChannelAudience(
         channel,
         overwrites,
         everyone,
-        everyone._permissions,
+        base,
         tuple(roles),
-        everyone_ow,
-        role_ow,
-        member_ow,
-        role_perms,
+        signature,
+        number(signature),
+        _everyone_views(signature),
     )
+
+
+def _everyone_views(signature: Signature) -> bool:
+    """True when every member, whatever their roles, can view a channel of ``signature``."""
+    (views, admin), (allowed, denied), roles, members = signature
+    if admin:
+        return True
+    if any(deny and not allow for _, _, _, allow, deny in roles):
+        return False
+    if any(deny and not allow for _, allow, deny in members):
+        return False
+    return allowed or (views and not denied)
 
 
 def _views(
@@ -130,41 +157,43 @@ def _views(
     return (view and not member[1]) or member[0]
 
 
-def may_view_from(y: ChannelAudience, x: ChannelAudience) -> bool:
-    """True when whoever could view ``y``, with any set of roles, can view ``x``."""
-    if y is x:
+def may_view_from(y: Signature, x: Signature) -> bool:
+    """True when whoever could view a channel of signature ``y``, with any set of roles,
+    can view one of signature ``x`` (of the same server)."""
+    if y == x:
         return True
-    everyone_perms = x.everyone_perms
-    if everyone_perms & ADMINISTRATOR:
+    (everyone_views, admin), x_everyone, x_roles, x_members = x
+    if admin:
         return True
-    everyone_views = bool(everyone_perms & VIEW)
+    _, y_everyone, y_roles, y_members = y
+    no = (False, False)
     # Each role named by either channel's overwrites, as the bits it brings a member:
     # (grants View Channel on the server, allows x, denies x, allows y, denies y). Any
-    # other role brings at most the first bit. Administrator roles are left out.
+    # other role brings at most the first bit. Administrator roles are left out: whoever
+    # holds one views every channel.
+    on_x = {r: (v, a, allow, deny) for r, v, a, allow, deny in x_roles}
+    on_y = {r: (v, a, allow, deny) for r, v, a, allow, deny in y_roles}
     kinds = {(True, False, False, False, False)}
-    no = (False, False)
-    for role_id in x.role_ow.keys() | y.role_ow.keys():
-        perms = x.role_perms.get(role_id)
-        if perms is None:
-            perms = y.role_perms[role_id]
-        if perms & ADMINISTRATOR:
+    for role_id in on_x.keys() | on_y.keys():
+        view, role_admin, ax, dx = on_x.get(role_id) or (*on_y[role_id][:2], False, False)
+        if role_admin:
             continue
-        ax, dx = x.role_ow.get(role_id, no)
-        ay, dy = y.role_ow.get(role_id, no)
-        kinds.add((bool(perms & VIEW), ax, dx, ay, dy))
+        ay, dy = on_y[role_id][2:] if role_id in on_y else no
+        kinds.add((view, ax, dx, ay, dy))
     # What sets of such roles can bring together: the OR of any subset (at most 32).
     reach = {(False, False, False, False, False)}
     for kind in kinds:
         reach |= {tuple(a or b for a, b in zip(seen, kind, strict=True)) for seen in reach}  # type: ignore[misc]
+    # Members named by an overwrite of either, with their own bits; anyone else has none.
+    member_x = {m: (allow, deny) for m, allow, deny in x_members}
+    member_y = {m: (allow, deny) for m, allow, deny in y_members}
     pairs = {(no, no)}
-    for member_id in x.member_ow.keys() | y.member_ow.keys():
-        pairs.add((x.member_ow.get(member_id, no), y.member_ow.get(member_id, no)))
+    for member_id in member_x.keys() | member_y.keys():
+        pairs.add((member_x.get(member_id, no), member_y.get(member_id, no)))
     for base, ax, dx, ay, dy in reach:
         base = base or everyone_views
         for mx, my in pairs:
-            if _views(base, ay, dy, my, y.everyone_ow) and not _views(
-                base, ax, dx, mx, x.everyone_ow
-            ):
+            if _views(base, ay, dy, my, y_everyone) and not _views(base, ax, dx, mx, x_everyone):
                 return False
     return True
 
@@ -174,36 +203,61 @@ class DiscordAudience:
 
     def __init__(self, client: discord.Client) -> None:
         self._client = client
+        # Its connection state, whose dict of servers is made anew at every READY.
+        self._state: Any = client._connection
         self._channels: dict[int, ChannelAudience] = {}
-        self._decisions: dict[tuple[int, int], tuple[ChannelAudience, ChannelAudience, bool]] = {}
+        # Each signature seen, as a small number, and the decisions by pair of them: pure
+        # values, true for as long as they are kept.
+        self._numbers: dict[Signature, int] = {}
+        self._decisions: dict[tuple[int, int], bool] = {}
+        self._counter = itertools.count()
 
     def may_recall(self, server_id: int, into: int, from_: Sequence[int]) -> Collection[int]:
         """The channels of ``from_`` everyone who can view ``into`` can view, now."""
-        guild = self._client._connection._guilds.get(server_id)
+        guild = self._state._guilds.get(server_id)
         if guild is None:
             return ()
-        target = self._resolve(guild, into, into=True)
-        if target is None:
-            return ()
+        channels, held = guild._channels, self._channels
+        # Each channel as it was last read, if nothing it was read from has changed since
+        # (``ChannelAudience.current``, written out: this runs for every candidate).
+        channel = channels.get(into)
+        target = held.get(into)
+        if (
+            target is None
+            or channel is not target.channel
+            or channel._overwrites is not target.overwrites
+            or target.everyone._permissions != target.everyone_perms
+            or (target.roles and not target.current(channel))
+        ):
+            target = self._resolve(guild, into, into=True)
+            if target is None:
+                return ()
         allowed: set[int] = set()
         decisions = self._decisions
+        wanted = target.number
         for channel_id in from_:
-            source = self._resolve(guild, channel_id, into=False)
-            if source is None:
-                continue
-            if source is target:
+            channel = channels.get(channel_id)
+            source = held.get(channel_id)
+            if (
+                source is None
+                or channel is not source.channel
+                or channel._overwrites is not source.overwrites
+                or source.everyone._permissions != source.everyone_perms
+                or (source.roles and not source.current(channel))
+            ):
+                source = self._resolve(guild, channel_id, into=False)
+                if source is None:
+                    continue
+            if source.everyone_views or source.number == wanted:
                 allowed.add(channel_id)
                 continue
-            pair = (target.channel.id, source.channel.id)
-            known = decisions.get(pair)
-            if known is not None and known[0] is target and known[1] is source:
-                if known[2]:
-                    allowed.add(channel_id)
-                continue
-            decided = may_view_from(target, source)
-            if len(decisions) >= MAX_DECISIONS:
-                decisions.clear()
-            decisions[pair] = (target, source, decided)
+            pair = (wanted, source.number)
+            decided = decisions.get(pair)
+            if decided is None:
+                decided = may_view_from(target.signature, source.signature)
+                if len(decisions) >= MAX_DECISIONS:
+                    decisions.clear()
+                decisions[pair] = decided
             if decided:
                 allowed.add(channel_id)
         return allowed
@@ -226,7 +280,7 @@ class DiscordAudience:
         held = self._channels.get(channel.id)
         if held is not None and held.current(channel):
             return held
-        made = channel_audience(channel)
+        made = channel_audience(channel, self._number)
         if made is None:
             self._channels.pop(channel.id, None)
             return None
@@ -234,3 +288,16 @@ class DiscordAudience:
             self._channels.clear()
         self._channels[channel.id] = made
         return made
+
+    def _number(self, signature: Signature) -> int:
+        """The number of ``signature`` (a new one when it was never seen, or forgotten)."""
+        numbers = self._numbers
+        number = numbers.get(signature)
+        if number is None:
+            if len(numbers) >= MAX_DECISIONS:
+                # Forgotten together (numbers are never given twice).
+                numbers.clear()
+                self._decisions.clear()
+                self._channels.clear()
+            number = numbers[signature] = next(self._counter)
+        return number
