@@ -12,7 +12,8 @@ import pytest
 from discord_fakes import Harness, harness
 
 from benchmarks.audience import ADMIN, SEND, VIEW, overwrite, role
-from cogs.testing import Place, channel_payload
+from cogs.short_term_memory.describe import describe_where
+from cogs.testing import Place, channel_payload, subcommand
 from stm import DialogueMessage, GenerationFinished, TurnContext
 from stm.keys import server_key
 
@@ -142,3 +143,23 @@ async def test_dms_neither_recall_nor_are_recalled(bot: Harness):
     await bot.say(bot.alice, bot.general, "general words")
     assert "general words" not in await shown_in(bot, dm, bot.alice)
     assert "dm words" not in await shown_in(bot, bot.general, bot.alice)
+
+
+async def test_memory_show_says_where_the_channels_memory_may_appear(bot: Harness):
+    async def where(place: Any) -> str:
+        (answer,) = await bot.run("memory", subcommand("show"), person=bot.bob, place=place)
+        return answer.content
+
+    text = await where(bot.games)
+    assert "only where everyone who can read that channel can read this one" in text
+    assert f"<#{GENERAL}>" in text and f"<#{GAMES}>" not in text
+    staff = bot.world.places["harbor/staff"]  # hidden from @everyone
+    assert f"<#{staff.id}>" in text  # fewer readers: #games may appear there
+    await add_roles(bot, role(MOD, "mod", VIEW | SEND))
+    await update_channel(bot, bot.games, locked(MOD))
+    text = await where(bot.games)
+    # #staff is read by administrators alone, who read everything: it still may.
+    assert f"<#{GENERAL}>" not in text and f"<#{staff.id}>" in text
+    assert describe_where([], bot_name="Assistant").endswith("Right now: no other channel.")
+    dm = bot.world.offline.dm(bot.bob)
+    assert "never shown in any other conversation" in await where(dm)

@@ -50,6 +50,9 @@ _ROLE, _MEMBER = 0, 1
 # Decisions remembered per process; when full, they are forgotten at once (one dict of
 # pairs of channels that prompts asked about, bounded whatever the servers' sizes).
 MAX_DECISIONS = 65_536
+# ``shown_in`` looks at this many of a server's channels at most (Discord allows 500, and
+# threads beside them).
+SHOWN_IN_SCAN = 1000
 
 
 # What decides who views a channel, as plain values: (@everyone's server-level View and
@@ -261,6 +264,23 @@ class DiscordAudience:
             if decided:
                 allowed.add(channel_id)
         return allowed
+
+    def shown_in(self, server_id: int, channel_id: int) -> list[int]:
+        """The server's other channels and threads (at most ``SHOWN_IN_SCAN`` looked at)
+        whose prompts may show ``channel_id``'s memory now: for ``/memory show``."""
+        guild = self._state._guilds.get(server_id)
+        if guild is None:
+            return []
+        places = itertools.islice(
+            itertools.chain(guild._channels.values(), guild._threads.values()), SHOWN_IN_SCAN
+        )
+        return [
+            place.id
+            for place in places
+            if place.id != channel_id
+            and not isinstance(place, discord.CategoryChannel)
+            and channel_id in self.may_recall(server_id, place.id, (channel_id,))
+        ]
 
     def _resolve(self, guild: Any, channel_id: int, *, into: bool) -> ChannelAudience | None:
         """The audience that bounds a channel's readers: its own, or for a thread its
