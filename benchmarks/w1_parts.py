@@ -8,8 +8,9 @@ building ``GenerationFinished`` with its two ``DialogueMessage``s, ``capture``,
 over repetitions (each in this process, on a fresh database) of the part's p50
 and mean in microseconds.
 
-Each repetition runs three times, in turn, so that the columns come from the same run: as
-a host without an audience; with the cog's (``DiscordAudience`` over a discord.py client
+Each repetition runs three times, in turn, so that the columns come from the same run (a
+discord.py client holds W1's servers in all three, as a bot's cache does): as a host
+without an audience; with the cog's (``DiscordAudience`` over a discord.py client
 holding W1's servers, built from gateway payloads: public channels, as W1's are); and with
 the cog's on locked servers (in each, eight chat channels synced to a category that hides
 them from a muted role, and two staff channels; the audience refuses the staff channels'
@@ -66,8 +67,9 @@ async def once(
     clock = time.perf_counter
     client = discord.Client(intents=discord.Intents.all())
     async with memory_database("sqlite", "w1parts") as database:
+        # The bot's cache holds the servers in every variant, as a bot's does.
+        _servers(client, channels, locked=variant == 2)
         if variant:
-            _servers(client, channels, locked=variant == 2)
             memory = await ShortTermMemory.open(
                 STMConfig(database=database), audience=DiscordAudience(client)
             )

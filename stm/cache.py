@@ -603,24 +603,27 @@ class MemoryCache:
         size = limit
         while True:
             batch: list[Entry] = []
+            ids: list[int] = []
             for entry in ordered:  # read lazily: a later round goes on where this one ends
-                if entry.channel_id == exclude_channel:
+                channel = entry.channel_id
+                if channel == exclude_channel:
                     continue
                 if is_expired(entry, now):
                     expired.append(entry.key)
                 elif entry.messages or entry.summary or entry.categories:
                     batch.append(entry)
-                    if len(batch) == size:
+                    ids.append(channel)
+                    if len(ids) == size:
                         break
-            if not batch:
+            if not ids:
                 break
-            allowed = admit([entry.channel_id for entry in batch])
+            allowed = admit(ids)
             for entry in batch:
                 if entry.channel_id in allowed:
                     found.append(entry)
                     if len(found) == limit:
                         break
-            if len(found) == limit or len(batch) < size:
+            if len(found) == limit or len(ids) < size:
                 break
             size = 4 * limit if size == limit else len(self)
         self._drop_expired(expired)

@@ -163,3 +163,11 @@ async def test_memory_show_says_where_the_channels_memory_may_appear(bot: Harnes
     assert describe_where([], bot_name="Assistant").endswith("Right now: no other channel.")
     dm = bot.world.offline.dm(bot.bob)
     assert "never shown in any other conversation" in await where(dm)
+
+
+async def test_a_server_in_an_outage_recalls_nothing(bot: Harness):
+    """While Discord says the server is unavailable, its changes cannot reach the cache."""
+    await bot.say(bot.alice, bot.games, "games chatter")
+    assert "games chatter" in await shown_in(bot, bot.general)
+    await bot.world.offline.gateway("GUILD_DELETE", {"id": str(HARBOR), "unavailable": True})
+    assert "games chatter" not in await shown_in(bot, bot.general)

@@ -218,8 +218,8 @@ class DiscordAudience:
     def may_recall(self, server_id: int, into: int, from_: Sequence[int]) -> Collection[int]:
         """The channels of ``from_`` everyone who can view ``into`` can view, now."""
         guild = self._state._guilds.get(server_id)
-        if guild is None:
-            return ()
+        if guild is None or guild.unavailable:
+            return ()  # not known, or in an outage: its changes do not reach the cache
         channels, held = guild._channels, self._channels
         # Each channel as it was last read, if nothing it was read from has changed since
         # (``ChannelAudience.current``, written out: this runs for every candidate).
