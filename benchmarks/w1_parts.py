@@ -124,9 +124,11 @@ async def once(
 
 def main(repetitions: int = 5) -> dict[str, Any]:
     runs: list[list[dict[str, list[float]]]] = [[] for _ in VARIANTS]
+    order = list(range(len(VARIANTS)))
     for _ in range(repetitions):
-        for variant in range(len(VARIANTS)):
+        for variant in order:
             runs[variant].append(asyncio.run(once(variant=variant)))
+        order = order[1:] + order[:1]  # each variant first as often as the others
     out: dict[str, Any] = {name: {} for name in VARIANTS}
     print(f"{'':14}" + "".join(f"{name:>30}" for name in VARIANTS))
     for part in PARTS:
