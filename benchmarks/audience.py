@@ -133,7 +133,7 @@ class Server:
 
 def load(client: discord.Client, server: Server) -> discord.Guild:
     """Deliver ``server``'s GUILD_CREATE to ``client``'s connection state."""
-    client._connection.parse_guild_create(server.payload())  # type: ignore[arg-type]
+    client._connection.parse_guild_create(server.payload())
     guild = client.get_guild(server.guild_id)
     assert guild is not None
     return guild

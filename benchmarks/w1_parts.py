@@ -8,7 +8,8 @@ building ``GenerationFinished`` with its two ``DialogueMessage``s, ``capture``,
 over repetitions (each in this process, on a fresh database) of the part's p50
 and mean in microseconds.
 
-Each repetition runs three times, in turn, so that the columns come from the same run (a
+Each repetition runs every turn three times, one variant after the other turn by turn,
+so that the columns come from the same run and the machine's load falls on all alike (a
 discord.py client holds W1's servers in all three, as a bot's cache does): as a host
 without an audience; with the cog's (``DiscordAudience`` over a discord.py client
 holding W1's servers, built from gateway payloads: public channels, as W1's are); and with
@@ -20,12 +21,13 @@ memory in chat and the chat's in the staff channels, so prompts ask it more than
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import sys
 import time
 from typing import Any
 
-from .database import memory_database, open_memory
+from .database import memory_database
 from .w1_chat import CHANNELS_PER_SERVER, turns
 
 PARTS = ("context", "intent", "event", "capture", "build_context", "text", "turn")
@@ -53,31 +55,38 @@ def _servers(client: Any, channels: int, *, locked: bool) -> None:
 VARIANTS = ("without an audience", "the cog's audience", "the cog's, locked servers")
 
 
-async def once(
-    channels: int = 200, per_channel: int = 25, *, variant: int = 0
-) -> dict[str, list[float]]:
-    """One run of every turn; each part's seconds per turn (``variant``: of VARIANTS)."""
+async def once(channels: int = 200, per_channel: int = 25) -> list[dict[str, list[float]]]:
+    """One run of every turn in each variant (of VARIANTS), turn by turn in turn, so that
+    a change in the machine's load falls on all alike; each part's seconds per turn."""
     import discord
 
     from cogs.utils.audience import DiscordAudience
     from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 
     plan = turns(channels, per_channel)
-    times: dict[str, list[float]] = {part: [] for part in PARTS}
+    times: list[dict[str, list[float]]] = [{part: [] for part in PARTS} for _ in VARIANTS]
     clock = time.perf_counter
-    client = discord.Client(intents=discord.Intents.all())
-    async with memory_database("sqlite", "w1parts") as database:
-        # The bot's cache holds the servers in every variant, as a bot's does.
-        _servers(client, channels, locked=variant == 2)
-        if variant:
-            memory = await ShortTermMemory.open(
-                STMConfig(database=database), audience=DiscordAudience(client)
-            )
-        else:
-            memory = await open_memory(database)
-        try:
-            gate = memory.intent_gate
-            for turn in plan:
+    # The bot's cache holds the servers in every variant, as a bot's does.
+    public = discord.Client(intents=discord.Intents.all())
+    locked = discord.Client(intents=discord.Intents.all())
+    _servers(public, channels, locked=False)
+    _servers(locked, channels, locked=True)
+    async with contextlib.AsyncExitStack() as stack:
+        memories = []
+        for variant, client in enumerate((public, public, locked)):
+            database = await stack.enter_async_context(memory_database("sqlite", f"w1p{variant}"))
+            audience = DiscordAudience(client) if variant else None
+            memory = await ShortTermMemory.open(STMConfig(database=database), audience=audience)
+            stack.push_async_callback(memory.close)
+            memories.append(memory)
+        stack.push_async_callback(public.close)
+        stack.push_async_callback(locked.close)
+        order = list(range(len(VARIANTS)))
+        for turn in plan:
+            order = order[1:] + order[:1]  # each variant first as often as the others
+            for variant in order:
+                memory = memories[variant]
+                gate = memory.intent_gate
                 c = turn.channel
                 user_id, server = 10_000 + c, c // CHANNELS_PER_SERVER
                 t0 = clock()
@@ -113,22 +122,18 @@ async def once(
                 str(context)
                 t6 = clock()
                 marks = (t0, t1, t2, t3, t4, t5, t6)
+                mine = times[variant]
                 for part, start, end in zip(PARTS, marks, marks[1:], strict=False):
-                    times[part].append(end - start)
-                times["turn"].append(t6 - t0)
-        finally:
-            await memory.close()
-            await client.close()
+                    mine[part].append(end - start)
+                mine["turn"].append(t6 - t0)
     return times
 
 
 def main(repetitions: int = 5) -> dict[str, Any]:
     runs: list[list[dict[str, list[float]]]] = [[] for _ in VARIANTS]
-    order = list(range(len(VARIANTS)))
     for _ in range(repetitions):
-        for variant in order:
-            runs[variant].append(asyncio.run(once(variant=variant)))
-        order = order[1:] + order[:1]  # each variant first as often as the others
+        for variant, times in enumerate(asyncio.run(once())):
+            runs[variant].append(times)
     out: dict[str, Any] = {name: {} for name in VARIANTS}
     print(f"{'':14}" + "".join(f"{name:>30}" for name in VARIANTS))
     for part in PARTS:
