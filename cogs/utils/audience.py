@@ -26,11 +26,12 @@ is not judged: nothing is recalled.
 
 The decision comes from this process's cache, which discord.py keeps from the gateway
 events of this process's shards (the shard that serves a server also brings its prompts).
-Each decision is remembered with the objects it was read from, and checked against them
-at every use: a channel's overwrites list (discord.py replaces it on every channel
-update), the permissions of every role the decision read, and the @everyone role's. A
-change is seen by the very next prompt, before any listener runs, and nothing is kept
-across a restart.
+Each channel's reading is remembered with the objects it was read from, and checked
+against them at every use: the channel object, its overwrites list (discord.py replaces
+it on every channel update), the permissions of every role its overwrites name, and the
+@everyone role's; a server Discord marks unavailable recalls nothing. Decisions are
+remembered per pair of readings' values (pure, so never stale). A change is seen by the
+very next prompt, before any listener runs, and nothing is kept across a restart.
 """
 
 from __future__ import annotations
