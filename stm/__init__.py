@@ -3,6 +3,7 @@
 Framework-free: it takes plain ids and messages and returns plain values.
 """
 
+from .audience import Audience
 from .budget import TokenCounter, estimate_tokens
 from .config import STMConfig
 from .errors import (
@@ -38,6 +39,7 @@ from .tools import Tool, ToolRegistry
 
 __all__ = [
     "TOOL_APIS",
+    "Audience",
     "Category",
     "ConfigError",
     "DialogueMessage",

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from .audience import Admit
 from .expiry import HOUR, Expiry
 from .keys import Scope
 from .lineage import Pin
@@ -552,9 +553,19 @@ class MemoryCache:
         self.set_pin(entry, None)
         entry.version += 1
 
-    def recall(self, group: GroupKey, exclude_channel: int, limit: int, now: float) -> list[Entry]:
+    def recall(
+        self,
+        group: GroupKey,
+        exclude_channel: int,
+        limit: int,
+        now: float,
+        admit: Admit | None = None,
+    ) -> list[Entry]:
         """Up to ``limit`` live entries of ``group`` other than ``exclude_channel``, newest first,
-        never private channels, never empty ones; nothing for a user's group (DMs)."""
+        never empty ones; nothing for a user's group (DMs). Without ``admit``, never private
+        channels (as flagged at capture); with it, only the channels it admits, whatever
+        the flag says: it is asked once for the newest ``limit`` candidates, and again for
+        more at once only when it refused some."""
         if group[0] != "server":
             # A DM channel may hold other people (a group DM, a user-installed bot in a DM
             # between friends): a user's notes of one DM must never show in another.
@@ -562,6 +573,8 @@ class MemoryCache:
         held = self._groups.get(group)
         if held is None or limit <= 0:
             return []
+        if admit is not None:
+            return self._admitted(held, exclude_channel, limit, now, admit)
         found: list[Entry] = []
         expired: list[str] = []
         if type(held) is _Group:
@@ -589,11 +602,59 @@ class MemoryCache:
                     found.append(entry)
             found.sort(key=lambda e: e.updated_at, reverse=True)
             del found[limit:]
+        self._drop_expired(expired)
+        return found
+
+    def _admitted(
+        self, held: Entry | _Group, exclude_channel: int, limit: int, now: float, admit: Admit
+    ) -> list[Entry]:
+        """``recall`` with the host's audience: the candidates newest first, asked about in
+        rounds (``limit``, then four times as many, then the rest) until ``limit`` pass."""
+        ordered: Iterator[Entry]
+        if type(held) is not _Group:
+            ordered = iter((held,))  # type: ignore[arg-type]
+        elif held.cold:
+            every = (*held.live.values(), *held.cold.values())
+            ordered = iter(sorted(every, key=lambda e: e.updated_at, reverse=True))
+        else:
+            ordered = reversed(held.live.values())
+        is_expired = self.is_expired
+        expired: list[str] = []
+        found: list[Entry] = []
+        size = limit
+        while True:
+            batch: list[Entry] = []
+            ids: list[int] = []
+            for entry in ordered:  # read lazily: a later round goes on where this one ends
+                channel = entry.channel_id
+                if channel == exclude_channel:
+                    continue
+                if is_expired(entry, now):
+                    expired.append(entry.key)
+                elif entry.messages or entry.summary or entry.categories:
+                    batch.append(entry)
+                    ids.append(channel)
+                    if len(ids) == size:
+                        break
+            if not ids:
+                break
+            allowed = admit(ids)
+            for entry in batch:
+                if entry.channel_id in allowed:
+                    found.append(entry)
+                    if len(found) == limit:
+                        break
+            if len(found) == limit or len(ids) < size:
+                break
+            size = 4 * limit if size == limit else len(self)
+        self._drop_expired(expired)
+        return found
+
+    def _drop_expired(self, expired: list[str]) -> None:
         if expired:
             for key in expired:
                 self.remove(key)
             self.expired_drops += len(expired)
-        return found
 
     @property
     def dropped(self) -> int:

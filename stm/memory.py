@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
+from .audience import Audience
 from .background import Background, Opening
 from .budget import TokenCounter, count_with, fit
 from .cache import Entry, MemoryCache
@@ -147,8 +148,17 @@ class ShortTermMemory:
         on_purge_alert: Callable[[PurgeAlert], None] | None = None,
         channel_is_private: Callable[[TurnContext], bool] | None = None,
         token_counter: TokenCounter | None = None,
+        audience: Audience | None = None,
     ) -> None:
+        if audience is not None and not isinstance(audience, Audience):
+            raise TypeError(
+                f"audience must have may_recall(server_id, into, from_), "
+                f"not be a {type(audience).__name__}"
+            )
         self.config = config
+        # Who may read which channel, asked at every prompt that recalls other channels;
+        # None: the flag each channel's turns carried at capture decides (``stm.audience``).
+        self.audience = audience
         self.store = store
         self.clock = clock
         # The feed's changes are stamped by this clock too, as every other time is.
@@ -190,6 +200,7 @@ class ShortTermMemory:
             empty_at_open=store.empty_at_open,
             tally=self._tally,
             channel_is_private=channel_is_private,
+            audience=audience,
         )
         # Message ids deleted or edited on Discord lately, for captures and upgrades of
         # turns still being answered.
@@ -248,6 +259,7 @@ class ShortTermMemory:
         on_purge_alert: Callable[[PurgeAlert], None] | None = None,
         channel_is_private: Callable[[TurnContext], bool] | None = None,
         token_counter: TokenCounter | None = None,
+        audience: Audience | None = None,
     ) -> Opening[ShortTermMemory]:
         """Open the memory: ``await`` it, or use it as ``async with``.
 
@@ -258,7 +270,10 @@ class ShortTermMemory:
         asked about a server channel a turn's context calls public; its True (or an
         error) makes the channel's memory private (the cog asks Discord). ``token_counter``:
         the model's tokenizer as a callable from text to a count, for the token budget
-        (default: ``stm.estimate_tokens``)."""
+        (default: ``stm.estimate_tokens``). ``audience`` (an ``stm.Audience``): who may read
+        which channel, asked at every prompt about the other channels it would show (the
+        cog's answers from Discord's permissions); without it, a channel's memory is shown
+        in the server's other channels unless its turns were flagged private."""
         return Opening(
             cls._open(
                 config or STMConfig(),
@@ -269,6 +284,7 @@ class ShortTermMemory:
                 on_purge_alert,
                 channel_is_private,
                 token_counter,
+                audience,
             )
         )
 
@@ -283,6 +299,7 @@ class ShortTermMemory:
         on_purge_alert: Callable[[PurgeAlert], None] | None,
         channel_is_private: Callable[[TurnContext], bool] | None = None,
         token_counter: TokenCounter | None = None,
+        audience: Audience | None = None,
     ) -> ShortTermMemory:
         if store is None:
             store = await open_store(config)
@@ -296,6 +313,7 @@ class ShortTermMemory:
                 on_purge_alert=on_purge_alert,
                 channel_is_private=channel_is_private,
                 token_counter=token_counter,
+                audience=audience,
             )
             await memory._start()
         except BaseException:
@@ -754,7 +772,7 @@ class ShortTermMemory:
         now = self.clock()
         if entry is not None and self.cache.is_expired(entry, now):
             entry = None
-        others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
+        others = self._reads.recall(ctx, group, now)
         if self._reads.deletions.pending:  # checked after the last await, as it renders
             entry, others = self._reads.visible(entry), [self._reads.visible(e) for e in others]
         shown = Shown.own(ctx.user_id, ctx.channel_id)

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
+from .audience import Audience, admitter
 from .cache import NO_CATEGORIES, Entry, GroupKey, MemoryCache, group_of
 from .config import STMConfig
 from .convert import entry_from
@@ -55,6 +56,9 @@ _E = TypeVar("_E", Entry, Entry | None)
 
 # How often work that a concurrent delete or eviction overtook is tried again.
 ATTEMPTS = 3
+# With an audience, a cold group's first read loads this many times the rows a prompt
+# shows, so that channels it refuses still leave enough to recall.
+RECALL_ROWS_WITH_AUDIENCE = 4
 # How long a turn waits for the store to plan a purge that may reach its memory (usually
 # one commit); past it, what the purge may reach is left out of the turn.
 PURGE_WAIT_SECONDS = 2.0
@@ -169,8 +173,11 @@ class ReadThrough:
         empty_at_open: bool,
         tally: Tally | None = None,
         channel_is_private: Callable[[TurnContext], bool] | None = None,
+        audience: Audience | None = None,
     ) -> None:
         self.config = config
+        # Who may read which channel (``stm.audience``); None: the flag of capture decides.
+        self.audience = audience
         # Asked about a server channel the host's context calls public (see describe).
         self._channel_is_private = channel_is_private
         self.cache = cache
@@ -191,6 +198,17 @@ class ReadThrough:
         self._tally = tally or Tally()
 
     # -- entries --------------------------------------------------------------
+    def recall(self, ctx: TurnContext, group: GroupKey, now: float) -> list[Entry]:
+        """The other channels' entries a prompt of this turn shows: the one choice of them,
+        for the prompt and for what an upgrade records that a prompt would have shown."""
+        audience = self.audience
+        admit = (
+            None
+            if audience is None or ctx.server_id is None
+            else admitter(audience, ctx.server_id, ctx.channel_id)
+        )
+        return self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now, admit)
+
     def describe(self, entry: Entry, ctx: TurnContext) -> None:
         """``describe(entry, ctx)``, with the channel private when the host's context says
         so or, in a server, when ``channel_is_private`` (the cog: Discord's own view, a
@@ -528,13 +546,19 @@ class ReadThrough:
             # nothing recalls (``Cache.recall``).
             return None
         scope, owner, server_id, persona = group
+        limit = self.config.max_other_channels + 1
+        if self.audience is not None:
+            # The audience decides at each prompt, whatever was flagged at capture, and may
+            # refuse some: a few more rows, private-flagged ones too.
+            limit *= RECALL_ROWS_WITH_AUDIENCE
         op = LoadRecent(
             scope,
             owner,
             server_id,
             persona,
-            self.config.max_other_channels + 1,
+            limit,
             *self.thresholds(),
+            private=self.audience is not None,
         )
         return self._warmed_with(group, self._read(op, [f"{scope}:{owner}"]))
 

@@ -45,6 +45,7 @@ DRIVER = textwrap.dedent(
     import cogs, discord_stm, stm
     from bot import SampleBot
     from discord_stm.short_term_memory import COG_NAME, EXTENSION
+    from discord_stm.testing import channel_payload, guild_payload
     from stm import STMConfig, TurnContext
     from stm.keys import server_key
 
@@ -60,6 +61,11 @@ DRIVER = textwrap.dedent(
         async with SampleBot(STMConfig(database=database)) as bot:
             await bot.setup_hook()
             chat = bot.get_cog("Chat")
+            # The server as the gateway brings it: the cog judges who reads which channel
+            # from discord.py's cache.
+            bot._connection.parse_guild_create(guild_payload(
+                100, "home", [channel_payload(c, f"c{c}", 100) for c in (11, 12, 13)]
+            ))
             def turn(channel):
                 return TurnContext(user_id=1, channel_id=channel, server_id=100,
                                    user_name="ann", channel_name=f"c{channel}", user_text="")

@@ -87,7 +87,9 @@ def test_red_loads_the_cog_runs_a_turn_purges_and_unloads(red_python: Path, tmp_
     assert deletion["user_strict"]["opted_out"] is True
     assert deletion["owner"]["opted_out"] is True
     assert seen["after_purge_entry"] in (None, [None, 0])  # Ann's words and her summary gone
-    assert seen["after_purge_show"] == ["Red holds no short-term memory about you in this channel."]
+    (after_purge_show,) = seen["after_purge_show"]
+    assert after_purge_show.startswith("Red holds no short-term memory about you in this channel.")
+    assert "only where everyone who can read that channel can read this one" in after_purge_show
 
     assert seen["unload"] == ["The following package was unloaded: `shorttermmemory`."]
     assert seen["after_unload"] == {

@@ -30,6 +30,7 @@ from stm.redact import redact_url
 from stm.render import category_labels
 from stm.store import is_postgres_url
 
+from ..utils.audience import DiscordAudience
 from ..utils.checks import (
     Check,
     has_server_permission_or_owner,
@@ -49,6 +50,7 @@ from .describe import (
     describe_purge_done,
     describe_purge_preview,
     describe_refusal,
+    describe_where,
 )
 from .entries import entries_shown_to
 from .i18n import CommandTranslator, Refused, Texts, texts_for
@@ -173,6 +175,8 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         self.token_counter = token_counter
         self._confirmations: weakref.WeakSet[PurgeConfirmation] = weakref.WeakSet()
         self._translator: CommandTranslator | None = None
+        # Who may read which channel, from discord.py's cache: the memory's audience.
+        self.audience = DiscordAudience(bot)
 
     def _apply_command_names(self, wanted: Mapping[str, str | None]) -> dict[str, str | None]:
         unknown = set(wanted) - set(COMMANDS)
@@ -231,6 +235,9 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             on_purge_alert=self._purge_alert,
             channel_is_private=channel_privacy(self.bot),
             token_counter=self.token_counter,
+            # Other channels' memory only where everyone present can read it, as Discord
+            # says at each prompt (cogs/utils/audience.py).
+            audience=self.audience,
         )
         try:
             self.start_departures()
@@ -339,8 +346,19 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             forget=self.command_mention("memory", "forget"),
             resume=self.command_mention("memory", "resume"),
             texts=texts_for(interaction.locale),
+            where=describe_where(
+                self._shown_in(ctx), bot_name=ctx.bot_name, texts=texts_for(interaction.locale)
+            ),
         )
         await reply(interaction, text)
+
+    def _shown_in(self, ctx: TurnContext) -> list[str] | None:
+        """Mentions of the channels where this channel's memory may be shown now (None in a
+        DM)."""
+        if ctx.server_id is None:
+            return None
+        found = self.audience.shown_in(ctx.server_id, ctx.channel_id)
+        return [f"<#{channel_id}>" for channel_id in found]
 
     @memory_group.command(name="forget", description="Erase all short-term memory about you.")
     @app_commands.checks.cooldown(1, FORGET_COOLDOWN_SECONDS, key=_per_bot_and_user)

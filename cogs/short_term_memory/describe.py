@@ -71,11 +71,13 @@ def describe_memory(
     forget: str | None = "`/memory forget`",
     resume: str | None = "`/memory resume`",
     texts: Texts = ENGLISH,
+    where: str | None = None,
 ) -> str:
     """What ``/memory show`` answers: the asker's memory here and the channel's shared notes.
 
     ``own`` and ``shared`` hold one entry per persona; ``forget`` and ``resume`` are how
-    to write those commands (None where the bot left them out).
+    to write those commands (None where the bot left them out); ``where`` says where this
+    channel's memory may appear (``describe_where``).
     """
     lines: list[str] = []
     if opted_out:
@@ -83,6 +85,8 @@ def describe_memory(
         lines.append(texts("memory.paused", bot=bot_name, undo=undo))
     if not own and not shared:
         lines.append(texts("memory.none", bot=bot_name))
+        if where:
+            lines += ["", where]
         return "\n".join(lines)
     for entry in own:
         lines.append(texts("memory.own_title", bot=bot_name, persona=_persona(entry, texts)))
@@ -110,10 +114,30 @@ def describe_memory(
         lines.append(texts("memory.shared_title", persona=_persona(entry, texts)))
         lines.extend(_distilled(entry, labels))
         lines.append(texts("memory.shared_expires", when=_when(entry.expires_at)))
+    if where:
+        lines += ["", where]
     if forget:
         lines.append("")
         lines.append(texts("memory.forget_hint", forget=forget))
     return "\n".join(lines)
+
+
+# Channels named by ``describe_where``; the others are counted.
+WHERE_LISTED = 10
+
+
+def describe_where(channels: Sequence[str] | None, *, bot_name: str, texts: Texts = ENGLISH) -> str:
+    """Where memory of this channel may appear: ``channels`` (mentions) of the server where
+    it may be shown now, or None in a DM."""
+    if channels is None:
+        return texts("memory.where_dm")
+    head = texts("memory.where_server", bot=bot_name)
+    if not channels:
+        return f"{head}\n{texts('memory.where_nowhere')}"
+    listed = ", ".join(channels[:WHERE_LISTED])
+    if len(channels) > WHERE_LISTED:
+        listed = texts("memory.where_more", channels=listed, n=len(channels) - WHERE_LISTED)
+    return f"{head}\n{texts('memory.where_now', channels=listed)}"
 
 
 def describe_settings(

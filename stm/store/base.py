@@ -573,6 +573,8 @@ class LoadRecent:
     limit: int
     crude_before: float
     summary_before: float
+    # Channels flagged private at capture too (a host's audience decides at each prompt).
+    private: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -444,7 +444,9 @@ def _recent(op: LoadRecent, dialect: Dialect) -> Rows:
     else:
         where = f"scope = 'user' AND {_equal('server_id', 'server', op.server_id)} "
         where += "AND user_id = :owner"
-    where += f" AND {_equal('persona_id', 'persona', op.persona_id)} AND channel_private = FALSE"
+    where += f" AND {_equal('persona_id', 'persona', op.persona_id)}"
+    if not op.private:
+        where += " AND channel_private = FALSE"
     params: dict[str, Any] = {"owner": op.owner_id, "limit": op.limit}
     params |= {"crude": op.crude_before, "summary": op.summary_before}
     if op.server_id is not None and op.scope == "user":

@@ -355,7 +355,7 @@ class Upgrades:
         from the cache now, as ``build_context`` records it (this channel's notes
         included): its upgrade's provenance, and its replies'."""
         now = self.clock()
-        others = self.cache.recall(group, ctx.channel_id, self.config.max_other_channels, now)
+        others = self.reads.recall(ctx, group, now)
         user_k, server_k, _ = turn_scope(ctx)
         entry = self.cache.peek(server_k or user_k)
         if entry is not None and self.cache.is_expired(entry, now):
