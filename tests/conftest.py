@@ -168,7 +168,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A module that sets ``BOTH_STORES = True`` runs each of its tests once per store:
     those that use ``store`` or ``config`` (and so ``open_memory`` and ``memory``). A
     test that asks for ``db_path`` inspects the SQLite file itself and runs on SQLite.
-    ``SLOW_ON_POSTGRES = True`` marks the PostgreSQL cases ``slow`` (out of the quick loop)."""
+    ``SLOW_ON_POSTGRES = True`` marks the PostgreSQL cases ``slow`` (the deep run, ``-m slow``)."""
     if (
         getattr(metafunc.module, "BOTH_STORES", False)
         and "store_kind" in metafunc.fixturenames
@@ -176,7 +176,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ):
         kinds: list[Any] = list(STORE_KINDS)
         if getattr(metafunc.module, "SLOW_ON_POSTGRES", False):
-            # Much slower on PostgreSQL (a database per case): the full run only.
+            # Much slower on PostgreSQL (a database per case): the deep run only.
             kinds = [
                 k if k != "postgres" else pytest.param(k, marks=pytest.mark.slow) for k in kinds
             ]
