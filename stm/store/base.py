@@ -967,6 +967,8 @@ class UserHoldings:
     # Other rows whose notes may hold the user's words (what a purge would clear).
     contributed: list[StoredRow]
     opted_out_since: float | None
+    # The note history of each of the user's own rows (by key), newest first.
+    history: dict[str, list[NoteVersion]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1003,6 +1005,10 @@ class Inspector(Protocol):
 
     async def rows_of_channel(self, channel_id: int) -> list[StoredRow]:
         """Every row of a channel, any scope or persona."""
+        ...
+
+    async def note_history(self, key: str) -> list[NoteVersion]:
+        """The versions of the notes of ``key`` its history keeps, newest first."""
         ...
 
     async def holdings_of_user(self, user_id: int, erasure: Erasure = "complete") -> UserHoldings:

@@ -84,6 +84,7 @@ __all__ = [
     "batch",
     "categories_json",
     "identity_values",
+    "note_history",
     "refusal",
     "save_many",
     "save_sql",
@@ -371,7 +372,7 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
         case LoadRecent():
             return (yield _recent(op, dialect))
         case LoadHistory(key):
-            return (yield from _history(key))
+            return (yield from note_history(key))
         case RestoreNotes():
             return (yield from _restore(op, feed))
         case LoadChannelKeys(channel_id, crude_before, summary_before):
@@ -422,7 +423,7 @@ _PRUNE_VERSIONS = (
 )
 
 
-def _history(key: str) -> Procedure[list[NoteVersion]]:
+def note_history(key: str) -> Procedure[list[NoteVersion]]:
     """The versions the history holds of the row ``key``'s notes, newest first: only those
     sealed under its live key (any other is erased), none while a purge clears the row."""
     rows = yield Step(
