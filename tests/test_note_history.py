@@ -21,8 +21,10 @@ SERVER_KEY = "shortterm:server:100:10"
 USER_KEY = "shortterm:user:1:10"
 
 
-async def _upgrade(memory: ShortTermMemory, text: str, user: int = 1, channel: int = 10) -> None:
-    context = ctx(user, channel)
+async def _upgrade(
+    memory: ShortTermMemory, text: str, user: int = 1, channel: int = 10, server: int = 100
+) -> None:
+    context = ctx(user, channel, server)
     await memory.build_context(context)
     result = await memory.run_tool(context, {"summary": text})
     assert result.success, result.message
@@ -152,14 +154,14 @@ async def test_a_purge_erases_every_version_and_none_comes_back(store_database: 
     async with ShortTermMemory.open(config) as memory:
         await _upgrade(memory, "alice said one", user=1)
         await _upgrade(memory, "alice said two", user=1)
-        await _upgrade(memory, "in another channel", user=2, channel=11)
+        await _upgrade(memory, "in another server", user=2, channel=11, server=200)
         await memory.flush()
         versions = [v.version for v in await memory.history(SERVER_KEY)]
         assert len(versions) == 2
         await memory.purge(1)
         await _erased(memory, SERVER_KEY, versions)
         # Notes the purge does not reach keep their history.
-        assert _texts(await memory.history("shortterm:server:100:11")) == ["in another channel"]
+        assert _texts(await memory.history("shortterm:server:200:11")) == ["in another server"]
 
 
 async def test_a_restored_version_keeps_its_provenance(store_database: str) -> None:
@@ -215,9 +217,9 @@ async def test_a_message_deleted_on_discord_erases_the_earlier_versions(
     versions, which may hold the message and cannot be rewritten, go."""
     config = STMConfig(database=store_database, note_history=3)
     async with ShortTermMemory.open(config) as memory:
-        context = ctx(1, 10)
+        context = ctx(1, 10, message_id=555)
         await memory.build_context(context)
-        await memory.capture(turn(context, "a secret", "ok", user_message_id=555))
+        await memory.capture(turn(context, "a secret", "ok"))
         await _upgrade(memory, "holds a secret")
         await _upgrade(memory, "still holds it")
         await memory.flush()
@@ -240,9 +242,9 @@ async def test_a_user_export_includes_the_history_of_their_own_entries(
         await _upgrade(memory, "first of mine")
         await _upgrade(memory, "second of mine")
         await memory.flush()
-        exported = await memory.export_user(1)
-        own = [e for e in exported["entries"] if e["key"] == USER_KEY]
-        assert [v["summary"] for v in own[0]["history"]] == ["second of mine", "first of mine"]
+        held = await memory.store.holdings_of_user(1, config.erasure)
+        assert [row.key for row in held.own] == [USER_KEY]
+        assert _texts(held.history[USER_KEY]) == ["second of mine", "first of mine"]
 
 
 # -- bytes -----------------------------------------------------------------------------------
@@ -265,11 +267,11 @@ async def test_no_key_of_an_erased_version_is_left(
             await _upgrade(memory, text)
         await memory.flush()
         clock.advance(hours=config.summary_ttl_hours - 1)
-        await _upgrade(memory, "kept elsewhere", user=2, channel=11)
+        await _upgrade(memory, "kept elsewhere", user=2, channel=11, server=200)
         await memory.flush()
         assert len(await _version_cipher(memory)) == 3 + 3 + 1 + 1
         erased = {SERVER_KEY, USER_KEY}
-        kept = {"shortterm:server:100:11", "shortterm:user:2:11"}
+        kept = {"shortterm:server:200:11", "shortterm:user:2:11"}
         if store_kind == "sqlite":
             witness = KeyWitness(store_database)
             witness.look()
