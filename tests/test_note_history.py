@@ -5,6 +5,7 @@ that reaches the notes (a purge, a channel clear, expiry, a message deleted on D
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from shredding import KeyWitness, file_bytes
 from test_postgres_erasure import _connect
 
 from stm import ShortTermMemory, STMConfig
-from stm.store.base import NoteVersion
+from stm.store.base import Guard, LoadRows, NoteVersion, Overtaken, Saved, SaveDistilled
 from stm.testing import Clock, ctx, turn
 
 BOTH_STORES = True
@@ -120,6 +121,32 @@ async def test_a_restore_refuses_an_upgrade_whose_turn_began_before_it(
         # A turn that begins after the restore upgrades as usual.
         await _upgrade(memory, "better")
         assert (await memory.history(SERVER_KEY))[0].summary == "better"
+
+
+async def test_the_store_refuses_an_upgrade_guarded_from_before_a_restore(
+    store_database: str,
+) -> None:
+    """The check every process's upgrade passes in the writing transaction: a ``restore``
+    change after the guard's position, of a key the upgrade writes, refuses it."""
+    config = STMConfig(database=store_database, note_history=3)
+    async with ShortTermMemory.open(config) as memory:
+        await _upgrade(memory, "good")
+        await _upgrade(memory, "bad")
+        await memory.flush()
+        store = memory.store
+        before = await store.current_position()
+        assert await memory.restore_notes(SERVER_KEY, (await memory.history(SERVER_KEY))[1].version)
+        [[row]] = await store.run([LoadRows((SERVER_KEY,), 0.0, 0.0)])
+
+        def guard(after: int) -> Guard:
+            return Guard(after, frozenset(), frozenset(), 100, own_origin="elsewhere")
+
+        stale = SaveDistilled(replace(row, summary="from the bad notes"), guard(before))
+        assert isinstance((await store.run([stale]))[0], Overtaken)
+        fresh = SaveDistilled(
+            replace(row, summary="from the good notes"), guard(await store.current_position())
+        )
+        assert isinstance((await store.run([fresh]))[0], Saved)
 
 
 async def test_another_process_honours_a_restore(store_database: str) -> None:
