@@ -479,7 +479,7 @@ COMMANDS = (
 )
 
 CELLS = list(itertools.product(COMMANDS, ACTORS))
-MATRIX_SIZE = 19 * 6
+MATRIX_SIZE = 22 * 6
 
 
 def test_the_matrix_is_the_full_product(capsys: pytest.CaptureFixture[str]) -> None:

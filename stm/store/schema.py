@@ -105,7 +105,7 @@ _PURGE_CLEARED = """
 # clearing its notes or changing its key deletes them all in the same statement's
 # trigger: every erasure of the notes (a purge, a channel clear, expiry) reaches every
 # version without knowing of them, and the key they were sealed under is destroyed with
-# the row's.
+# the row's. The feed's index of deletes takes restores, which guards read too.
 _NOTE_HISTORY_SQLITE = """
     CREATE TABLE stm_note_versions (
         memory_id INTEGER NOT NULL,
@@ -129,6 +129,10 @@ _NOTE_HISTORY_SQLITE = """
     BEGIN
         DELETE FROM stm_note_versions WHERE memory_id = new.id;
     END;
+    DROP INDEX stm_changes_deletes;
+    CREATE INDEX stm_changes_deletes ON stm_changes (position)
+        WHERE kind IN ('clear_channel', 'purge_user', 'delete_messages', 'edit_messages',
+            'restore');
     """
 _NOTE_HISTORY_POSTGRES = """
     CREATE TABLE stm_note_versions (
@@ -160,6 +164,10 @@ _NOTE_HISTORY_POSTGRES = """
         FOR EACH ROW EXECUTE FUNCTION stm_versions_on_change();
     CREATE TRIGGER stm_versions_on_clear AFTER UPDATE OF summary, categories, key_slot
         ON short_term_memories FOR EACH ROW EXECUTE FUNCTION stm_versions_on_change();
+    DROP INDEX stm_changes_deletes;
+    CREATE INDEX stm_changes_deletes ON stm_changes (position)
+        WHERE kind IN ('clear_channel', 'purge_user', 'delete_messages', 'edit_messages',
+            'restore');
     """
 
 # -- SQLite (its second migration, crypto-shredding's, is in shred.py) --------------------
