@@ -333,3 +333,19 @@ async def test_no_key_of_an_erased_version_is_left(
         assert all(bytes(before[key]) in table for key in kept)
     finally:
         await conn.close()
+
+
+def test_a_restore_is_journaled_and_replayed_as_it_was(tmp_path: Any) -> None:
+    """A restore the database could not take yet is kept in the journal (key and version,
+    never text) and replayed as the same change; a record naming no scope key is not."""
+    from stm.journal import Journal, Pending
+    from stm.store.base import RestoreNotes
+
+    journal = Journal(tmp_path / "pending")
+    restore = RestoreNotes(SERVER_KEY, 7, 501, 1_000.5, 3)
+    journal.append([Pending(journal.new_id(), restore)])
+    assert [p.op for p in journal.load()] == [restore]
+    assert b"notes" not in journal.path.read_bytes()
+    bad = Journal(tmp_path / "bad")
+    bad.append([Pending(bad.new_id(), RestoreNotes("not a key", 7, None, 1.0, 3))])
+    assert bad.load() == []
