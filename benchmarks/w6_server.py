@@ -773,12 +773,15 @@ async def run_server(
     compact: bool = False,
     turn_seconds: float = TURN_SECONDS,
     autovacuum: bool = True,
+    note_history: int = 3,
 ) -> dict[str, Any]:
     world = World(users)
     started = time.perf_counter()
     clock = memory_clock(turn_seconds)
     async with memory_database(store, f"w6{erasure[0]}{users}") as database:
-        memory = await open_memory(database, erasure=erasure, clock=clock)
+        memory = await open_memory(
+            database, erasure=erasure, clock=clock, note_history=note_history
+        )
         vacuum = (
             await Autovacuum.open(database, clock.now)
             if autovacuum and store == "postgresql" and turn_seconds > 0
@@ -836,6 +839,7 @@ async def run_server(
     return {
         "store": store,
         "erasure": erasure,
+        "note_history": note_history,
         "users": users,
         "turn_seconds": turn_seconds,
         "autovacuum_emulated": vacuum is not None,
@@ -1341,6 +1345,12 @@ def main(argv: list[str] | None = None) -> None:
             "(what follows then runs on compacted tables)"
         ),
     )
+    parser.add_argument(
+        "--note-history",
+        type=int,
+        default=3,
+        help="STM_NOTE_HISTORY: earlier versions of notes kept (0: history off)",
+    )
     parser.add_argument("--out", type=Path, help="append the JSON result to this file")
     parser.add_argument("--report", type=Path, help="print the tables of a file of results")
     args = parser.parse_args(argv)
@@ -1374,6 +1384,7 @@ def main(argv: list[str] | None = None) -> None:
                     compact=args.compact,
                     turn_seconds=args.turn_seconds,
                     autovacuum=not args.no_autovacuum,
+                    note_history=args.note_history,
                 )
             )
         ]

@@ -99,6 +99,14 @@ class STMConfig(BaseSettings):
         "later versions of those notes; 'complete', also notes written from a prompt that "
         "showed such notes (see docs/data.md).",
     )
+    note_history: int = Field(
+        3,
+        ge=0,
+        le=20,
+        description="Earlier versions of each entry's notes kept for /memory show, "
+        "'python -m stm history' and restores (0 turns history off); never rendered, "
+        "erased with the notes (see docs/data.md).",
+    )
     context_token_budget: int | None = Field(
         None,
         ge=0,

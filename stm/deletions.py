@@ -15,7 +15,14 @@ from dataclasses import dataclass, field, replace
 
 from .lineage import Pin, Range, covers
 from .provenance import Shown
-from .store.base import DeleteChannel, ForgetMessages, PurgePreview, PurgeUser, StoredRow
+from .store.base import (
+    DeleteChannel,
+    ForgetMessages,
+    PurgePreview,
+    PurgeUser,
+    RestoreNotes,
+    StoredRow,
+)
 
 __all__ = [
     "Deletion",
@@ -149,7 +156,8 @@ def with_own(
 
 # A deletion as the log holds it: a channel clear, or messages deleted or edited on
 # Discord, with the keys it changed; or a purge.
-Logged = tuple[DeleteChannel | ForgetMessages, frozenset[str]] | Purge
+# A restore of notes is logged so, with its key: it overtakes the turns that write the key.
+Logged = tuple[DeleteChannel | ForgetMessages | RestoreNotes, frozenset[str]] | Purge
 _NOTHING: frozenset[str] = frozenset()
 
 
@@ -163,7 +171,9 @@ class DeletionLog:
         self.pending: list[Purge] = []
 
     def record(
-        self, deletion: DeleteChannel | ForgetMessages, keys: frozenset[str] = _NOTHING
+        self,
+        deletion: DeleteChannel | ForgetMessages | RestoreNotes,
+        keys: frozenset[str] = _NOTHING,
     ) -> None:
         """Note a channel clear (or messages deleted or edited on Discord) and the cached
         keys it changed; ``seq`` counts deletions."""
@@ -207,8 +217,8 @@ def apply_to_row(row: StoredRow, logged: Logged) -> StoredRow | None:
     applied to the cache once known, whatever entered it meanwhile)."""
     if isinstance(logged, tuple):
         deletion = logged[0]
-        if isinstance(deletion, ForgetMessages):
-            return row  # rows hold no crude messages
+        if isinstance(deletion, ForgetMessages | RestoreNotes):
+            return row  # rows hold no crude messages; a restore is read again after it
         return None if row.channel_id == deletion.channel_id else row
     purge = logged.deletion
     if purge.server_id is not None and row.server_id != purge.server_id:
@@ -241,7 +251,12 @@ def overtakes(
     for logged in deletions:
         if isinstance(logged, tuple):
             # A clear, or a message deleted or edited on Discord that a window of the
-            # channel held (it may be in what the prompt showed of it).
+            # channel held (it may be in what the prompt showed of it); a restore of
+            # notes the turn writes.
+            if isinstance(logged[0], RestoreNotes):
+                if any(key in logged[1] for key in own_keys):
+                    return True
+                continue
             if logged[0].channel_id in shown.channels:
                 return True
             if any(key in logged[1] for key in own_keys):

@@ -42,7 +42,7 @@ from .messages import RecentlyForgotten, forget_messages, nudge_rewrite
 from .models import TurnContext
 from .readthrough import ReadThrough
 from .settings import SettingsBook
-from .store.base import Change, Store
+from .store.base import Change, RestoreNotes, Store
 from .writer import Writer
 
 __all__ = ["Follower"]
@@ -222,6 +222,13 @@ class Follower:
             case "clear_channel" if change.channel_id is not None:
                 clear_channel(self.cache, self.reads, writer, change.channel_id)
             case "upgrade" if change.key is not None:
+                self._replaced(change.key)
+            case "restore" if change.key is not None:
+                # Notes brought back from their history: turns here that write the key and
+                # began before it are overtaken, and the row is read again.
+                self.reads.deletions.record(
+                    RestoreNotes(change.key, change.version or 0), frozenset((change.key,))
+                )
                 self._replaced(change.key)
             case "expire" if change.key is not None:
                 forget_key(self.cache, self.reads, writer, change.key)

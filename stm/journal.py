@@ -61,6 +61,7 @@ from typing import cast
 
 from .config import STMConfig
 from .errors import StoreError
+from .keys import parse_key
 from .lineage import ERASURE_POLICIES, Erasure
 from .redact import redact_url
 from .store import is_postgres_url
@@ -70,6 +71,7 @@ from .store.base import (
     ForgetServer,
     MarkDeparture,
     PurgeUser,
+    RestoreNotes,
     SaveOptOut,
     SaveServerSettings,
     SharedChange,
@@ -291,6 +293,9 @@ def _encode(record: Pending) -> bytes:
             body |= {"op": "settings", "server_id": server_id, "settings": settings_json}
         case SaveOptOut(user_id, opted_out, at):
             body |= {"op": "opt_out", "user_id": user_id, "opted_out": opted_out, "at": at}
+        case RestoreNotes(key, version, by, at, history):
+            body |= {"op": "restore", "key": key, "version": version, "by": by, "at": at}
+            body["history"] = history
     payload = json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
     return b"%08x %s\n" % (zlib.crc32(payload), payload)
 
@@ -442,7 +447,27 @@ def _op(data: dict[str, object]) -> SharedChange | None:
         if user is None or type(opted_out) is not bool or when is None:
             return None
         return SaveOptOut(user, opted_out, when)
+    if kind == "restore":
+        key, version, by, at = data.get("key"), data.get("version"), data.get("by"), data.get("at")
+        history = data.get("history")
+        who = None if by is None else as_id(by)
+        when = as_time(at)
+        if not isinstance(key, str) or not _is_key(key) or as_id(version) is None:
+            return None
+        if (by is not None and who is None) or when is None:
+            return None
+        if type(history) is not int or not 0 <= history <= 1000:
+            return None
+        return RestoreNotes(key, cast(int, version), who, when, history)
     return None
+
+
+def _is_key(key: str) -> bool:
+    try:
+        parse_key(key)
+    except ValueError:
+        return False
+    return True
 
 
 # -- files -------------------------------------------------------------------------------

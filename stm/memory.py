@@ -85,11 +85,15 @@ from .store.base import (
     ForgetMessages,
     ForgetServer,
     LoadDepartures,
+    LoadHistory,
     MarkDeparture,
+    NoteVersion,
     PreviewPurge,
     PurgePreview,
     PurgeResult,
     PurgeUser,
+    Restored,
+    RestoreNotes,
     SaveOptOut,
     SaveServerSettings,
     SharedChange,
@@ -1170,6 +1174,46 @@ class ShortTermMemory:
                 len(marked),
                 why,
             )
+
+    # -- note history -------------------------------------------------------------
+    async def history(self, key: str) -> list[NoteVersion]:
+        """The versions of the notes held under ``key`` that its history keeps
+        (``STMConfig.note_history``), newest first, the current notes first: what each
+        said, when and whose turn wrote it. Read from the store, ordered after every
+        change queued before it; nothing a deletion erased is among them. Never rendered."""
+        scope = parse_key(key)
+        server = scope.owner_id if scope.scope == "server" else ANY_SERVER
+        if self._reads.deletions.pending and self.writer.healthy:
+            await self._reads.planned(server)
+        found: list[NoteVersion] = await self.writer.submit(LoadHistory(key), "note history")
+        return found
+
+    async def restore_notes(self, key: str, version: int, by: int | None = None) -> bool:
+        """Bring back ``version`` (a ``NoteVersion.version`` of ``history(key)``) as the
+        current notes of ``key``: an ordinary durable change, ordered with every other,
+        applied by every process within the coherence bound. An upgrade of the key whose
+        turn began before it is refused (it was written from the notes it replaces).
+        ``by`` is whose restore it is (None: the operator or the host). Returns False when
+        that version is no longer held (erased, or past the history's length): nothing
+        changes. DurabilityError when the database could not take it yet (it is retried,
+        and kept for a restart, until it does)."""
+        parse_key(key)
+        if type(version) is not int or not 0 <= version < 2**63:
+            raise ValueError(f"version must be a non-negative integer, not {version!r}")
+        check_optional_id(by, "by")
+        outcome: list[object] = []
+        op = RestoreNotes(key, version, by, self.clock(), self.config.note_history)
+        # Turns of this process that began before it and write the key are overtaken.
+        self._reads.deletions.record(op, frozenset((key,)))
+        await self._durably(op, outcome.append)
+        restored = bool(outcome) and isinstance(outcome[0], Restored)
+        if restored:
+            entry = self.cache.peek(key)
+            if entry is not None:
+                self.cache.drop_distilled(entry)
+                await self._reads.reload(key)
+            log.info("restored version %d of the notes of %s", version, key)
+        return restored
 
     # -- servers that removed the bot ---------------------------------------------
     async def server_removed(self, server_id: int) -> bool:

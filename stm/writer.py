@@ -72,6 +72,7 @@ from .store.base import (
     Op,
     PurgeResult,
     PurgeUser,
+    RestoreNotes,
     SaveOptOut,
     SaveServerSettings,
     SharedChange,
@@ -713,4 +714,6 @@ def _describe(op: Op) -> str:
             return f"settings of server {server_id}"
         case SaveOptOut(user_id, opted_out, _):
             return f"{'opt-out' if opted_out else 'opt-in'} of user {user_id}"
+        case RestoreNotes(key, version):
+            return f"restoring version {version} of the notes of {key}"
     return type(op).__name__

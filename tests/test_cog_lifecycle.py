@@ -88,7 +88,13 @@ async def test_command_metadata_tells_discord_who_may_use_what(tmp_path: Path):
         assert refresh is not None and refresh.default_permissions is None
         memory = tree.get_command("memory")
         assert isinstance(memory, app_commands.Group)
-        assert sorted(c.name for c in memory.commands) == ["forget", "pause", "resume", "show"]
+        assert sorted(c.name for c in memory.commands) == [
+            "forget",
+            "pause",
+            "restore",
+            "resume",
+            "show",
+        ]
 
 
 class TestExplicitResources:

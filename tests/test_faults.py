@@ -113,13 +113,16 @@ async def test_full_disk(open_memory: Opener, db_path: Path) -> None:
     the memory works again."""
     memory = await open_memory()
     await remember(memory, "ACKED-BEFORE-FULL")
+    # Cleared while the file is full, below (written before: the first upgrade that
+    # fills the file may be the first one after the cap, with its note history).
+    await remember(memory, "CLEARED-WHILE-FULL", channel=20)
     await memory.flush()
     store = memory.store
     pages = (await store.execute("PRAGMA page_count"))[0][0]  # type: ignore[attr-defined]
     await store.execute(f"PRAGMA max_page_count = {pages}")  # type: ignore[attr-defined]
     acked: dict[str, str] = {}
     refused = None
-    for channel in range(20, 120):
+    for channel in range(21, 120):
         text = f"FILL-{channel} " + "f" * 1400
         c = ctx(channel=channel)
         await memory.capture(turn(c, "fill"))

@@ -22,7 +22,7 @@ from discord_fakes import Harness, harness
 
 from cogs.testing import Reply, option, subcommand
 from host.world import ADMIN, MANAGE_SERVER, OWNER_ID, Person, Place
-from stm import Category
+from stm import Category, TurnContext
 from stm.keys import server_key, user_key
 
 HARBOR, LIGHTHOUSE = 1100, 1200
@@ -235,6 +235,47 @@ async def _opt_out_first(h: Harness, person_id: int) -> None:
     await h.memory.set_user_opt_out(person_id, True)
 
 
+def _notes(entry: dict[str, Any] | None) -> tuple[object, object]:
+    return (None, None) if entry is None else (entry["summary"], entry["categories"])
+
+
+async def _two_versions(h: Harness, person_id: int) -> None:
+    """A good version of the person's notes (and the channel's) in #general and their DM,
+    then a bad one: version 1 is the one to bring back."""
+    person = next(k for k in PEOPLE if _person_id(k) == person_id)
+    for name, place in places(h, person).items():
+        server = None if name == "dm" else (HARBOR if name == "general" else LIGHTHOUSE)
+        for text in ("good notes", "bad notes"):
+            context = TurnContext(user_id=person_id, channel_id=place.id, server_id=server)
+            await h.memory.build_context(context)
+            field = "summary" if server is None else "mood"
+            result = await h.memory.run_tool(context, {field: f"{text} of {person} in {name}"})
+            assert result.success, result.message
+    await h.memory.flush()
+
+
+def _shown_with_history(h: Harness, before: State, after: State, use: Use) -> None:
+    _shown(h, before, after, use)
+    text = "".join(r.content for r in use.replies)
+    for version in ("good notes", "bad notes"):
+        assert f"{version} of {use.actor.person} in {use.place}" in text, text
+    assert "Version 1" in text and "Version 2" in text and "(current)" in text
+
+
+def _restored(shared: bool) -> Effect:
+    def check(h: Harness, before: State, after: State, use: Use) -> None:
+        place = places(h, use.actor.person)[use.place]
+        key = server_key(HARBOR, place.id) if shared else user_key(use.person_id, place.id)
+        wanted = f"good notes of {use.actor.person} in {use.place}"
+        summary, categories = _notes(after.entries[key])
+        assert wanted in f"{summary} {categories}" and "bad notes" not in f"{summary} {categories}"
+        assert {k: v for k, v in after.entries.items() if k != key} == {
+            k: v for k, v in before.entries.items() if k != key
+        }
+
+    return check
+
+
 @dataclass(frozen=True)
 class Command:
     """A slash command as README documents it, and what it must do when allowed."""
@@ -277,6 +318,35 @@ COMMANDS = (
         confirm=True,
     ),
     Command("/memory pause", "memory", (subcommand("pause"),), "everyone", False, _opted_out(True)),
+    Command(
+        "/memory show [history:True]",
+        "memory",
+        (subcommand("show", option("history", True, 5)),),
+        "everyone",
+        False,
+        _shown_with_history,
+        prepare=_two_versions,
+    ),
+    Command(
+        "/memory restore",
+        "memory",
+        (subcommand("restore", option("version", 1, 4)),),
+        "everyone",
+        False,
+        _restored(shared=False),
+        confirm=True,
+        prepare=_two_versions,
+    ),
+    Command(
+        "/memory restore [shared:True]",
+        "memory",
+        (subcommand("restore", option("version", 1, 4), option("shared", True, 5)),),
+        "manage_server",
+        True,
+        _restored(shared=True),
+        confirm=True,
+        prepare=_two_versions,
+    ),
     Command(
         "/memory resume",
         "memory",
@@ -409,7 +479,7 @@ COMMANDS = (
 )
 
 CELLS = list(itertools.product(COMMANDS, ACTORS))
-MATRIX_SIZE = 19 * 6
+MATRIX_SIZE = 22 * 6
 
 
 def test_the_matrix_is_the_full_product(capsys: pytest.CaptureFixture[str]) -> None:

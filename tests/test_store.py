@@ -187,7 +187,9 @@ async def test_the_wal_stays_bounded_when_writes_never_pause(
     # The reader lets go within a few turns of the event loop; on a loaded machine those
     # may take longer than the 20 ms the writer waits for it.
     monkeypatch.setattr(sqlite_store, "EMPTY_WAIT_MS", 5000)
-    memory = await ShortTermMemory.open(STMConfig(database=str(db_path)))
+    # The bounds are a few upgrades' bytes: calibrated without note history, with which
+    # each upgrade also writes its version (W6 measures that cost).
+    memory = await ShortTermMemory.open(STMConfig(database=str(db_path), note_history=0))
     reader = sqlite3.connect(db_path, isolation_level=None)
     wal = Path(f"{db_path}-wal")
     writing = True
@@ -263,7 +265,8 @@ async def test_a_reader_that_holds_on_is_waited_for_once_per_checkpoint_of_growt
     real = sqlite_store._empty
     monkeypatch.setattr(sqlite_store, "_empty", empty)
     caplog.set_level(logging.INFO, logger="stm.store")
-    memory = await ShortTermMemory.open(STMConfig(database=str(db_path)))
+    # Calibrated without note history, as above.
+    memory = await ShortTermMemory.open(STMConfig(database=str(db_path), note_history=0))
     reader = sqlite3.connect(db_path, isolation_level=None)
     wal = Path(f"{db_path}-wal")
     try:

@@ -24,7 +24,7 @@ from stm import (
     ToolRegistry,
     TurnContext,
 )
-from stm.keys import turn_keys
+from stm.keys import server_key, turn_keys, user_key
 from stm.purgewatch import describe_alert
 from stm.redact import redact_url
 from stm.render import category_labels
@@ -36,6 +36,7 @@ from ..utils.checks import (
     has_server_permission_or_owner,
     owner_only,
     server_only,
+    server_permission_or_owner,
     still_allowed,
     who_may,
 )
@@ -46,10 +47,13 @@ from .describe import (
     ENGLISH,
     describe_forget_done,
     describe_forget_preview,
+    describe_history,
     describe_memory,
     describe_purge_done,
     describe_purge_preview,
     describe_refusal,
+    describe_restore_done,
+    describe_restore_preview,
     describe_where,
 )
 from .entries import entries_shown_to
@@ -332,10 +336,24 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
     )
 
     @memory_group.command(name="show", description="See what the bot holds about you here.")
-    async def memory_show(self, interaction: discord.Interaction[Any]) -> None:
+    @app_commands.describe(history="Also show earlier versions of the notes and what changed")
+    async def memory_show(
+        self, interaction: discord.Interaction[Any], history: bool = False
+    ) -> None:
         await interaction.response.defer(ephemeral=True, thinking=True)
         ctx = turn_context_from_interaction(interaction)
         own, shared = await entries_shown_to(self.memory, ctx)
+        texts = texts_for(interaction.locale)
+        # The history of the same entries the asker may see: their own and the channel's
+        # shared notes, never another member's.
+        sections = []
+        if history:
+            for entry in own:
+                versions = await self.memory.history(entry.key)
+                sections.append((texts("history.own_title"), versions))
+            for entry in shared:
+                versions = await self.memory.history(entry.key)
+                sections.append((texts("history.shared_title"), versions))
         settings = await self.memory.get_server_settings(ctx.server_id)
         text = describe_memory(
             own,
@@ -350,7 +368,57 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
                 self._shown_in(ctx), bot_name=ctx.bot_name, texts=texts_for(interaction.locale)
             ),
         )
+        if sections:
+            text += "\n" + describe_history(sections, texts)
         await reply(interaction, text)
+
+    @memory_group.command(
+        name="restore", description="Bring back an earlier version of notes here."
+    )
+    @app_commands.describe(
+        version="The version's number, from /memory show history:True",
+        shared="The channel's shared notes (Manage Server) instead of yours",
+    )
+    async def memory_restore(
+        self,
+        interaction: discord.Interaction[Any],
+        version: app_commands.Range[int, 0, 2**53],
+        shared: bool = False,
+    ) -> None:
+        """A member brings back their own notes here; with ``shared``, members with Manage
+        Server (or the bot's owner) bring back the channel's shared notes. Asks first."""
+        also: tuple[Check, ...] = ()
+        if shared:
+            if interaction.guild_id is None:
+                raise CommandRefused("error.server_only")
+            also = (server_permission_or_owner("manage_guild"),)
+            await still_allowed(interaction, also)
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        ctx = turn_context_from_interaction(interaction)
+        texts = texts_for(interaction.locale)
+        if shared:
+            assert ctx.server_id is not None
+            key = server_key(ctx.server_id, ctx.channel_id)
+        else:
+            key = user_key(ctx.user_id, ctx.channel_id)
+        found = {v.version: v for v in await self.memory.history(key)}.get(version)
+        if found is None or found.current:
+            await reply(interaction, describe_restore_done(False, version, texts))
+            return
+        asker = interaction.user.id
+
+        async def restore() -> str:
+            try:
+                done = await self.memory.restore_notes(key, version, by=asker)
+            except DurabilityError as exc:
+                text = describe_restore_done(True, version, texts)
+                return _not_yet_durable(exc, text, f"restore of {key}", texts)
+            return describe_restore_done(done, version, texts)
+
+        preview = describe_restore_preview(
+            found, shared=shared, seconds=self.confirm_seconds, texts=texts
+        )
+        await self._confirm(interaction, preview, restore, texts, also=also)
 
     def _shown_in(self, ctx: TurnContext) -> list[str] | None:
         """Mentions of the channels where this channel's memory may be shown now (None in a

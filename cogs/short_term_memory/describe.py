@@ -13,6 +13,8 @@ import discord
 from discord import app_commands
 
 from stm import MemoryEntry, PurgeImpact, RecentPurges, ServerSettings
+from stm.history import changes, version_text
+from stm.store.base import NoteVersion
 
 from ..utils.checks import MissingServerPermission, NotOwner
 from .i18n import Texts, texts_for
@@ -384,3 +386,67 @@ def describe_recent_purges(recent: RecentPurges, *, texts: Texts = ENGLISH) -> s
             share=_share(texts, recent.threshold),
         )
     return text + texts("recent.end")
+
+
+# -- note history ---------------------------------------------------------------------------
+# Versions shown per entry, and changed sentences per version: a reply stays readable.
+HISTORY_SHOWN = 4
+CHANGES_SHOWN = 6
+
+
+def _who(version: NoteVersion, texts: Texts) -> str:
+    return texts("history.operator") if version.written_by is None else f"<@{version.written_by}>"
+
+
+def describe_history(
+    sections: Sequence[tuple[str, Sequence[NoteVersion]]], texts: Texts = ENGLISH
+) -> str:
+    """The note history ``/memory show history:True`` adds: per entry (its title, its
+    versions newest first), each version's number, when and whose turn wrote it, and what
+    it changed of the one before (removed sentences are what a restore brings back)."""
+    lines: list[str] = []
+    for title, versions in sections:
+        lines += ["", title]
+        if len(versions) < 2:
+            lines.append(texts("history.none"))
+            continue
+        for at, version in enumerate(versions[:HISTORY_SHOWN]):
+            key = "history.current" if version.current else "history.version"
+            lines.append(
+                texts(
+                    key,
+                    version=version.version,
+                    when=f"<t:{int(version.written_at)}:R>",
+                    who=_who(version, texts),
+                )
+            )
+            if version.restored_from is not None:
+                lines.append(texts("history.restored_from", version=version.restored_from))
+            if at + 1 < len(versions):
+                changed = changes(version, versions[at + 1])
+                for line in changed[:CHANGES_SHOWN]:
+                    lines.append(f"`{line[0]}` {discord.utils.escape_markdown(line[2:])}")
+                if len(changed) > CHANGES_SHOWN:
+                    lines.append(texts("history.more", n=len(changed) - CHANGES_SHOWN))
+            else:
+                lines.append(_quoted(version_text(version)))
+    return "\n".join(lines)
+
+
+def describe_restore_preview(
+    version: NoteVersion, *, shared: bool, seconds: float, texts: Texts = ENGLISH
+) -> str:
+    """What a restore will bring back, above its Confirm / Cancel."""
+    whose = texts("history.shared_notes") if shared else texts("history.own_notes")
+    return "\n".join(
+        [
+            texts("restore.preview", version=version.version, whose=whose),
+            _quoted(version_text(version)),
+            texts("restore.expires", seconds=int(seconds)),
+        ]
+    )
+
+
+def describe_restore_done(restored: bool, version: int, texts: Texts = ENGLISH) -> str:
+    """The answer once a restore ran: done, or the version was erased meanwhile."""
+    return texts("restore.done" if restored else "restore.gone", version=version)

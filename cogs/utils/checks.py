@@ -9,7 +9,7 @@ whose payload carries the presser's permissions as they are then.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import discord
@@ -67,8 +67,12 @@ async def _is_owner(interaction: discord.Interaction[Any]) -> bool:
     return bool(await is_owner(interaction.user))
 
 
-def has_server_permission_or_owner(permission: str) -> Callable[[T], T]:
-    """Passes for members holding ``permission`` in the server, and for the bot's owner."""
+def server_permission_or_owner(
+    permission: str,
+) -> Callable[[discord.Interaction[Any]], Coroutine[Any, Any, bool]]:
+    """A check (to run, or to pass on to a confirmation) that passes for members holding
+    ``permission`` in the server and for the bot's owner, and otherwise raises
+    ``MissingServerPermission``: for an option that needs more than the command."""
     if permission not in discord.Permissions.VALID_FLAGS:
         raise ValueError(f"unknown permission {permission!r}")
 
@@ -81,7 +85,12 @@ def has_server_permission_or_owner(permission: str) -> Callable[[T], T]:
             return True
         raise MissingServerPermission(permission)
 
-    return app_commands.check(_who_may(predicate))
+    return predicate
+
+
+def has_server_permission_or_owner(permission: str) -> Callable[[T], T]:
+    """Passes for members holding ``permission`` in the server, and for the bot's owner."""
+    return app_commands.check(_who_may(server_permission_or_owner(permission)))
 
 
 async def is_owner(interaction: discord.Interaction[Any]) -> bool:

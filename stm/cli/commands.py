@@ -15,10 +15,11 @@ import click
 
 from ..errors import DurabilityError, NoDatabase
 from ..expiry import HOUR
+from ..history import changes, version_text
 from ..keys import parse_key
 from ..memory import ShortTermMemory
 from ..models import PurgeImpact
-from ..store.base import CheckReport, PurgePreview, StoredRow, UserHoldings
+from ..store.base import CheckReport, NoteVersion, PurgePreview, StoredRow, UserHoldings
 from ..store.inspect import open_migrating
 from ..tables import human_bytes, iso, printable
 from .access import (
@@ -291,7 +292,11 @@ def export(opts: Options, user_id: int, include_shared_text: bool) -> None:
             "database": opts.shown,
             "needs_review": include_shared_text,
             **({"review": REVIEW} if include_shared_text else {}),
-            "entries": [row_json(row, opts.config) for row in holdings.own],
+            "entries": [
+                row_json(row, opts.config)
+                | {"history": [version_json(v) for v in holdings.history.get(row.key, [])]}
+                for row in holdings.own
+            ],
             "contributed_to": [
                 shared_row_json(row, opts.config, text=include_shared_text)
                 for row in holdings.contributed
@@ -405,6 +410,95 @@ def purge_channel(opts: Options, channel_id: int, yes: bool) -> None:
         done,
         f"purged channel {channel_id}: {held} entries erased",
     )
+
+
+def _key(key: str) -> str:
+    try:
+        parse_key(key)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="KEY") from None
+    return key
+
+
+def version_json(version: NoteVersion) -> dict[str, Any]:
+    """One version of notes as the command line's JSON shows it."""
+    return {
+        "version": version.version,
+        "current": version.current,
+        "summary": version.summary,
+        "categories": dict(version.categories),
+        "written_at": iso(version.written_at),
+        "written_by": version.written_by,
+        "restored_from": version.restored_from,
+    }
+
+
+def _versions(opts: Options, key: str) -> list[NoteVersion]:
+    async def read() -> list[NoteVersion]:
+        async with reading(opts) as store:
+            return await store.note_history(key)
+
+    return run(read())
+
+
+@cli.command()
+@json_flag
+@click.argument("key")
+@pass_options
+def history(opts: Options, key: str) -> None:
+    """The versions of a key's notes the history keeps (STM_NOTE_HISTORY), newest first,
+    each with what it changed of the one before."""
+    versions = _versions(opts, _key(key))
+    if opts.as_json:
+        echo_json({"key": key, "versions": [version_json(v) for v in versions]})
+        return
+    if not versions:
+        click.echo(f"no note history for {printable(key)}")
+        return
+    for at, version in enumerate(versions):
+        who = "the operator" if version.written_by is None else f"user {version.written_by}"
+        label = " (current)" if version.current else ""
+        restored = "" if version.restored_from is None else f", restoring {version.restored_from}"
+        click.echo(
+            f"version {version.version}{label}: {iso(version.written_at)} by {who}{restored}"
+        )
+        for line in version_text(version).splitlines():
+            click.echo(f"    {printable(line)}")
+        if at + 1 < len(versions):
+            for line in changes(version, versions[at + 1]):
+                click.echo(f"  {printable(line)}")
+
+
+@cli.command()
+@json_flag
+@click.argument("key")
+@click.argument("version", type=click.IntRange(min=0))
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@pass_options
+def restore(opts: Options, key: str, version: int, yes: bool) -> None:
+    """Bring back an earlier version of a key's notes (see 'history'); running bots show
+    it within the coherence bound."""
+    versions = {v.version: v for v in _versions(opts, _key(key))}
+    found = versions.get(version)
+    if found is None:
+        raise CommandError(f"version {version} of {printable(key)} is not in its history")
+    if found.current:
+        raise CommandError(f"version {version} is already the current notes of {printable(key)}")
+    text = printable(version_text(found))
+    confirm(yes, f"Restore version {version} of {printable(key)}, which says:\n{text}\n")
+    outcome: list[bool] = []
+
+    async def change(memory: ShortTermMemory) -> None:
+        outcome.append(await memory.restore_notes(key, version))
+
+    done = run(durably(opts, change, f"restore of {key}"))
+    if not outcome or not outcome[0]:
+        raise CommandError(f"version {version} of {printable(key)} was erased meanwhile")
+    log.info("restored version %d of %s in %s", version, key, opts.shown)
+    if opts.as_json:
+        echo_json({"restored": key, "version": version, "durable": True, **done.json()})
+    else:
+        click.echo(f"restored version {version} of {printable(key)}; durable ({done.text()})")
 
 
 TTL = click.FloatRange(min=0, min_open=True)

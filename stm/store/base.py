@@ -61,7 +61,7 @@ What else the store gives a process that shares its database:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -87,9 +87,11 @@ __all__ = [
     "Inspector",
     "LoadChannelKeys",
     "LoadDepartures",
+    "LoadHistory",
     "LoadRecent",
     "LoadRows",
     "MarkDeparture",
+    "NoteVersion",
     "Op",
     "Overtaken",
     "PreviewPurge",
@@ -98,6 +100,8 @@ __all__ = [
     "PurgeResult",
     "PurgeTotals",
     "PurgeUser",
+    "RestoreNotes",
+    "Restored",
     "SaveDistilled",
     "SaveOptOut",
     "SaveServerSettings",
@@ -262,10 +266,13 @@ def overtaking(
     guard: Guard,
     deletes: Iterable[Change],
     ranges: Mapping[int, Mapping[int, int] | None] | None = None,
+    keys: Collection[str] = (),
 ) -> Overtaken | None:
     """The first of ``deletes`` (in position order) that refuses ``guard``'s upgrade;
     ``ranges`` holds each purge's ranges by its position (chain -> first version cleared),
-    None for a purge still being planned (it refuses every upgrade in its scope).
+    None for a purge still being planned (it refuses every upgrade in its scope);
+    ``keys`` are the rows the upgrade writes: a restore of one of them refuses it (its
+    notes were written from the notes the restore replaced).
 
     The one definition of "overtaken by another process" both stores use.
     """
@@ -275,6 +282,8 @@ def overtaking(
         ):
             continue
         if change.kind == "clear_channel" and change.channel_id in guard.channels:
+            return Overtaken(change.position)
+        if change.kind == "restore" and change.key in keys:
             return Overtaken(change.position)
         if change.kind in MESSAGE_KINDS and change.channel_id in guard.channels:
             # A message deleted or edited on Discord in a channel whose recent messages the
@@ -334,6 +343,11 @@ class SaveDistilled:
     row: StoredRow
     guard: Guard | None = None
     lineage: Lineage | None = None
+    # Note history (``STMConfig.note_history``): how many earlier versions of the notes
+    # are kept besides the ones written (0: none, and the version is not recorded), and
+    # whose turn wrote them.
+    history: int = 0
+    by: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,6 +602,59 @@ class LoadChannelKeys:
 
 
 @dataclass(frozen=True, slots=True)
+class NoteVersion:
+    """One version of an entry's notes as its history keeps it (never rendered).
+
+    ``version`` names it (the row's write that made it, increasing); ``written_at`` and
+    ``written_by`` say when and whose turn wrote it (None: the operator or the host);
+    ``restored_from`` names the version it brought back, when a restore wrote it;
+    ``pin`` is its place in its chain of provenance (``lineage.py``); ``current`` marks
+    the notes the entry holds now."""
+
+    version: int
+    summary: str | None
+    categories: dict[str, str]
+    written_at: float
+    written_by: int | None
+    restored_from: int | None
+    pin: Pin | None
+    current: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LoadHistory:
+    """The versions of a key's notes the history holds, newest first (the current notes
+    first when recorded); empty when there is no row, no notes or no history."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreNotes:
+    """Bring back ``version`` of the notes of ``key`` (a :class:`NoteVersion` of its
+    history) as the current notes: a shared change (feed kind ``restore``), which
+    refuses every upgrade of the key whose turn began before it (``overtaking``). The
+    restored notes keep the row's pin: the chain's head, whose every range covers the
+    version restored, so a purge that reaches the restored words reaches them. The
+    result is :class:`Restored`; None when that version is no longer held (erased,
+    pruned, or the row gone), and nothing changes."""
+
+    key: str
+    version: int
+    by: int | None = None
+    at: float = 0.0
+    history: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """A committed restore: the row's new version and the one it brought back."""
+
+    version: int
+    restored_from: int
+
+
+@dataclass(frozen=True, slots=True)
 class Scrub:
     """Erase from the files what committed deletes destroyed (run alone, outside a
     transaction; it fails, to be tried again later, while another connection's read
@@ -634,6 +701,8 @@ Op = (
     | MarkDeparture
     | LoadDepartures
     | ForgetServer
+    | LoadHistory
+    | RestoreNotes
 )
 
 # The changes every process must honour: a delete, a Discord event, a server's removal and
@@ -649,6 +718,7 @@ SharedChange = (
     | ForgetServer
     | SaveServerSettings
     | SaveOptOut
+    | RestoreNotes
 )
 
 # The operations that only read memory rows (the read-through's). A batch of nothing else
@@ -672,11 +742,12 @@ ChangeKind = Literal[
     "expire",
     "delete_messages",
     "edit_messages",
+    "restore",
 ]
 # The kinds that remove crude messages by their Discord ids (see ``ForgetMessages``).
 MESSAGE_KINDS: frozenset[str] = frozenset({"delete_messages", "edit_messages"})
 # The kinds an upgrade's guard is checked against (``overtaking``), as SQL.
-GUARD_KINDS_SQL = "('clear_channel', 'purge_user', 'delete_messages', 'edit_messages')"
+GUARD_KINDS_SQL = "('clear_channel', 'purge_user', 'delete_messages', 'edit_messages', 'restore')"
 
 
 @dataclass(frozen=True, slots=True)
@@ -698,7 +769,10 @@ class Change:
     - ``delete_messages``, ``edit_messages``: ``channel_id``, and the Discord message
       ids (``message_ids``, kept in ``key`` as decimal, comma-separated): messages
       deleted or edited on Discord, to drop from every window (an edit's new text is
-      not in the feed: crude text is never written to the database).
+      not in the feed: crude text is never written to the database);
+    - ``restore``: ``key`` and ``version``, notes brought back from their history by a
+      :class:`RestoreNotes` (reload the row, as for an upgrade; an upgrade of the key
+      whose turn began before it is refused).
 
     ``origin`` is the :attr:`Store.origin` of the store that wrote it, so a
     process skips its own changes; ``at`` is the writing store's :attr:`Store.clock`
@@ -893,6 +967,8 @@ class UserHoldings:
     # Other rows whose notes may hold the user's words (what a purge would clear).
     contributed: list[StoredRow]
     opted_out_since: float | None
+    # The note history of each of the user's own rows (by key), newest first.
+    history: dict[str, list[NoteVersion]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -929,6 +1005,10 @@ class Inspector(Protocol):
 
     async def rows_of_channel(self, channel_id: int) -> list[StoredRow]:
         """Every row of a channel, any scope or persona."""
+        ...
+
+    async def note_history(self, key: str) -> list[NoteVersion]:
+        """The versions of the notes of ``key`` its history keeps, newest first."""
         ...
 
     async def holdings_of_user(self, user_id: int, erasure: Erasure = "complete") -> UserHoldings:

@@ -18,7 +18,7 @@ from .base import CheckReport, StoredRow, StoreStats, UserHoldings
 from .chains import Step
 from .dialect import Dialect
 from .feed import current_position
-from .ops import Procedure, Rows
+from .ops import Procedure, Rows, note_history
 
 __all__ = [
     "check",
@@ -106,7 +106,11 @@ def holdings(user_id: int, erasure: Erasure, dialect: Dialect) -> Procedure[User
         )
     contributed.sort(key=lambda found: (-found.updated_at, found.key))
     since = yield from _value("SELECT since FROM stm_user_opt_outs WHERE user_id = :user", params)
-    return UserHoldings(user_id, own, contributed, None if since is None else float(since))
+    history = {}
+    for row in own:  # the user's own entries: a handful, one per channel and persona
+        history[row.key] = yield from note_history(row.key)
+    opted = None if since is None else float(since)
+    return UserHoldings(user_id, own, contributed, opted, history)
 
 
 def count_expired(thresholds: tuple[float, float], dialect: Dialect) -> Procedure[int]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..lineage import Pin
-from . import chains
+from . import chains, shred
 from .base import (
     GUARD_KINDS_SQL,
     ROW_COLUMNS,
@@ -43,13 +43,17 @@ from .base import (
     ForgetServer,
     LoadChannelKeys,
     LoadDepartures,
+    LoadHistory,
     LoadRecent,
     LoadRows,
     MarkDeparture,
+    NoteVersion,
     Op,
     Overtaken,
     PreviewPurge,
     PurgeUser,
+    Restored,
+    RestoreNotes,
     Saved,
     SaveDistilled,
     SaveOptOut,
@@ -80,6 +84,7 @@ __all__ = [
     "batch",
     "categories_json",
     "identity_values",
+    "note_history",
     "refusal",
     "save_many",
     "save_sql",
@@ -158,6 +163,7 @@ KEEPS_KEYS = (
     SaveServerSettings,
     SaveOptOut,
     PreviewPurge,
+    LoadHistory,
 )
 
 # -- statements -------------------------------------------------------------------------
@@ -291,6 +297,15 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
         case SaveDistilled():
             return (yield from save_many([op], feed, dialect))[0]
         case ForgetMessages(channel_id):
+            # The channel's notes are kept, marked for rewriting (``messages.py``); their
+            # earlier versions, which may hold the message and cannot be rewritten, go:
+            # no restore can bring it back.
+            yield Step(
+                "DELETE FROM stm_note_versions WHERE memory_id IN "
+                "(SELECT id FROM short_term_memories WHERE channel_id = :channel)",
+                {"channel": channel_id},
+                "exec",
+            )
             kind: ChangeKind = "edit_messages" if op.edited else "delete_messages"
             feed.append((kind, op.feed_key(), None, channel_id, None, None))
             return len(op.message_ids)
@@ -356,6 +371,10 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
             return (yield Rows(f"WHERE {where}", named))
         case LoadRecent():
             return (yield _recent(op, dialect))
+        case LoadHistory(key):
+            return (yield from note_history(key))
+        case RestoreNotes():
+            return (yield from _restore(op, feed))
         case LoadChannelKeys(channel_id, crude_before, summary_before):
             rows = yield Step(
                 "SELECT key FROM short_term_memories WHERE channel_id = :channel "
@@ -385,6 +404,92 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
             feed.append(("opt_out", None, None, None, user_id, None))
             return None
     raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+
+
+# -- note history ---------------------------------------------------------------------------
+# The version just written, copied from its row (its text as sealed, under the row's key).
+_RECORD_VERSION = (
+    "INSERT INTO stm_note_versions (memory_id, seq, key_slot, chain_id, chain_version, "
+    "summary, categories, written_at, written_by, restored_from) "
+    "SELECT id, version, key_slot, chain_id, chain_version, summary, categories, "
+    "CAST(:at AS DOUBLE PRECISION), CAST(:by AS BIGINT), CAST(:restored AS BIGINT) "
+    "FROM short_term_memories WHERE id = :id AND key_slot IS NOT NULL"
+)
+# All but the newest ``keep`` versions of a row go (the current one and the earlier ones
+# the setting keeps: ``history + 1``).
+_PRUNE_VERSIONS = (
+    "DELETE FROM stm_note_versions WHERE memory_id = :id AND seq <= (SELECT seq FROM "
+    "stm_note_versions WHERE memory_id = :id ORDER BY seq DESC LIMIT 1 OFFSET :keep)"
+)
+
+
+def note_history(key: str) -> Procedure[list[NoteVersion]]:
+    """The versions the history holds of the row ``key``'s notes, newest first: only those
+    sealed under its live key (any other is erased), none while a purge clears the row."""
+    rows = yield Step(
+        "SELECT v.seq, v.summary, v.categories, v.written_at, v.written_by, v.restored_from, "
+        "v.chain_id, v.chain_version, k.key, m.version FROM short_term_memories m "
+        "JOIN stm_note_versions v ON v.memory_id = m.id AND v.key_slot = m.key_slot "
+        "JOIN stm_keys k ON k.slot = m.key_slot WHERE m.key = :key AND NOT EXISTS ("
+        "SELECT 1 FROM stm_purge_ranges r WHERE r.done = 0 AND r.chain_id = m.chain_id "
+        "AND r.from_version <= m.chain_version) ORDER BY v.seq DESC",
+        {"key": key},
+        "all",
+    )
+    found = []
+    for seq, summary, categories, at, by, restored, chain, chain_version, secret, now in rows:
+        secret = bytes(secret)
+        text = shred.open_stored(secret, key, summary)
+        cats = shred.open_stored(secret, key, categories)
+        loaded = json.loads(cats) if cats else {}
+        found.append(
+            NoteVersion(
+                version=int(seq),
+                summary=text,
+                categories={str(k): str(v) for k, v in loaded.items()}
+                if isinstance(loaded, dict)
+                else {},
+                written_at=float(at),
+                written_by=None if by is None else int(by),
+                restored_from=None if restored is None else int(restored),
+                pin=None if chain is None else Pin(int(chain), int(chain_version)),
+                current=int(seq) == int(now),
+            )
+        )
+    return found
+
+
+def _restore(op: RestoreNotes, feed: Changes) -> Procedure[Restored | None]:
+    """Bring back a version the history holds as the row's notes (see ``RestoreNotes``)."""
+    found = yield Step(
+        "SELECT m.id, v.summary, v.categories FROM short_term_memories m "
+        "JOIN stm_note_versions v ON v.memory_id = m.id AND v.key_slot = m.key_slot "
+        "WHERE m.key = :key AND v.seq = :seq AND NOT EXISTS ("
+        "SELECT 1 FROM stm_purge_ranges r WHERE r.done = 0 AND r.chain_id = m.chain_id "
+        "AND r.from_version <= m.chain_version)",
+        {"key": op.key, "seq": op.version},
+        "one",
+    )
+    if found is None:
+        return None  # erased, pruned, or never held: nothing comes back
+    memory_id, summary, categories = found
+    # Same key, content not empty: the triggers neither destroy the key nor the history.
+    row = yield Step(
+        "UPDATE short_term_memories SET summary = :summary, categories = :categories, "
+        "version = version + 1 WHERE id = :id RETURNING version",
+        {"summary": summary, "categories": categories, "id": memory_id},
+        "one",
+    )
+    version = int(row[0])
+    if op.history > 0:
+        yield Step(
+            _RECORD_VERSION,
+            {"at": op.at, "by": op.by, "restored": op.version, "id": memory_id},
+            "exec",
+        )
+        yield Step(_PRUNE_VERSIONS, {"id": memory_id, "keep": op.history + 1}, "exec")
+    feed.append(("restore", op.key, version, None, op.by, None))
+    return Restored(version, op.version)
 
 
 def _delete_channel(channel_id: int, feed: Changes) -> Procedure[int]:
@@ -554,9 +659,26 @@ def save_many(
             versions.wrote(saves[index].row, pin)
     if writes:
         written = yield Writes(tuple((saves[index].row, pin) for index, pin in writes))
+        recorded = []
         for (index, pin), (memory_id, version) in zip(writes, written, strict=True):
             feed.append(("upgrade", saves[index].row.key, int(version), None, None, None))
             results[index] = Saved(int(memory_id), pin)
+            save = saves[index]
+            if save.history > 0:
+                recorded.append((int(memory_id), save))
+        if recorded:
+            # Note history: the versions just written, and all but the newest few go.
+            yield Step(
+                _RECORD_VERSION,
+                [
+                    {"at": s.row.updated_at, "by": s.by, "restored": None, "id": i}
+                    for i, s in recorded
+                ],
+                "many",
+            )
+            yield Step(
+                _PRUNE_VERSIONS, [{"id": i, "keep": s.history + 1} for i, s in recorded], "many"
+            )
     yield from versions.finish()
     return results
 
@@ -575,7 +697,8 @@ def refusal(
             continue
         if guard.after < pruned_through:
             return Overtaken(pruned_through)  # what came after it is no longer known
-        overtaken = overtaking(guard, deletes, ranges) if deletes else None
+        keys = [saves[i].row.key for i in group]
+        overtaken = overtaking(guard, deletes, ranges, keys) if deletes else None
         if overtaken is not None:
             return overtaken
     return None

@@ -15,7 +15,16 @@ from typing import TypeVar
 from ..lineage import Erasure, Pin, Range
 from . import chains, operator
 from . import feed as change_feed
-from .base import FeedPage, PurgePreview, PurgeUser, StoredRow, StoreStats, UserHoldings
+from . import ops as operations
+from .base import (
+    FeedPage,
+    NoteVersion,
+    PurgePreview,
+    PurgeUser,
+    StoredRow,
+    StoreStats,
+    UserHoldings,
+)
 from .dialect import Dialect
 from .ops import Procedure
 
@@ -116,6 +125,10 @@ class ProcedureStore:
     async def rows_of_channel(self, channel_id: int) -> list[StoredRow]:
         """Every row of a channel, any scope or persona, newest first."""
         return await self._inspect(operator.rows_of_channel(channel_id))
+
+    async def note_history(self, key: str) -> list[NoteVersion]:
+        """The versions of the notes of ``key`` its history keeps, newest first."""
+        return await self._inspect(operations.note_history(key))
 
     async def holdings_of_user(self, user_id: int, erasure: Erasure = "complete") -> UserHoldings:
         """The user's own rows, the other rows a purge of the user would clear, and the

@@ -99,6 +99,77 @@ _PURGE_CLEARED = """
     ALTER TABLE stm_purges ADD COLUMN cleared BIGINT NOT NULL DEFAULT 0;
     """
 
+# Note history (``STMConfig.note_history``): the last few versions of each row's notes,
+# their text sealed under the row's own key exactly as the row's (copied from the row as
+# written), with when, whose turn and the version of the chain each was. Deleting a row,
+# clearing its notes or changing its key deletes them all in the same statement's
+# trigger: every erasure of the notes (a purge, a channel clear, expiry) reaches every
+# version without knowing of them, and the key they were sealed under is destroyed with
+# the row's. The feed's index of deletes takes restores, which guards read too.
+_NOTE_HISTORY_SQLITE = """
+    CREATE TABLE stm_note_versions (
+        memory_id INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        key_slot INTEGER NOT NULL,
+        chain_id INTEGER,
+        chain_version INTEGER,
+        summary BLOB,
+        categories BLOB NOT NULL DEFAULT '{}',
+        written_at REAL NOT NULL,
+        written_by INTEGER,
+        restored_from INTEGER,
+        PRIMARY KEY (memory_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TRIGGER stm_versions_on_delete AFTER DELETE ON short_term_memories BEGIN
+        DELETE FROM stm_note_versions WHERE memory_id = old.id;
+    END;
+    CREATE TRIGGER stm_versions_on_clear AFTER UPDATE OF summary, categories, key_slot
+    ON short_term_memories
+    WHEN new.key_slot IS NOT old.key_slot OR (new.summary IS NULL AND new.categories = '{}')
+    BEGIN
+        DELETE FROM stm_note_versions WHERE memory_id = new.id;
+    END;
+    DROP INDEX stm_changes_deletes;
+    CREATE INDEX stm_changes_deletes ON stm_changes (position)
+        WHERE kind IN ('clear_channel', 'purge_user', 'delete_messages', 'edit_messages',
+            'restore');
+    """
+_NOTE_HISTORY_POSTGRES = """
+    CREATE TABLE stm_note_versions (
+        memory_id BIGINT NOT NULL,
+        seq BIGINT NOT NULL,
+        key_slot BIGINT NOT NULL,
+        chain_id BIGINT,
+        chain_version BIGINT,
+        summary TEXT,
+        categories TEXT NOT NULL DEFAULT '{}',
+        written_at DOUBLE PRECISION NOT NULL,
+        written_by BIGINT,
+        restored_from BIGINT,
+        PRIMARY KEY (memory_id, seq)
+    );
+    CREATE FUNCTION stm_versions_on_change() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            DELETE FROM stm_note_versions WHERE memory_id = OLD.id;
+            RETURN OLD;
+        END IF;
+        IF NEW.key_slot IS DISTINCT FROM OLD.key_slot
+                OR (NEW.summary IS NULL AND NEW.categories = '{}') THEN
+            DELETE FROM stm_note_versions WHERE memory_id = OLD.id;
+        END IF;
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER stm_versions_on_delete AFTER DELETE ON short_term_memories
+        FOR EACH ROW EXECUTE FUNCTION stm_versions_on_change();
+    CREATE TRIGGER stm_versions_on_clear AFTER UPDATE OF summary, categories, key_slot
+        ON short_term_memories FOR EACH ROW EXECUTE FUNCTION stm_versions_on_change();
+    DROP INDEX stm_changes_deletes;
+    CREATE INDEX stm_changes_deletes ON stm_changes (position)
+        WHERE kind IN ('clear_channel', 'purge_user', 'delete_messages', 'edit_messages',
+            'restore');
+    """
+
 # -- SQLite (its second migration, crypto-shredding's, is in shred.py) --------------------
 SQLITE_MIGRATIONS: tuple[str, ...] = (
     """
@@ -242,6 +313,7 @@ SQLITE_MIGRATIONS: tuple[str, ...] = (
     _JANITOR_BY_ID,
     _FEED_DELETES,
     _PURGE_CLEARED,
+    _NOTE_HISTORY_SQLITE,
 )
 
 
@@ -419,6 +491,7 @@ POSTGRES_MIGRATIONS: tuple[str, ...] = (
     _JANITOR_BY_ID,
     _FEED_DELETES,
     _PURGE_CLEARED,
+    _NOTE_HISTORY_POSTGRES,
 )
 # The migration after which rows an earlier version stored in the clear are sealed.
 POSTGRES_SEALING = 2

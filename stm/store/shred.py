@@ -43,6 +43,7 @@ __all__ = [
     "keys_of",
     "new_key",
     "open_sealed_text",
+    "open_stored",
     "open_text",
     "readable",
     "seal_legacy",
@@ -246,6 +247,14 @@ def open_sealed_text(key: bytes | None, row_key: str, value: str | None) -> str 
     except ValueError:
         return None
     return open_text(key, row_key, sealed)
+
+
+def open_stored(key: bytes | None, row_key: str, value: Any) -> str | None:
+    """The plain text of a sealed value as either store keeps it: bytes (SQLite), or text
+    with ``TEXT_PREFIX`` (PostgreSQL)."""
+    if isinstance(value, str):
+        return open_sealed_text(key, row_key, value)
+    return open_text(key, row_key, value)
 
 
 def open_text(key: bytes | None, row_key: str, value: Any) -> str | None:

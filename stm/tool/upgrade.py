@@ -486,7 +486,11 @@ class Upgrades:
                 own_origin=self.origin,
                 pins=frozenset(guarded_pins),
             )
-        saves = [SaveDistilled(row_of(e), guard, lineage) for e in entries]
+        history = self.config.note_history
+        saves = [
+            SaveDistilled(row_of(e), guard, lineage, history=history, by=ctx.user_id)
+            for e in entries
+        ]
 
         def committed(results: list[object]) -> None:
             for snapshot, result in zip(snapshots, results, strict=True):
