@@ -75,7 +75,7 @@ from .readthrough import (
     turn_scope,
 )
 from .redact import redact_text
-from .render import RenderCache, nudge, other_channels_blocks, same_channel_block, shown_by
+from .render import RenderCache, nudge, other_channels_blocks, same_channel_block
 from .settings import SettingsBook
 from .store import open_store
 from .store.base import (
@@ -234,6 +234,7 @@ class ShortTermMemory:
             self.intent_gate,
             self._closing,
             origin=store.origin,
+            render=self.render,
             forgotten=self._forgotten,
             tally=self._tally,
         )
@@ -775,17 +776,31 @@ class ShortTermMemory:
         others = self._reads.recall(ctx, group, now)
         if self._reads.deletions.pending:  # checked after the last await, as it renders
             entry, others = self._reads.visible(entry), [self._reads.visible(e) for e in others]
-        shown = Shown.own(ctx.user_id, ctx.channel_id)
-        shown_by(entry, others, settings, shown)
+        context, shown = self.render(ctx, settings, entry, others, now)
         self._reads.note_shown(ctx, shown)
+        return context
+
+    def render(
+        self,
+        ctx: TurnContext,
+        settings: ServerSettings,
+        entry: Entry | None,
+        others: list[Entry],
+        now: float,
+    ) -> tuple[PromptContext, Shown]:
+        """The memory a turn's prompt shows (this channel's ``entry``, the ``others``
+        recalled), within the token budget, and the record of what it shows: made by the
+        same calls, so that what the record names is what the text shows. The one way a
+        prompt's memory, or a prediction of what it showed, is made."""
+        shown = Shown.own(ctx.user_id, ctx.channel_id)
         context = PromptContext(nudge_depth=settings.nudge_depth)
         frames = model_language(settings, ctx.server_locale)
         cache = self._render_cache
-        block = same_channel_block(entry, settings, ctx.bot_name, now, cache, frames)
+        block = same_channel_block(entry, settings, ctx.bot_name, now, cache, frames, shown)
         if block is not None:
             context.blocks.append(block)
         context.blocks.extend(
-            other_channels_blocks(others, settings, ctx.bot_name, now, cache, frames)
+            other_channels_blocks(others, settings, ctx.bot_name, now, cache, frames, shown)
         )
         if settings.context_token_budget is None:
             budget = self._operator_budget  # most servers: the operator's, or none
@@ -798,13 +813,17 @@ class ShortTermMemory:
                 and self._upgrades.blocked(ctx, settings) is None
             ):
                 context.nudge = nudge(settings, frames)
-            return context
+            return context, shown
         # Under a budget the tool's definition counts too, when it is offered.
         offered = self._upgrades.blocked(ctx, settings) is None
         if offered and entry is not None and entry.turns_since_refresh >= settings.refresh_cadence:
             context.nudge = nudge(settings, frames)
-        self._fit(context, budget, offered, ctx, settings, entry, others, now, frames)
-        return context
+        cut = self._fit(context, budget, offered, ctx, settings, entry, others, now, frames)
+        if cut is not None:
+            # Cut to fit: what the kept lines show.
+            shown = Shown.own(ctx.user_id, ctx.channel_id)
+            shown.add(cut)
+        return context, shown
 
     def _fit(
         self,
@@ -817,8 +836,9 @@ class ShortTermMemory:
         others: list[Entry],
         now: float,
         frames: Frames,
-    ) -> None:
-        """Count what memory adds to this turn's prompt and cut it to ``budget``."""
+    ) -> Shown | None:
+        """Count what memory adds to this turn's prompt and cut it to ``budget``; what the
+        blocks show when some were cut (None: nothing was)."""
         count = self.count_tokens
         tool = self._definition_tokens(settings, frames.language) if offered else None
         used = 0 if tool is None else tool
@@ -828,7 +848,7 @@ class ShortTermMemory:
             used += count(context.nudge)
         if used <= budget:  # most turns: nothing to cut
             context.tokens = used
-            return
+            return None
         counted = [count(block.text) for block in context.blocks]
         fitted = fit(
             context.blocks,
@@ -847,6 +867,7 @@ class ShortTermMemory:
         )
         context.blocks, context.nudge = fitted.blocks, fitted.nudge
         context.tokens, context.dropped = fitted.tokens, fitted.dropped
+        return fitted.shown  # None when the blocks were kept whole
 
     # -- deletion -------------------------------------------------------------
     async def clear_short_term_memory_for_channel(self, channel_id: int) -> int:

@@ -30,7 +30,6 @@ __all__ = [
     "other_channels_blocks",
     "relative_time",
     "same_channel_block",
-    "shown_by",
 ]
 
 RECENT_SECONDS = 3600.0
@@ -86,36 +85,35 @@ def _age(minutes: int, frames: Frames) -> str:
     return relative_time(minutes * 60, frames)
 
 
+# What an other channel's segment is rendered from besides the entry's own values
+# (settings, bot name, minutes of age, frames): ``_segment`` reads nothing else, so
+# that the text kept under it can be reused while every value is the same.
+_MadeFrom = tuple[ServerSettings, str, int, Frames]
+
+# An other channel's segment: its lines in the memory block and in the recent-messages
+# block (each joined, "" when none), whether the memory block's lines are its notes, and
+# how many of its newest crude messages it shows (in either block).
+Segment = tuple[str, str, bool, int]
+
+
 class _Segment:
     """An entry's other-channel segment and every value it was rendered from, compared by
     identity: the window and summary are immutable and replaced when they change, and
     settings are frozen, so the same object means the same value."""
 
     __slots__ = (
-        "bot_name",
         "categories",
         "channel_name",
         "entry",
-        "frames",
         "items",
         "made",
+        "made_from",
         "messages",
-        "minute",
-        "settings",
         "summary",
     )
 
-    def __init__(
-        self,
-        entry: Entry,
-        settings: ServerSettings,
-        bot_name: str,
-        minute: int,
-        made: tuple[str, str],
-        frames: Frames,
-    ) -> None:
+    def __init__(self, entry: Entry, made_from: _MadeFrom, made: Segment) -> None:
         self.entry = entry
-        self.frames = frames
         self.messages = entry.messages
         self.summary = entry.summary
         self.categories = entry.categories
@@ -123,9 +121,7 @@ class _Segment:
         # that a host's in-place change is not missed (the few entries that have them).
         self.items = tuple(entry.categories.items()) if entry.categories else None
         self.channel_name = entry.channel_name
-        self.settings = settings
-        self.bot_name = bot_name
-        self.minute = minute
+        self.made_from = made_from
         self.made = made
 
 
@@ -193,14 +189,7 @@ class RenderCache:
         _keep(self._crude, key, (entry, bot_name, start, made), self.max_entries)
         return made
 
-    def segment(
-        self,
-        entry: Entry,
-        settings: ServerSettings,
-        bot_name: str,
-        minute: int,
-        frames: Frames = ENGLISH,
-    ) -> tuple[str, str] | None:
+    def segment(self, entry: Entry, made_from: _MadeFrom) -> Segment | None:
         """The segment of ``entry`` rendered from the same values, if it was kept."""
         held = self._segments.get(entry.key)
         if (
@@ -214,32 +203,17 @@ class RenderCache:
                 if held.items is None
                 else held.items == tuple(entry.categories.items())
             )
-            and held.settings is settings
-            and held.minute == minute
             and held.channel_name == entry.channel_name
-            and held.bot_name == bot_name
-            and held.frames is frames
+            # A tuple's == compares identity first, then equality, value by value.
+            and held.made_from == made_from
         ):
             self._segments.move_to_end(entry.key)
             return held.made
         return None
 
-    def keep_segment(
-        self,
-        entry: Entry,
-        settings: ServerSettings,
-        bot_name: str,
-        minute: int,
-        made: tuple[str, str],
-        frames: Frames = ENGLISH,
-    ) -> tuple[str, str]:
+    def keep_segment(self, entry: Entry, made_from: _MadeFrom, made: Segment) -> Segment:
         """Keep ``made``, the segment of ``entry`` rendered from its current values."""
-        _keep(
-            self._segments,
-            entry.key,
-            _Segment(entry, settings, bot_name, minute, made, frames),
-            self.max_entries,
-        )
+        _keep(self._segments, entry.key, _Segment(entry, made_from, made), self.max_entries)
         return made
 
     def __len__(self) -> int:
@@ -339,10 +313,14 @@ def same_channel_block(
     now: float,
     cache: RenderCache | None = None,
     frames: Frames = ENGLISH,
+    shown: Shown | None = None,
 ) -> PromptBlock | None:
-    """This channel's distilled memory (never its crude messages), or None."""
+    """This channel's distilled memory (never its crude messages), or None. ``shown``: where
+    to record the notes it shows."""
     if entry is None or not entry.distilled:
         return None
+    if shown is not None:
+        shown.add_note(entry.key, entry.pin, True)
     lines = _distilled_lines(entry, category_labels(settings), cache)
     header = same_channel_header(entry, bot_name, now, frames)
     text = "\n".join([header, *lines, frames.text("same_end")])
@@ -356,9 +334,11 @@ def other_channels_blocks(
     now: float,
     cache: RenderCache | None = None,
     frames: Frames = ENGLISH,
+    shown: Shown | None = None,
 ) -> list[PromptBlock]:
     """Memory of other channels: distilled (else crude) per channel, plus in ``crude_summary``
-    mode the recent crude messages of channels that also have distilled memory."""
+    mode the recent crude messages of channels that also have distilled memory. ``shown``:
+    where to record what they show (each channel shown, its notes, its crude messages)."""
     if not entries:
         return []
     bot = _name(bot_name)
@@ -367,18 +347,26 @@ def other_channels_blocks(
     for entry in entries:
         # relative_time() of the entry's age changes only from one whole minute to the next.
         minute = int(max(0.0, now - entry.updated_at) // 60)
+        made_from = (settings, bot_name, minute, frames)
         if cache is None:
-            said, recent = _segment(entry, settings, bot, bot_name, minute, None, frames)
+            made = _segment(entry, made_from, None)
         else:
-            made = cache.segment(entry, settings, bot_name, minute, frames)
-            if made is None:
-                made = _segment(entry, settings, bot, bot_name, minute, cache, frames)
-                cache.keep_segment(entry, settings, bot_name, minute, made, frames)
-            said, recent = made
+            held = cache.segment(entry, made_from)
+            if held is None:
+                made = cache.keep_segment(entry, made_from, _segment(entry, made_from, cache))
+            else:
+                made = held
+        said, recent, notes, messages = made
         if said:
             memory.append(said)
         if recent:
             crude.append(recent)
+        if shown is not None and (said or recent):
+            shown.channels.add(entry.channel_id)
+            if notes:
+                shown.add_note(entry.key, entry.pin, False)
+            if messages:
+                shown.add_window(entry.messages, messages)
     blocks = []
     depth = content_depth(settings, entries, now)
     if memory:
@@ -391,23 +379,18 @@ def other_channels_blocks(
     return blocks
 
 
-def _segment(
-    entry: Entry,
-    settings: ServerSettings,
-    bot: str,
-    bot_name: str,
-    minute: int,
-    cache: RenderCache | None,
-    frames: Frames = ENGLISH,
-) -> tuple[str, str]:
-    """One other channel's lines for the memory block and for the recent-messages block,
-    each joined ("" when it has none)."""
-    titles = segment_titles(entry, bot, minute, frames)
+def _segment(entry: Entry, made_from: _MadeFrom, cache: RenderCache | None) -> Segment:
+    """One other channel's segment, rendered from ``entry`` and ``made_from`` alone (what
+    ``RenderCache.segment`` compares before reusing it)."""
+    settings, bot_name, minute, frames = made_from
+    titles = segment_titles(entry, _name(bot_name), minute, frames)
     body, lines = segment_lines(entry, settings, bot_name, cache, frames)
+    notes = bool(body) and entry.distilled
+    messages = len(lines) if notes else len(lines) + len(body)
     recent = "\n".join((titles[1], *lines)) if lines else ""
     if not body:
-        return "", recent
-    return "\n".join((titles[0], *body)), recent
+        return "", recent, False, messages
+    return "\n".join((titles[0], *body)), recent, notes, messages
 
 
 def segment_titles(
@@ -452,23 +435,3 @@ def nudge(settings: ServerSettings, frames: Frames = ENGLISH) -> str:
     if frames is ENGLISH:
         return DEFAULT_NUDGE
     return frames.text("nudge", tool=TOOL_NAME)
-
-
-def shown_by(
-    entry: Entry | None, others: Sequence[Entry], settings: ServerSettings, shown: Shown
-) -> None:
-    """Add to ``shown`` what ``same_channel_block`` and ``other_channels_blocks`` render from
-    these entries: their channels, the distilled notes shown (as their pins), and the turn
-    users and authors of crude messages shown."""
-    if entry is not None and entry.distilled:
-        shown.add_note(entry.key, entry.pin, True)
-    count = settings.crude_message_count
-    crude_summary = settings.render_mode == "crude_summary"
-    channels = shown.channels
-    for other in others:
-        channels.add(other.channel_id)
-        distilled = bool(other.summary or other.categories)
-        if distilled:
-            shown.add_note(other.key, other.pin, False)
-        if count > 0 and (crude_summary or not distilled):
-            shown.add_window(other.messages, count)
