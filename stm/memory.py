@@ -597,7 +597,7 @@ class ShortTermMemory:
                         content,
                         m.speaker_name,
                         m.author_id,
-                        m._epoch,
+                        m._epoch if m._given else now,
                         user_id,
                         m.message_id,
                         None,
