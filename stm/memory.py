@@ -520,7 +520,8 @@ class ShortTermMemory:
     async def update_server_settings(self, server_id: int, **changes: Any) -> ServerSettings:
         """Change settings other than categories; a bad value or unknown field raises ValueError."""
         check_id(server_id, "server_id")
-        return await self._save_settings(server_id, self.settings.changed(server_id, **changes))
+        updated = self.settings.changed(server_id, **changes)
+        return await self._save_settings(server_id, updated, changes)
 
     async def set_categories(
         self, server_id: int, categories: Iterable[Category]
@@ -528,11 +529,15 @@ class ShortTermMemory:
         """Replace the server's categories; an empty list restores the single ``summary`` one."""
         check_id(server_id, "server_id")
         updated = self.settings.with_categories(server_id, categories)
-        return await self._save_settings(server_id, updated)
+        return await self._save_settings(server_id, updated, ("categories",))
 
-    async def _save_settings(self, server_id: int, settings: ServerSettings) -> ServerSettings:
-        stored = self.settings.stored_form(server_id, settings)
-        committed = self.settings.stage(server_id, settings)
+    async def _save_settings(
+        self, server_id: int, settings: ServerSettings, changed: Iterable[str]
+    ) -> ServerSettings:
+        # Stored: the fields the admins set, before and now; the rest follow the defaults.
+        own = self.settings.own(server_id).union(changed)
+        stored = self.settings.stored_form(server_id, settings, own)
+        committed = self.settings.stage(server_id, settings, own)
         await self._durably(SaveServerSettings(server_id, stored), committed)
         return settings
 
@@ -560,7 +565,10 @@ class ShortTermMemory:
         match change:
             case SaveServerSettings(server_id, stored):
                 self.settings.load_one(server_id, stored)
-                return self.settings.stage(server_id, self.settings.for_server(server_id))
+                settings = self.settings
+                return settings.stage(
+                    server_id, settings.for_server(server_id), settings.own(server_id)
+                )
             case SaveOptOut(user_id, opted_out, _):
                 return self.settings.stage_opt_out(user_id, opted_out)
             case ForgetServer(server_id):
