@@ -28,8 +28,8 @@ from .provenance import Shown
 from .render import (
     ENGLISH,
     RenderCache,
-    _distilled_lines,
     _name,
+    _note_lines,
     category_labels,
     content_depth,
     others_header,
@@ -206,7 +206,7 @@ def _pieces(
 ) -> list[_Piece]:
     pieces: list[_Piece] = []
     if entry is not None and entry.distilled:
-        lines = _distilled_lines(entry, category_labels(settings), cache)
+        lines = _note_lines(entry, category_labels(settings), cache)
         pieces.append(_Piece(0, "channel_notes", entry, None, lines, False))
     bot = _name(bot_name)
     recent: list[_Piece] = []

@@ -75,7 +75,7 @@ from .readthrough import (
     turn_scope,
 )
 from .redact import redact_text
-from .render import RenderCache, nudge, other_channels_blocks, same_channel_block
+from .render import RenderCache, nudge, other_channels_blocks, record_shown, same_channel_block
 from .settings import SettingsBook
 from .store import open_store
 from .store.base import (
@@ -786,6 +786,7 @@ class ShortTermMemory:
             entry, others = self._reads.visible(entry), [self._reads.visible(e) for e in others]
         context, shown = self.render(ctx, settings, entry, others, now)
         self._reads.note_shown(ctx, shown)
+        assert context is not None
         return context
 
     def render(
@@ -795,25 +796,30 @@ class ShortTermMemory:
         entry: Entry | None,
         others: list[Entry],
         now: float,
-    ) -> tuple[PromptContext, Shown]:
+        text: bool = True,
+    ) -> tuple[PromptContext | None, Shown]:
         """The memory a turn's prompt shows (this channel's ``entry``, the ``others``
-        recalled), within the token budget, and the record of what it shows: made by the
-        same calls, so that what the record names is what the text shows. The one way a
-        prompt's memory, or a prediction of what it showed, is made."""
+        recalled), within the token budget, and the record of what it shows (made by the
+        rule the text follows, ``render.segment_shows``, or by the budget's cut from the
+        lines it kept). The one way a prompt's memory, or a prediction of what it showed,
+        is made. ``text=False``: the record alone (the text too when a budget may cut it)."""
         shown = Shown.own(ctx.user_id, ctx.channel_id)
-        context = PromptContext(nudge_depth=settings.nudge_depth)
-        frames = model_language(settings, ctx.server_locale)
-        cache = self._render_cache
-        block = same_channel_block(entry, settings, ctx.bot_name, now, cache, frames, shown)
-        if block is not None:
-            context.blocks.append(block)
-        context.blocks.extend(
-            other_channels_blocks(others, settings, ctx.bot_name, now, cache, frames, shown)
-        )
+        record_shown(entry, others, settings, shown)
         if settings.context_token_budget is None:
             budget = self._operator_budget  # most servers: the operator's, or none
         else:
             budget = self.token_budget(settings)
+        if budget is None and not text:
+            return None, shown
+        context = PromptContext(nudge_depth=settings.nudge_depth)
+        frames = model_language(settings, ctx.server_locale)
+        cache = self._render_cache
+        block = same_channel_block(entry, settings, ctx.bot_name, now, cache, frames)
+        if block is not None:
+            context.blocks.append(block)
+        context.blocks.extend(
+            other_channels_blocks(others, settings, ctx.bot_name, now, cache, frames)
+        )
         if budget is None:
             if (
                 entry is not None

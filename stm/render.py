@@ -28,8 +28,10 @@ __all__ = [
     "content_depth",
     "nudge",
     "other_channels_blocks",
+    "record_shown",
     "relative_time",
     "same_channel_block",
+    "segment_shows",
 ]
 
 RECENT_SECONDS = 3600.0
@@ -91,9 +93,8 @@ def _age(minutes: int, frames: Frames) -> str:
 _MadeFrom = tuple[ServerSettings, str, int, Frames]
 
 # An other channel's segment: its lines in the memory block and in the recent-messages
-# block (each joined, "" when none), whether the memory block's lines are its notes, and
-# how many of its newest crude messages it shows (in either block).
-Segment = tuple[str, str, bool, int]
+# block, each joined ("" when none).
+Segment = tuple[str, str]
 
 
 class _Segment:
@@ -238,12 +239,12 @@ def _place(entry: Entry) -> str:
     return f"#channel-{entry.channel_id}"
 
 
-def _distilled_lines(
+def _note_lines(
     entry: Entry, labels: dict[str, str], cache: RenderCache | None = None
 ) -> list[str]:
     if cache is not None:
         source = (entry.summary, tuple(entry.categories.items()), tuple(labels.items()))
-        return cache.lines(entry.key, "distilled", source, lambda: _distilled_lines(entry, labels))
+        return cache.lines(entry.key, "distilled", source, lambda: _note_lines(entry, labels))
     lines: list[str] = []
     if entry.categories:
         ordered = [slug for slug in labels if slug in entry.categories]
@@ -313,15 +314,11 @@ def same_channel_block(
     now: float,
     cache: RenderCache | None = None,
     frames: Frames = ENGLISH,
-    shown: Shown | None = None,
 ) -> PromptBlock | None:
-    """This channel's distilled memory (never its crude messages), or None. ``shown``: where
-    to record the notes it shows."""
+    """This channel's distilled memory (never its crude messages), or None."""
     if entry is None or not entry.distilled:
         return None
-    if shown is not None:
-        shown.add_note(entry.key, entry.pin, True)
-    lines = _distilled_lines(entry, category_labels(settings), cache)
+    lines = _note_lines(entry, category_labels(settings), cache)
     header = same_channel_header(entry, bot_name, now, frames)
     text = "\n".join([header, *lines, frames.text("same_end")])
     return PromptBlock(text, content_depth(settings, [entry], now))
@@ -334,11 +331,9 @@ def other_channels_blocks(
     now: float,
     cache: RenderCache | None = None,
     frames: Frames = ENGLISH,
-    shown: Shown | None = None,
 ) -> list[PromptBlock]:
     """Memory of other channels: distilled (else crude) per channel, plus in ``crude_summary``
-    mode the recent crude messages of channels that also have distilled memory. ``shown``:
-    where to record what they show (each channel shown, its notes, its crude messages)."""
+    mode the recent crude messages of channels that also have distilled memory."""
     if not entries:
         return []
     bot = _name(bot_name)
@@ -356,17 +351,11 @@ def other_channels_blocks(
                 made = cache.keep_segment(entry, made_from, _segment(entry, made_from, cache))
             else:
                 made = held
-        said, recent, notes, messages = made
+        said, recent = made
         if said:
             memory.append(said)
         if recent:
             crude.append(recent)
-        if shown is not None and (said or recent):
-            shown.channels.add(entry.channel_id)
-            if notes:
-                shown.add_note(entry.key, entry.pin, False)
-            if messages:
-                shown.add_window(entry.messages, messages)
     blocks = []
     depth = content_depth(settings, entries, now)
     if memory:
@@ -385,12 +374,10 @@ def _segment(entry: Entry, made_from: _MadeFrom, cache: RenderCache | None) -> S
     settings, bot_name, minute, frames = made_from
     titles = segment_titles(entry, _name(bot_name), minute, frames)
     body, lines = segment_lines(entry, settings, bot_name, cache, frames)
-    notes = bool(body) and entry.distilled
-    messages = len(lines) if notes else len(lines) + len(body)
     recent = "\n".join((titles[1], *lines)) if lines else ""
     if not body:
-        return "", recent, False, messages
-    return "\n".join((titles[0], *body)), recent, notes, messages
+        return "", recent
+    return "\n".join((titles[0], *body)), recent
 
 
 def segment_titles(
@@ -406,6 +393,17 @@ def segment_titles(
     )
 
 
+def segment_shows(entry: Entry, settings: ServerSettings) -> tuple[bool, int]:
+    """What an other channel's segment shows: its notes (when it has them), and how many of
+    its newest crude messages (in the memory block when it has no notes, else in the
+    recent-messages block in ``crude_summary`` mode). The one rule, which both the text
+    (``segment_lines``) and the record of what it shows (``record_shown``) follow."""
+    count = min(settings.crude_message_count, len(entry.messages))
+    if entry.summary or entry.categories:
+        return True, count if settings.render_mode == "crude_summary" else 0
+    return False, count
+
+
 def segment_lines(
     entry: Entry,
     settings: ServerSettings,
@@ -413,16 +411,33 @@ def segment_lines(
     cache: RenderCache | None = None,
     frames: Frames = ENGLISH,
 ) -> tuple[Sequence[str], Sequence[str]]:
-    """An other channel's quoted lines: for the memory block (its distilled notes, else its
-    crude messages), and for the recent-messages block (its crude messages, in
-    ``crude_summary`` mode when it also has notes)."""
-    count = settings.crude_message_count
-    if entry.summary or entry.categories:
-        body = _distilled_lines(entry, category_labels(settings), cache)
-        if settings.render_mode == "crude_summary":
-            return body, _crude_lines(entry, count, bot_name, cache, frames)
-        return body, ()
+    """An other channel's quoted lines, as ``segment_shows`` says: for the memory block (its
+    notes, else its crude messages), and for the recent-messages block."""
+    notes, count = segment_shows(entry, settings)
+    if notes:
+        body = _note_lines(entry, category_labels(settings), cache)
+        return body, _crude_lines(entry, count, bot_name, cache, frames)
     return _crude_lines(entry, count, bot_name, cache, frames), ()
+
+
+def record_shown(
+    entry: Entry | None, others: Sequence[Entry], settings: ServerSettings, shown: Shown
+) -> None:
+    """Record in ``shown`` what ``same_channel_block`` and ``other_channels_blocks`` show of
+    these entries, by the rule their text follows (``segment_shows``): the channels shown,
+    the notes (as their pins), and the newest crude messages of each window. Under a
+    budget's cut, ``budget.fit`` records what it kept instead."""
+    if entry is not None and entry.distilled:
+        shown.add_note(entry.key, entry.pin, True)
+    channels = shown.channels
+    for other in others:
+        notes, count = segment_shows(other, settings)
+        if notes or count:
+            channels.add(other.channel_id)
+        if notes:
+            shown.add_note(other.key, other.pin, False)
+        if count:
+            shown.add_window(other.messages, count)
 
 
 def nudge(settings: ServerSettings, frames: Frames = ENGLISH) -> str:

@@ -1,6 +1,7 @@
-"""What a prompt shows is recorded once: the record rendering returns (``Shown``) names
-exactly what its text shows, read back from the text, under any memory, budget, render
-mode, language and locale, with or without the render cache."""
+"""What a prompt shows is recorded once: the record rendering returns (``Shown``, made by
+the rule the text follows and by the budget's cut) names exactly what its text shows,
+read back from the text, under any memory, budget, render mode, language and locale,
+with or without the render cache."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from stm.render import (
     _name,
     other_channels_blocks,
     others_header,
+    record_shown,
     same_channel_block,
     same_channel_header,
     segment_titles,
@@ -158,11 +160,12 @@ def test_the_record_is_what_the_text_shows(
 
     def render() -> tuple[list[PromptBlock], Shown]:
         shown = Shown()
+        record_shown(here, others, s, shown)
         blocks: list[PromptBlock] = []
-        block = same_channel_block(here, s, BOT, NOW, cache, frames, shown)
+        block = same_channel_block(here, s, BOT, NOW, cache, frames)
         if block is not None:
             blocks.append(block)
-        blocks += other_channels_blocks(others, s, BOT, NOW, cache, frames, shown)
+        blocks += other_channels_blocks(others, s, BOT, NOW, cache, frames)
         if budget is None:
             return blocks, shown
         tool_tokens = estimate_tokens(definition_json(s.categories, 1500)) if tool else None

@@ -84,6 +84,7 @@ class _Renders(Protocol):
         entry: Entry | None,
         others: list[Entry],
         now: float,
+        text: bool = True,
     ) -> tuple[Any, Shown]: ...
 
 
@@ -375,7 +376,7 @@ class Upgrades:
             entry = None
         if self.reads.deletions.pending:  # as build_context leaves out what a purge reaches
             entry, others = self.reads.visible(entry), [self.reads.visible(e) for e in others]
-        return self._render(ctx, settings, entry, others, now)[1]
+        return self._render(ctx, settings, entry, others, now, text=False)[1]
 
     def _held(
         self, ctx: TurnContext, keys: list[str], group: GroupKey
