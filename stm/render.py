@@ -398,7 +398,9 @@ def segment_shows(entry: Entry, settings: ServerSettings) -> tuple[bool, int]:
     its newest crude messages (in the memory block when it has no notes, else in the
     recent-messages block in ``crude_summary`` mode). The one rule, which both the text
     (``segment_lines``) and the record of what it shows (``record_shown``) follow."""
-    count = min(settings.crude_message_count, len(entry.messages))
+    # The count as configured: a window shows its newest ``count`` or fewer, and the record
+    # reads the same (``Window.said``).
+    count = settings.crude_message_count if entry.messages else 0
     if entry.summary or entry.categories:
         return True, count if settings.render_mode == "crude_summary" else 0
     return False, count
