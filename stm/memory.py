@@ -234,7 +234,7 @@ class ShortTermMemory:
             self.intent_gate,
             self._closing,
             origin=store.origin,
-            render=self.render,
+            render=self._render,
             forgotten=self._forgotten,
             tally=self._tally,
         )
@@ -784,12 +784,12 @@ class ShortTermMemory:
         others = self._reads.recall(ctx, group, now)
         if self._reads.deletions.pending:  # checked after the last await, as it renders
             entry, others = self._reads.visible(entry), [self._reads.visible(e) for e in others]
-        context, shown = self.render(ctx, settings, entry, others, now)
+        context, shown = self._render(ctx, settings, entry, others, now)
         self._reads.note_shown(ctx, shown)
         assert context is not None
         return context
 
-    def render(
+    def _render(
         self,
         ctx: TurnContext,
         settings: ServerSettings,

@@ -201,7 +201,7 @@ class Upgrades:
         tally: Tally | None = None,
     ) -> None:
         self.config = config
-        # How a turn's prompt renders memory, with its record (``ShortTermMemory.render``).
+        # How a turn's prompt renders memory, with its record (``ShortTermMemory._render``).
         self._render = render
         self.cache = cache
         self.reads = reads
