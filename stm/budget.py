@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from .cache import Entry
 from .frames import Frames
 from .models import Omission, PromptBlock, ServerSettings
+from .provenance import Shown
 from .render import (
     ENGLISH,
     RenderCache,
-    _distilled_lines,
     _name,
+    _note_lines,
     category_labels,
     content_depth,
     others_header,
@@ -88,6 +89,9 @@ class Fitted:
     tool: bool
     tokens: int
     dropped: tuple[Omission, ...]
+    # What the blocks show (``Shown``): the record given with them when nothing was cut,
+    # else made from the lines kept. None when none was given.
+    shown: Shown | None = None
 
 
 def left_out_end(end: str, frames: Frames = ENGLISH) -> str:
@@ -101,7 +105,7 @@ class _Piece:
 
     block: int  # 0 this channel, 1 other channels' notes, 2 their recent messages
     kind: str
-    key: str
+    entry: Entry
     title: str | None  # a segment's first line, shown with its first kept line
     lines: Sequence[str]
     newest_last: bool  # recent messages: keep the newest, which come last
@@ -129,10 +133,12 @@ def fit(
     now: float,
     cache: RenderCache | None = None,
     frames: Frames = ENGLISH,
+    shown: Shown | None = None,
 ) -> Fitted:
     """The turn's memory (``blocks`` and ``nudge`` as rendered, the tool's definition of
     ``tool_tokens`` when offered) within ``budget`` tokens as ``count`` counts them.
-    ``counted``: the blocks' counts when the caller already has them."""
+    ``counted``: the blocks' counts when the caller already has them; ``shown``: the record
+    of what ``blocks`` show, as rendering made it."""
     dropped: list[Omission] = []
     fixed = 0
     tool = tool_tokens is not None
@@ -151,10 +157,8 @@ def fit(
             fixed += cost
     room = budget - fixed
     used = sum(count(block.text) for block in blocks) if counted is None else sum(counted)
-    if used <= room and not dropped:
-        return Fitted(blocks, nudge, tool, fixed + used, ())
     if used <= room:
-        return Fitted(blocks, nudge, tool, fixed + used, tuple(dropped))
+        return Fitted(blocks, nudge, tool, fixed + used, tuple(dropped), shown)
     pieces = _pieces(entry, others, settings, bot_name, now, cache, frames)
     lines = _frames(entry, bot_name, now, frames)
     _claim(pieces, lines, room, count)
@@ -168,8 +172,27 @@ def fit(
         _give_back(pieces)
     for piece in pieces:
         if piece.kept < len(piece.lines):
-            dropped.append(Omission(piece.kind, piece.key, len(piece.lines) - piece.kept))
-    return Fitted(made, nudge, tool, fixed + used, tuple(dropped))
+            left = len(piece.lines) - piece.kept
+            dropped.append(Omission(piece.kind, piece.entry.key, left))
+    return Fitted(made, nudge, tool, fixed + used, tuple(dropped), _shown(pieces))
+
+
+def _shown(pieces: list[_Piece]) -> Shown:
+    """What the kept lines show: the record rendering makes, for what was kept."""
+    shown = Shown()
+    for piece in pieces:
+        if not piece.kept:
+            continue
+        entry = piece.entry
+        if piece.block == 0:
+            shown.add_note(entry.key, entry.pin, True)
+            continue
+        shown.channels.add(entry.channel_id)
+        if piece.newest_last:  # crude messages, the newest ``kept``
+            shown.add_window(entry.messages, piece.kept)
+        else:
+            shown.add_note(entry.key, entry.pin, False)
+    return shown
 
 
 def _pieces(
@@ -183,19 +206,19 @@ def _pieces(
 ) -> list[_Piece]:
     pieces: list[_Piece] = []
     if entry is not None and entry.distilled:
-        lines = _distilled_lines(entry, category_labels(settings), cache)
-        pieces.append(_Piece(0, "channel_notes", entry.key, None, lines, False))
+        lines = _note_lines(entry, category_labels(settings), cache)
+        pieces.append(_Piece(0, "channel_notes", entry, None, lines, False))
     bot = _name(bot_name)
     recent: list[_Piece] = []
     for other in others:  # newest first
         body, crude = segment_lines(other, settings, bot_name, cache, frames)
-        distilled = bool(other.summary or other.categories)
+        distilled = other.distilled
         minute = int(max(0.0, now - other.updated_at) // 60)
         title, crude_title = segment_titles(other, bot, minute, frames)
         if body:
-            pieces.append(_Piece(1, "other_notes", other.key, title, body, not distilled))
+            pieces.append(_Piece(1, "other_notes", other, title, body, not distilled))
         if crude:
-            recent.append(_Piece(2, "other_messages", other.key, crude_title, crude, True))
+            recent.append(_Piece(2, "other_messages", other, crude_title, crude, True))
     return pieces + recent
 
 
@@ -257,7 +280,7 @@ def _assemble(
     bodies: list[list[str]] = [[], [], []]
     for piece in pieces:
         bodies[piece.block].extend(piece.shown())
-    kept_others = [o for o in others if any(p.kept and p.key == o.key for p in pieces)]
+    kept_others = [o for o in others if any(p.kept and p.entry is o for p in pieces)]
     blocks = []
     for number, body in enumerate(bodies):
         if not body:

@@ -344,9 +344,12 @@ class DialogueMessage(_Plain):
     # deleting or editing it on Discord reaches the memory; None when not known.
     message_id: int | None
     # Epoch seconds; ``timestamp`` is made from it when first read, so that a message
-    # built without one (every host's) costs a clock read, not a datetime.
+    # built without one (every host's) costs a clock read, not a datetime. ``_given``:
+    # the host gave the timestamp; a message without one is stamped by the memory's
+    # clock when captured (``ShortTermMemory.capture``), as everything it stores is.
     _epoch: float
     _timestamp: datetime | None
+    _given: bool
 
     _checks: ClassVar[dict[str, Callable[[Any, str], Any]]] = {
         "role": _role,
@@ -401,6 +404,7 @@ class DialogueMessage(_Plain):
                 "message_id": message_id,
                 "_epoch": epoch,
                 "_timestamp": timestamp,
+                "_given": timestamp is not None,
             },
         )
 

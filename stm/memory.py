@@ -75,7 +75,7 @@ from .readthrough import (
     turn_scope,
 )
 from .redact import redact_text
-from .render import RenderCache, nudge, other_channels_blocks, same_channel_block, shown_by
+from .render import RenderCache, nudge, other_channels_blocks, record_shown, same_channel_block
 from .settings import SettingsBook
 from .store import open_store
 from .store.base import (
@@ -238,6 +238,7 @@ class ShortTermMemory:
             self.intent_gate,
             self._closing,
             origin=store.origin,
+            render=self._render,
             forgotten=self._forgotten,
             tally=self._tally,
         )
@@ -523,7 +524,8 @@ class ShortTermMemory:
     async def update_server_settings(self, server_id: int, **changes: Any) -> ServerSettings:
         """Change settings other than categories; a bad value or unknown field raises ValueError."""
         check_id(server_id, "server_id")
-        return await self._save_settings(server_id, self.settings.changed(server_id, **changes))
+        updated = self.settings.changed(server_id, **changes)
+        return await self._save_settings(server_id, updated, changes)
 
     async def set_categories(
         self, server_id: int, categories: Iterable[Category]
@@ -531,11 +533,15 @@ class ShortTermMemory:
         """Replace the server's categories; an empty list restores the single ``summary`` one."""
         check_id(server_id, "server_id")
         updated = self.settings.with_categories(server_id, categories)
-        return await self._save_settings(server_id, updated)
+        return await self._save_settings(server_id, updated, ("categories",))
 
-    async def _save_settings(self, server_id: int, settings: ServerSettings) -> ServerSettings:
-        stored = self.settings.stored_form(server_id, settings)
-        committed = self.settings.stage(server_id, settings)
+    async def _save_settings(
+        self, server_id: int, settings: ServerSettings, changed: Iterable[str]
+    ) -> ServerSettings:
+        # Stored: the fields the admins set, before and now; the rest follow the defaults.
+        own = self.settings.own(server_id).union(changed)
+        stored = self.settings.stored_form(server_id, settings, own)
+        committed = self.settings.stage(server_id, settings, own)
         await self._durably(SaveServerSettings(server_id, stored), committed)
         return settings
 
@@ -563,7 +569,10 @@ class ShortTermMemory:
         match change:
             case SaveServerSettings(server_id, stored):
                 self.settings.load_one(server_id, stored)
-                return self.settings.stage(server_id, self.settings.for_server(server_id))
+                settings = self.settings
+                return settings.stage(
+                    server_id, settings.for_server(server_id), settings.own(server_id)
+                )
             case SaveOptOut(user_id, opted_out, _):
                 return self.settings.stage_opt_out(user_id, opted_out)
             case ForgetServer(server_id):
@@ -600,7 +609,7 @@ class ShortTermMemory:
                         content,
                         m.speaker_name,
                         m.author_id,
-                        m._epoch,
+                        m._epoch if m._given else now,
                         user_id,
                         m.message_id,
                         None,
@@ -779,9 +788,33 @@ class ShortTermMemory:
         others = self._reads.recall(ctx, group, now)
         if self._reads.deletions.pending:  # checked after the last await, as it renders
             entry, others = self._reads.visible(entry), [self._reads.visible(e) for e in others]
-        shown = Shown.own(ctx.user_id, ctx.channel_id)
-        shown_by(entry, others, settings, shown)
+        context, shown = self._render(ctx, settings, entry, others, now)
         self._reads.note_shown(ctx, shown)
+        assert context is not None
+        return context
+
+    def _render(
+        self,
+        ctx: TurnContext,
+        settings: ServerSettings,
+        entry: Entry | None,
+        others: list[Entry],
+        now: float,
+        text: bool = True,
+    ) -> tuple[PromptContext | None, Shown]:
+        """The memory a turn's prompt shows (this channel's ``entry``, the ``others``
+        recalled), within the token budget, and the record of what it shows (made by the
+        rule the text follows, ``render.segment_shows``, or by the budget's cut from the
+        lines it kept). The one way a prompt's memory, or a prediction of what it showed,
+        is made. ``text=False``: the record alone (the text too when a budget may cut it)."""
+        shown = Shown.own(ctx.user_id, ctx.channel_id)
+        record_shown(entry, others, settings, shown)
+        if settings.context_token_budget is None:
+            budget = self._operator_budget  # most servers: the operator's, or none
+        else:
+            budget = self.token_budget(settings)
+        if budget is None and not text:
+            return None, shown
         context = PromptContext(nudge_depth=settings.nudge_depth)
         frames = model_language(settings, ctx.server_locale)
         cache = self._render_cache
@@ -791,10 +824,6 @@ class ShortTermMemory:
         context.blocks.extend(
             other_channels_blocks(others, settings, ctx.bot_name, now, cache, frames)
         )
-        if settings.context_token_budget is None:
-            budget = self._operator_budget  # most servers: the operator's, or none
-        else:
-            budget = self.token_budget(settings)
         if budget is None:
             if (
                 entry is not None
@@ -802,13 +831,17 @@ class ShortTermMemory:
                 and self._upgrades.blocked(ctx, settings) is None
             ):
                 context.nudge = nudge(settings, frames)
-            return context
+            return context, shown
         # Under a budget the tool's definition counts too, when it is offered.
         offered = self._upgrades.blocked(ctx, settings) is None
         if offered and entry is not None and entry.turns_since_refresh >= settings.refresh_cadence:
             context.nudge = nudge(settings, frames)
-        self._fit(context, budget, offered, ctx, settings, entry, others, now, frames)
-        return context
+        cut = self._fit(context, budget, offered, ctx, settings, entry, others, now, frames)
+        if cut is not None:
+            # Cut to fit: what the kept lines show.
+            shown = Shown.own(ctx.user_id, ctx.channel_id)
+            shown.add(cut)
+        return context, shown
 
     def _fit(
         self,
@@ -821,8 +854,9 @@ class ShortTermMemory:
         others: list[Entry],
         now: float,
         frames: Frames,
-    ) -> None:
-        """Count what memory adds to this turn's prompt and cut it to ``budget``."""
+    ) -> Shown | None:
+        """Count what memory adds to this turn's prompt and cut it to ``budget``; what the
+        blocks show when some were cut (None: nothing was)."""
         count = self.count_tokens
         tool = self._definition_tokens(settings, frames.language) if offered else None
         used = 0 if tool is None else tool
@@ -832,7 +866,7 @@ class ShortTermMemory:
             used += count(context.nudge)
         if used <= budget:  # most turns: nothing to cut
             context.tokens = used
-            return
+            return None
         counted = [count(block.text) for block in context.blocks]
         fitted = fit(
             context.blocks,
@@ -851,6 +885,7 @@ class ShortTermMemory:
         )
         context.blocks, context.nudge = fitted.blocks, fitted.nudge
         context.tokens, context.dropped = fitted.tokens, fitted.dropped
+        return fitted.shown  # None when the blocks were kept whole
 
     # -- deletion -------------------------------------------------------------
     async def clear_short_term_memory_for_channel(self, channel_id: int) -> int:

@@ -28,9 +28,10 @@ __all__ = [
     "content_depth",
     "nudge",
     "other_channels_blocks",
+    "record_shown",
     "relative_time",
     "same_channel_block",
-    "shown_by",
+    "segment_shows",
 ]
 
 RECENT_SECONDS = 3600.0
@@ -86,36 +87,34 @@ def _age(minutes: int, frames: Frames) -> str:
     return relative_time(minutes * 60, frames)
 
 
+# What an other channel's segment is rendered from besides the entry's own values
+# (settings, bot name, minutes of age, frames): ``_segment`` reads nothing else, so
+# that the text kept under it can be reused while every value is the same.
+_MadeFrom = tuple[ServerSettings, str, int, Frames]
+
+# An other channel's segment: its lines in the memory block and in the recent-messages
+# block, each joined ("" when none).
+Segment = tuple[str, str]
+
+
 class _Segment:
     """An entry's other-channel segment and every value it was rendered from, compared by
     identity: the window and summary are immutable and replaced when they change, and
     settings are frozen, so the same object means the same value."""
 
     __slots__ = (
-        "bot_name",
         "categories",
         "channel_name",
         "entry",
-        "frames",
         "items",
         "made",
+        "made_from",
         "messages",
-        "minute",
-        "settings",
         "summary",
     )
 
-    def __init__(
-        self,
-        entry: Entry,
-        settings: ServerSettings,
-        bot_name: str,
-        minute: int,
-        made: tuple[str, str],
-        frames: Frames,
-    ) -> None:
+    def __init__(self, entry: Entry, made_from: _MadeFrom, made: Segment) -> None:
         self.entry = entry
-        self.frames = frames
         self.messages = entry.messages
         self.summary = entry.summary
         self.categories = entry.categories
@@ -123,9 +122,7 @@ class _Segment:
         # that a host's in-place change is not missed (the few entries that have them).
         self.items = tuple(entry.categories.items()) if entry.categories else None
         self.channel_name = entry.channel_name
-        self.settings = settings
-        self.bot_name = bot_name
-        self.minute = minute
+        self.made_from = made_from
         self.made = made
 
 
@@ -193,14 +190,7 @@ class RenderCache:
         _keep(self._crude, key, (entry, bot_name, start, made), self.max_entries)
         return made
 
-    def segment(
-        self,
-        entry: Entry,
-        settings: ServerSettings,
-        bot_name: str,
-        minute: int,
-        frames: Frames = ENGLISH,
-    ) -> tuple[str, str] | None:
+    def segment(self, entry: Entry, made_from: _MadeFrom) -> Segment | None:
         """The segment of ``entry`` rendered from the same values, if it was kept."""
         held = self._segments.get(entry.key)
         if (
@@ -214,32 +204,17 @@ class RenderCache:
                 if held.items is None
                 else held.items == tuple(entry.categories.items())
             )
-            and held.settings is settings
-            and held.minute == minute
             and held.channel_name == entry.channel_name
-            and held.bot_name == bot_name
-            and held.frames is frames
+            # A tuple's == compares identity first, then equality, value by value.
+            and held.made_from == made_from
         ):
             self._segments.move_to_end(entry.key)
             return held.made
         return None
 
-    def keep_segment(
-        self,
-        entry: Entry,
-        settings: ServerSettings,
-        bot_name: str,
-        minute: int,
-        made: tuple[str, str],
-        frames: Frames = ENGLISH,
-    ) -> tuple[str, str]:
+    def keep_segment(self, entry: Entry, made_from: _MadeFrom, made: Segment) -> Segment:
         """Keep ``made``, the segment of ``entry`` rendered from its current values."""
-        _keep(
-            self._segments,
-            entry.key,
-            _Segment(entry, settings, bot_name, minute, made, frames),
-            self.max_entries,
-        )
+        _keep(self._segments, entry.key, _Segment(entry, made_from, made), self.max_entries)
         return made
 
     def __len__(self) -> int:
@@ -264,12 +239,12 @@ def _place(entry: Entry) -> str:
     return f"#channel-{entry.channel_id}"
 
 
-def _distilled_lines(
+def _note_lines(
     entry: Entry, labels: dict[str, str], cache: RenderCache | None = None
 ) -> list[str]:
     if cache is not None:
         source = (entry.summary, tuple(entry.categories.items()), tuple(labels.items()))
-        return cache.lines(entry.key, "distilled", source, lambda: _distilled_lines(entry, labels))
+        return cache.lines(entry.key, "distilled", source, lambda: _note_lines(entry, labels))
     lines: list[str] = []
     if entry.categories:
         ordered = [slug for slug in labels if slug in entry.categories]
@@ -343,7 +318,7 @@ def same_channel_block(
     """This channel's distilled memory (never its crude messages), or None."""
     if entry is None or not entry.distilled:
         return None
-    lines = _distilled_lines(entry, category_labels(settings), cache)
+    lines = _note_lines(entry, category_labels(settings), cache)
     header = same_channel_header(entry, bot_name, now, frames)
     text = "\n".join([header, *lines, frames.text("same_end")])
     return PromptBlock(text, content_depth(settings, [entry], now))
@@ -367,14 +342,16 @@ def other_channels_blocks(
     for entry in entries:
         # relative_time() of the entry's age changes only from one whole minute to the next.
         minute = int(max(0.0, now - entry.updated_at) // 60)
+        made_from = (settings, bot_name, minute, frames)
         if cache is None:
-            said, recent = _segment(entry, settings, bot, bot_name, minute, None, frames)
+            made = _segment(entry, made_from, None)
         else:
-            made = cache.segment(entry, settings, bot_name, minute, frames)
-            if made is None:
-                made = _segment(entry, settings, bot, bot_name, minute, cache, frames)
-                cache.keep_segment(entry, settings, bot_name, minute, made, frames)
-            said, recent = made
+            held = cache.segment(entry, made_from)
+            if held is None:
+                made = cache.keep_segment(entry, made_from, _segment(entry, made_from, cache))
+            else:
+                made = held
+        said, recent = made
         if said:
             memory.append(said)
         if recent:
@@ -391,18 +368,11 @@ def other_channels_blocks(
     return blocks
 
 
-def _segment(
-    entry: Entry,
-    settings: ServerSettings,
-    bot: str,
-    bot_name: str,
-    minute: int,
-    cache: RenderCache | None,
-    frames: Frames = ENGLISH,
-) -> tuple[str, str]:
-    """One other channel's lines for the memory block and for the recent-messages block,
-    each joined ("" when it has none)."""
-    titles = segment_titles(entry, bot, minute, frames)
+def _segment(entry: Entry, made_from: _MadeFrom, cache: RenderCache | None) -> Segment:
+    """One other channel's segment, rendered from ``entry`` and ``made_from`` alone (what
+    ``RenderCache.segment`` compares before reusing it)."""
+    settings, bot_name, minute, frames = made_from
+    titles = segment_titles(entry, _name(bot_name), minute, frames)
     body, lines = segment_lines(entry, settings, bot_name, cache, frames)
     recent = "\n".join((titles[1], *lines)) if lines else ""
     if not body:
@@ -423,6 +393,19 @@ def segment_titles(
     )
 
 
+def segment_shows(entry: Entry, settings: ServerSettings) -> tuple[bool, int]:
+    """What an other channel's segment shows: its notes (when it has them), and how many of
+    its newest crude messages (in the memory block when it has no notes, else in the
+    recent-messages block in ``crude_summary`` mode). The one rule, which both the text
+    (``segment_lines``) and the record of what it shows (``record_shown``) follow."""
+    # The count as configured: a window shows its newest ``count`` or fewer, and the record
+    # reads the same (``Window.said``).
+    count = settings.crude_message_count if entry.messages else 0
+    if entry.summary or entry.categories:
+        return True, count if settings.render_mode == "crude_summary" else 0
+    return False, count
+
+
 def segment_lines(
     entry: Entry,
     settings: ServerSettings,
@@ -430,16 +413,33 @@ def segment_lines(
     cache: RenderCache | None = None,
     frames: Frames = ENGLISH,
 ) -> tuple[Sequence[str], Sequence[str]]:
-    """An other channel's quoted lines: for the memory block (its distilled notes, else its
-    crude messages), and for the recent-messages block (its crude messages, in
-    ``crude_summary`` mode when it also has notes)."""
-    count = settings.crude_message_count
-    if entry.summary or entry.categories:
-        body = _distilled_lines(entry, category_labels(settings), cache)
-        if settings.render_mode == "crude_summary":
-            return body, _crude_lines(entry, count, bot_name, cache, frames)
-        return body, ()
+    """An other channel's quoted lines, as ``segment_shows`` says: for the memory block (its
+    notes, else its crude messages), and for the recent-messages block."""
+    notes, count = segment_shows(entry, settings)
+    if notes:
+        body = _note_lines(entry, category_labels(settings), cache)
+        return body, _crude_lines(entry, count, bot_name, cache, frames)
     return _crude_lines(entry, count, bot_name, cache, frames), ()
+
+
+def record_shown(
+    entry: Entry | None, others: Sequence[Entry], settings: ServerSettings, shown: Shown
+) -> None:
+    """Record in ``shown`` what ``same_channel_block`` and ``other_channels_blocks`` show of
+    these entries, by the rule their text follows (``segment_shows``): the channels shown,
+    the notes (as their pins), and the newest crude messages of each window. Under a
+    budget's cut, ``budget.fit`` records what it kept instead."""
+    if entry is not None and entry.distilled:
+        shown.add_note(entry.key, entry.pin, True)
+    channels = shown.channels
+    for other in others:
+        notes, count = segment_shows(other, settings)
+        if notes or count:
+            channels.add(other.channel_id)
+        if notes:
+            shown.add_note(other.key, other.pin, False)
+        if count:
+            shown.add_window(other.messages, count)
 
 
 def nudge(settings: ServerSettings, frames: Frames = ENGLISH) -> str:
@@ -452,23 +452,3 @@ def nudge(settings: ServerSettings, frames: Frames = ENGLISH) -> str:
     if frames is ENGLISH:
         return DEFAULT_NUDGE
     return frames.text("nudge", tool=TOOL_NAME)
-
-
-def shown_by(
-    entry: Entry | None, others: Sequence[Entry], settings: ServerSettings, shown: Shown
-) -> None:
-    """Add to ``shown`` what ``same_channel_block`` and ``other_channels_blocks`` render from
-    these entries: their channels, the distilled notes shown (as their pins), and the turn
-    users and authors of crude messages shown."""
-    if entry is not None and entry.distilled:
-        shown.add_note(entry.key, entry.pin, True)
-    count = settings.crude_message_count
-    crude_summary = settings.render_mode == "crude_summary"
-    channels = shown.channels
-    for other in others:
-        channels.add(other.channel_id)
-        distilled = bool(other.summary or other.categories)
-        if distilled:
-            shown.add_note(other.key, other.pin, False)
-        if count > 0 and (crude_summary or not distilled):
-            shown.add_window(other.messages, count)

@@ -1,5 +1,12 @@
 """Per-server settings and per-user opt-outs, held in memory for the turn path.
 
+A server's stored settings hold only the fields its admins set (``own``): every other
+field is the operator's default (``STMConfig``: ``STM_RENDER_MODE`` and the others),
+read when the settings are loaded, so a new operator default reaches every server that
+did not set that field. Rows written whole by earlier versions load as if the admins
+had set every field they hold (a stored value cannot tell a choice from the default of
+its day): they keep their values, as before, until changed or reset.
+
 Validation lives here; saving them is the facade's job (through the writer's shared
 changes): a change made here is in force here at once (``stage``), and stays so over
 every reload of what the store holds until the store has it.
@@ -37,14 +44,16 @@ def invalid_input(exc: ValidationError) -> InvalidInput:
     return InvalidInput("; ".join(problems) or "that value is not valid")
 
 
-def _readable(server_id: int, known: dict[str, Any], unread: dict[str, Any]) -> ServerSettings:
-    """The settings of ``known`` fields; a field whose value this version cannot read (a
-    newer one's language, say) gets its default and its value goes to ``unread``, so that
-    one such value does not put the server's other settings (``enabled`` among them) back
-    to the defaults."""
+def _readable(
+    server_id: int, base: dict[str, Any], known: dict[str, Any], unread: dict[str, Any]
+) -> ServerSettings:
+    """The settings of ``known`` fields over ``base`` (the defaults); a field whose value
+    this version cannot read (a newer one's language, say) gets its default and its value
+    goes to ``unread``, so that one such value does not put the server's other settings
+    (``enabled`` among them) back to the defaults."""
     while True:
         try:
-            return ServerSettings.model_validate_json(json.dumps(known))
+            return ServerSettings.model_validate_json(json.dumps({**base, **known}))
         except ValidationError as exc:
             bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"]} & known.keys()
             if not bad:
@@ -64,7 +73,10 @@ class SettingsBook:
             refresh_cadence=config.refresh_cadence,
             crude_message_count=config.crude_message_count,
         )
+        self._defaults_json: dict[str, Any] = json.loads(self.defaults.model_dump_json())
         self._servers: dict[int, ServerSettings] = {}
+        # Per server, the fields its admins set (the rest follow the defaults).
+        self._own: dict[int, frozenset[str]] = {}
         # Per server, the stored fields a newer version of the library wrote.
         self._newer: dict[int, dict[str, Any]] = {}
         # Per server, what this version read a stored value it could not read as (its
@@ -74,7 +86,7 @@ class SettingsBook:
         # Changes made here that the store has not committed yet, by server (None: the
         # server's settings deleted) and by user, each with the token of the change that
         # made it: a reload of what the store holds must not undo them (``load``).
-        self._staged: dict[int, tuple[int, ServerSettings | None]] = {}
+        self._staged: dict[int, tuple[int, tuple[ServerSettings, frozenset[str]] | None]] = {}
         self._staged_opt_outs: dict[int, tuple[int, bool]] = {}
         self._tokens = itertools.count(1)
 
@@ -82,13 +94,13 @@ class SettingsBook:
         """Take what the store holds (a server it no longer holds gets the defaults again);
         settings that are not a JSON object fall back to the defaults, a value this version
         cannot read to that field's default."""
-        self._servers, self._newer, self._read_as = {}, {}, {}
+        self._servers, self._own, self._newer, self._read_as = {}, {}, {}, {}
         for server_id, raw in stored.items():
             self.load_one(server_id, raw)
         self._opted_out = set(opted_out)
         # What this process changed and the store does not hold yet stays in force.
-        for server_id, (_, settings) in self._staged.items():
-            self._put(server_id, settings)
+        for server_id, (_, staged) in self._staged.items():
+            self._put(server_id, staged)
         for user_id, (_, opted) in self._staged_opt_outs.items():
             self._put_opt_out(user_id, opted)
 
@@ -104,11 +116,12 @@ class SettingsBook:
             # so that neither version loses the other's settings.
             unknown = {k: v for k, v in fields.items() if k not in ServerSettings.model_fields}
             known = {k: v for k, v in fields.items() if k not in unknown}
-            settings = _readable(server_id, known, unknown)
+            settings = _readable(server_id, self._defaults_json, known, unknown)
         except (ValidationError, ValueError) as exc:
             log.warning("ignoring unreadable settings of server %s: %s", server_id, exc)
             return
         self._servers[server_id] = settings
+        self._own[server_id] = frozenset(known)
         self._newer.pop(server_id, None)
         self._read_as.pop(server_id, None)
         if unknown:
@@ -118,9 +131,14 @@ class SettingsBook:
             if unread:
                 self._read_as[server_id] = unread
 
-    def stored_form(self, server_id: int, settings: ServerSettings) -> str:
-        """``settings`` as the store keeps them, with the fields a newer version wrote."""
-        fields = json.loads(settings.model_dump_json())
+    def own(self, server_id: int) -> frozenset[str]:
+        """The fields the server's admins set (stored; the others are the defaults)."""
+        return self._own.get(server_id, frozenset())
+
+    def stored_form(self, server_id: int, settings: ServerSettings, own: frozenset[str]) -> str:
+        """The fields ``own`` of ``settings`` as the store keeps them, with the fields a
+        newer version wrote."""
+        fields = {k: v for k, v in json.loads(settings.model_dump_json()).items() if k in own}
         kept = self._newer.get(server_id, {})
         stored = {**kept, **fields}
         for name, value in self._read_as.get(server_id, {}).items():
@@ -131,6 +149,7 @@ class SettingsBook:
     def drop(self, server_id: int) -> None:
         """The server's settings were deleted: the defaults are in force again."""
         self._servers.pop(server_id, None)
+        self._own.pop(server_id, None)
         self._newer.pop(server_id, None)
         self._read_as.pop(server_id, None)
 
@@ -190,11 +209,14 @@ class SettingsBook:
             raise InvalidInput("server settings need a server id (DMs use the global defaults)")
         return self.for_server(check_id(server_id, "server_id"))
 
-    def stage(self, server_id: int, settings: ServerSettings | None) -> Callable[[object], None]:
-        """Put a change made here in force at once (None: the server's settings deleted),
-        kept over every reload until the store has it; returns what to call once it is
-        committed."""
-        return self._stage(self._staged, server_id, settings, self._put)
+    def stage(
+        self, server_id: int, settings: ServerSettings | None, own: frozenset[str] = frozenset()
+    ) -> Callable[[object], None]:
+        """Put a change made here in force at once (None: the server's settings deleted;
+        ``own``: the fields its admins set), kept over every reload until the store has
+        it; returns what to call once it is committed."""
+        value = None if settings is None else (settings, own)
+        return self._stage(self._staged, server_id, value, self._put)
 
     def stage_opt_out(self, user_id: int, opted_out: bool) -> Callable[[object], None]:
         """``stage`` for a user's opt-out (or its end)."""
@@ -218,11 +240,11 @@ class SettingsBook:
 
         return committed
 
-    def _put(self, server_id: int, settings: ServerSettings | None) -> None:
-        if settings is None:
+    def _put(self, server_id: int, value: tuple[ServerSettings, frozenset[str]] | None) -> None:
+        if value is None:
             self.drop(server_id)
         else:
-            self._servers[server_id] = settings
+            self._servers[server_id], self._own[server_id] = value
 
     def is_opted_out(self, user_id: int) -> bool:
         """True while the user asked not to be remembered."""

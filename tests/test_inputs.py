@@ -335,3 +335,24 @@ def test_the_librarys_notes_are_kept_as_given_and_other_names_refused(name: str)
             ctx.nope = value  # type: ignore[attr-defined]
         with pytest.raises(ValueError):
             ctx._nope = value  # type: ignore[attr-defined]
+
+
+async def test_a_message_without_a_timestamp_is_stamped_by_the_memorys_clock() -> None:
+    """Every timestamp the library stores comes from the memory's clock: a message the host
+    built without one is stamped when captured, by that clock; one given is kept."""
+    from stm import ShortTermMemory, STMConfig
+    from stm.readthrough import turn_scope
+    from stm.testing import Clock
+
+    clock = Clock(1_000.0)  # far from the machine's time
+    async with ShortTermMemory.open(STMConfig(database=":memory:"), clock=clock) as memory:
+        context = TurnContext(user_id=1, channel_id=10, server_id=100)
+        given = datetime(2020, 1, 1, tzinfo=UTC)
+        said = [
+            DialogueMessage(role="user", content="no time given", author_id=1),
+            DialogueMessage(role="assistant", content="one given", timestamp=given),
+        ]
+        await memory.capture(GenerationFinished(context=context, messages=said))
+        entry = memory.cache.peek(turn_scope(context)[1] or turn_scope(context)[0])
+        assert entry is not None
+        assert [m.timestamp for m in entry.messages] == [1_000.0, given.timestamp()]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from stm.cache import Entry, StoredMessage, Window
 from stm.models import Category, ServerSettings
-from stm.render import RenderCache, other_channels_blocks
+from stm.render import ENGLISH, RenderCache, other_channels_blocks
 
 NOW = 1_700_000_000.0
 
@@ -141,7 +141,7 @@ def test_an_unchanged_segment_is_reused_not_rendered_again() -> None:
     first = other_channels_blocks([e], plain, "Bot", NOW, cache)
     second = other_channels_blocks([e], plain, "Bot", NOW, cache)
     assert first == second
-    kept = cache.segment(e, plain, "Bot", 0)
+    kept = cache.segment(e, (plain, "Bot", 0, ENGLISH))
     assert kept is not None and kept[0] in first[0].text
     e.messages += (message("three"),)
-    assert cache.segment(e, plain, "Bot", 0) is None
+    assert cache.segment(e, (plain, "Bot", 0, ENGLISH)) is None

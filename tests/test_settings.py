@@ -170,3 +170,48 @@ def test_a_category_label_that_shows_nothing_is_refused(label: str) -> None:
     """A label of only spaces or invisible characters is blank, like an empty one."""
     with pytest.raises(ValueError, match=r"blank|at least 1 character"):
         Category(label)
+
+
+async def test_operator_defaults_reach_every_field_a_server_did_not_set(
+    open_memory: Opener,
+) -> None:
+    """A server's stored settings hold only what its admins set: a new operator default
+    reaches the fields they did not touch, in every process that loads them (a restart, or
+    another process following the feed), while what they set stays."""
+    first = await open_memory(crude_message_count=6, refresh_cadence=5)
+    await first.update_server_settings(100, refresh_cadence=3)
+    await first.set_categories(100, [Category("Plans")])
+    await first.close()
+    second = await open_memory(crude_message_count=9, refresh_cadence=5, render_mode="supersede")
+    settings = await second.get_server_settings(100)
+    assert (settings.crude_message_count, settings.render_mode) == (9, "supersede")
+    assert settings.refresh_cadence == 3 and [c.label for c in settings.categories] == ["Plans"]
+    # A later change keeps what was set before and still follows the defaults elsewhere.
+    await second.update_server_settings(100, enabled=False)
+    await second.close()
+    third = await open_memory(crude_message_count=2)
+    settings = await third.get_server_settings(100)
+    assert (settings.crude_message_count, settings.refresh_cadence, settings.enabled) == (
+        2,
+        3,
+        False,
+    )
+    # The same rule where another process's change arrives as its stored form.
+    third.settings.load_one(200, '{"refresh_cadence": 4}')
+    assert (
+        third.settings_for(200).refresh_cadence,
+        third.settings_for(200).crude_message_count,
+    ) == (
+        4,
+        2,
+    )
+
+
+async def test_settings_written_whole_keep_every_value(open_memory: Opener) -> None:
+    """A row written whole by an earlier version loads as if every field it holds was set:
+    its values stay (a stored value cannot tell a choice from the default of its day)."""
+    memory = await open_memory(crude_message_count=9)
+    whole = ServerSettings(refresh_cadence=3).model_dump_json()  # crude_message_count 6
+    memory.settings.load_one(100, whole)
+    assert memory.settings_for(100).crude_message_count == 6
+    assert memory.settings_for(100).refresh_cadence == 3

@@ -35,6 +35,7 @@ import json
 import re
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any, Literal, TypeVar
 
 from ..lineage import Erasure, Lineage, Pin, PurgePlanner, Range, merge_edges
@@ -207,14 +208,44 @@ _CHILDREN = (
     "SELECT child, own, parent_version, child_version FROM stm_chain_edges "
     "WHERE parent = :parent AND parent_version >= :from_version"
 )
+# A purge's progress, as its rows in ``stm_purges`` and ``stm_purge_ranges`` keep it: the
+# stored integers, named once here (the SQL below is written with these names).
+
+
+class Cursor(IntEnum):
+    """``stm_purges.cursor``: how far planning and telling got. A value >= 0 is a chain id
+    (the last chain seeded while planning; the last chain told while telling)."""
+
+    NOT_SEEDED = -1  # nothing seeded yet
+    SEEDED_ALL = -2  # every membership seeded: planning follows edges
+    TOLD_BY_EARLIER = -3  # told whole by an earlier version (told again from the first)
+    TOLD_REACH = -4  # every range and what it reaches told: clearing comes next
+
+
+class Expanded(IntEnum):
+    """``stm_purge_ranges.expanded``: where a chain reached stands."""
+
+    TO_FOLLOW = 0  # reached; its edges still to follow
+    FOLLOWED = 1  # its edges followed (a range's default)
+    FOLLOWING = 2  # in the frontier being followed
+    FINISHED = 3  # the purge ended the chain and forgot its user as a member
+
+
+class Done(IntEnum):
+    """``stm_purge_ranges.done``: whether a range's rows are cleared."""
+
+    TO_CLEAR = 0
+    PURGE_DONE = 1  # the whole purge is done
+    CLEARED = 2  # its rows cleared, its chain not finished yet
+
+
 # Planning in the store, set by set (a purge may reach thousands of chains: one statement
-# each would hold the write lock for as long). ``expanded``: 0, a chain reached whose edges
-# are still to follow; 2, being followed; 1, followed.
+# each would hold the write lock for as long), with ``Expanded`` marking each chain reached.
 # A purge's plan: who, where, by which policy, and how far it has got (``cursor``: the
 # last chain seeded from the user's memberships; ``planned`` once every range is known).
 _PLAN = (
     "INSERT INTO stm_purges (position, user_id, server_id, erasure, planned, cursor) "
-    "VALUES (:position, :user, :server, :erasure, 0, -1)"
+    f"VALUES (:position, :user, :server, :erasure, 0, {Cursor.NOT_SEEDED:d})"
 )
 _PLAN_STATE = (
     "SELECT user_id, server_id, erasure, planned, cursor FROM stm_purges WHERE position = :position"
@@ -222,7 +253,8 @@ _PLAN_STATE = (
 # The next chunk of the user's memberships, in chain order, straight into the ranges.
 _SEED = (
     "INSERT INTO stm_purge_ranges (position, chain_id, from_version, done, expanded) "
-    "SELECT :position, m.chain_id, m.first, 0, 0 FROM stm_chain_members m JOIN stm_chains c "
+    f"SELECT :position, m.chain_id, m.first, {Done.TO_CLEAR:d}, {Expanded.TO_FOLLOW:d} "
+    "FROM stm_chain_members m JOIN stm_chains c "
     "ON c.id = m.chain_id WHERE m.member = :user AND m.chain_id > :cursor{server} "
     "ORDER BY m.chain_id LIMIT :limit"
 )
@@ -232,12 +264,10 @@ _SEEDED = (
 )
 _PLANNED = "UPDATE stm_purges SET planned = 1 WHERE position = :position"
 # The cursor once every membership is seeded: what is left of planning is following edges.
-_SEEDED_ALL = -2
-_ALL_SEEDED = f"UPDATE stm_purges SET cursor = {_SEEDED_ALL} WHERE position = :position"
+_ALL_SEEDED = f"UPDATE stm_purges SET cursor = {Cursor.SEEDED_ALL:d} WHERE position = :position"
 # Once planned, what has been told of it (each its own step for a purge of wide reach):
 # its ranges and what they reach, a page of ranges at a time (meanwhile the cursor is the
 # last chain told), until all is told.
-_TOLD_REACH = -4
 _PAGE = (
     "SELECT chain_id, from_version FROM stm_purge_ranges "
     "WHERE position = :position AND chain_id > :after ORDER BY chain_id LIMIT :limit"
@@ -250,25 +280,33 @@ _RANGES_PAST = (
 _TOLD = "UPDATE stm_purges SET cursor = :told WHERE position = :position"
 # A chunk of the chains reached whose edges are still to follow (a round's frontier).
 _FRONTIER = (
-    "UPDATE stm_purge_ranges SET expanded = 2 WHERE position = :position AND chain_id IN "
-    "(SELECT chain_id FROM stm_purge_ranges WHERE position = :position AND expanded = 0 "
+    f"UPDATE stm_purge_ranges SET expanded = {Expanded.FOLLOWING:d} WHERE position = :position "
+    "AND chain_id IN (SELECT chain_id FROM stm_purge_ranges WHERE position = :position "
+    f"AND expanded = {Expanded.TO_FOLLOW:d} "
     "LIMIT :limit)"
 )
 # The children of the frontier (by the edges the policy follows) not reached yet, or now
 # reached from an earlier version.
 _REACH = (
     "INSERT INTO stm_purge_ranges (position, chain_id, from_version, done, expanded) "
-    "SELECT :position, e.child, min(e.child_version), 0, 0 FROM stm_chain_edges e "
+    f"SELECT :position, e.child, min(e.child_version), {Done.TO_CLEAR:d}, "
+    f"{Expanded.TO_FOLLOW:d} FROM stm_chain_edges e "
     "JOIN stm_purge_ranges r ON r.chain_id = e.parent AND e.parent_version >= r.from_version "
-    "WHERE r.position = :position AND r.expanded = 2{own} GROUP BY e.child "
+    f"WHERE r.position = :position AND r.expanded = {Expanded.FOLLOWING:d}{{own}} "
+    "GROUP BY e.child "
     "ON CONFLICT (position, chain_id) DO UPDATE SET from_version = excluded.from_version, "
-    "expanded = 0 WHERE excluded.from_version < stm_purge_ranges.from_version"
+    f"expanded = {Expanded.TO_FOLLOW:d} "
+    "WHERE excluded.from_version < stm_purge_ranges.from_version"
 )
-_FOLLOWED = "UPDATE stm_purge_ranges SET expanded = 1 WHERE position = :position AND expanded = 2"
+_FOLLOWED = (
+    f"UPDATE stm_purge_ranges SET expanded = {Expanded.FOLLOWED:d} WHERE position = :position "
+    f"AND expanded = {Expanded.FOLLOWING:d}"
+)
 # Once its rows are cleared, a purge finishes its chains a chunk at a time (``expanded``
-# 1 -> 3): it ends them and forgets the purged user as their member.
+# FOLLOWED -> FINISHED): it ends them and forgets the purged user as their member.
 _TO_FINISH = (
-    "SELECT chain_id FROM stm_purge_ranges WHERE position = :position AND expanded = 1 LIMIT :limit"
+    "SELECT chain_id FROM stm_purge_ranges WHERE position = :position "
+    f"AND expanded = {Expanded.FOLLOWED:d} LIMIT :limit"
 )
 _END = "UPDATE stm_chains SET ended = 1 WHERE id = :chain"
 _FORGET_MEMBER = (
@@ -276,29 +314,31 @@ _FORGET_MEMBER = (
     "(SELECT user_id FROM stm_changes WHERE position = :position)"
 )
 _FINISHED = (
-    "UPDATE stm_purge_ranges SET expanded = 3, done = 1 WHERE position = :position "
-    "AND chain_id = :chain"
+    f"UPDATE stm_purge_ranges SET expanded = {Expanded.FINISHED:d}, done = {Done.PURGE_DONE:d} "
+    "WHERE position = :position AND chain_id = :chain"
 )
 _DROP_PLAN = "DELETE FROM stm_purge_ranges WHERE position = :position"
 _DROP_PURGE = "DELETE FROM stm_purges WHERE position = :position"
 # The rows of one purge still to clear (through the chain index), a chunk at a time.
-# A chunk's window: the next ranges still to clear, in chain order (``done`` 0 -> 2 once
-# their rows are cleared, their chains not finished yet; 1 once the whole purge is), so
-# that each chunk looks only at its own ranges, whatever the purge's reach.
+# A chunk's window: the next ranges still to clear, in chain order (``done`` TO_CLEAR ->
+# CLEARED once their rows are cleared, their chains not finished yet; PURGE_DONE once the
+# whole purge is), so that each chunk looks only at its own ranges, whatever its reach.
 _WINDOW = (
     "SELECT min(chain_id), max(chain_id), count(*) FROM (SELECT chain_id FROM "
-    "stm_purge_ranges WHERE position = :position AND done = 0 ORDER BY chain_id "
+    f"stm_purge_ranges WHERE position = :position AND done = {Done.TO_CLEAR:d} ORDER BY chain_id "
     "LIMIT :limit) AS window_"
 )
 _TO_CLEAR = (
     "SELECT m.id, r.chain_id FROM stm_purge_ranges r JOIN short_term_memories m "
     "ON m.chain_id = r.chain_id AND m.chain_version >= r.from_version "
-    "WHERE r.position = :position AND r.done = 0 AND r.chain_id BETWEEN :first AND :last "
+    f"WHERE r.position = :position AND r.done = {Done.TO_CLEAR:d} "
+    "AND r.chain_id BETWEEN :first AND :last "
     "ORDER BY r.chain_id LIMIT :limit"
 )
 # The ranges of the window from ``first`` up to (but not) ``chain``: their rows are cleared.
 _CLEARED = (
-    "UPDATE stm_purge_ranges SET done = 2 WHERE position = :position AND done = 0 "
+    f"UPDATE stm_purge_ranges SET done = {Done.CLEARED:d} WHERE position = :position "
+    f"AND done = {Done.TO_CLEAR:d} "
     "AND chain_id >= :first AND chain_id < :chain"
 )
 _CLEAR = (
@@ -312,13 +352,16 @@ _TOTALS = "SELECT cleared, counted FROM stm_purges WHERE position = :position"
 # The key of the DMs' share in ``counted`` (its other keys are servers' ids).
 _DMS = "dms"
 # What finishing its chains left (each finished chain's range is done already).
-_DONE = "UPDATE stm_purge_ranges SET done = 1 WHERE position = :position AND done <> 1"
+_DONE = (
+    f"UPDATE stm_purge_ranges SET done = {Done.PURGE_DONE:d} WHERE position = :position "
+    f"AND done <> {Done.PURGE_DONE:d}"
+)
 _RANGES_OF = (
     "SELECT chain_id, from_version FROM stm_purge_ranges WHERE position = :position "
     "ORDER BY chain_id"
 )
 _PENDING = (
-    "SELECT position FROM stm_purge_ranges WHERE done <> 1 UNION "
+    f"SELECT position FROM stm_purge_ranges WHERE done <> {Done.PURGE_DONE:d} UNION "
     "SELECT position FROM stm_purges WHERE planned = 0 ORDER BY position"
 )
 _PURGE_PLANNED = "SELECT planned, servers FROM stm_purges WHERE position = :position"
@@ -417,7 +460,7 @@ def live_of(group: Sequence[int], saves: Sequence[SaveDistilled]) -> int:
 # it is the notes of, and the position of a purge clearing the row's version, if any.
 _ROWS_OF = (
     "SELECT m.key, m.chain_id, m.chain_version, c.head, c.ended, c.live_key, "
-    "(SELECT min(r.position) FROM stm_purge_ranges r WHERE r.done = 0 "
+    f"(SELECT min(r.position) FROM stm_purge_ranges r WHERE r.done = {Done.TO_CLEAR:d} "
     "AND r.chain_id = m.chain_id AND r.from_version <= m.chain_version) "
     "FROM short_term_memories m LEFT JOIN stm_chains c ON c.id = m.chain_id WHERE {keys}"
 )
@@ -617,7 +660,7 @@ def _plan_step(
     user, server, erasure, _, cursor = state
     chunk = SEED_CHUNK if chunk is None else chunk
     follow = FOLLOW_CHUNK if follow is None else follow
-    if int(cursor) != _SEEDED_ALL:
+    if int(cursor) != Cursor.SEEDED_ALL:
         sql = _SEED.format(server="" if server is None else " AND c.server_id = :server")
         params = {"position": position, "user": user, "server": server, "cursor": cursor}
         seeded = yield Step(sql, {**params, "limit": chunk}, "count")
@@ -710,7 +753,7 @@ def purge(user: int, server: int | None, erasure: Erasure, position: int) -> Pro
     if not ranges:
         yield Step(_DONE, {"position": position}, "exec")
         return PurgeResult(position, removed, ranges, 0, False, found, own_distilled)
-    yield Step(_TOLD, {"position": position, "told": _TOLD_REACH}, "exec")
+    yield Step(_TOLD, {"position": position, "told": int(Cursor.TOLD_REACH)}, "exec")
     step = yield from sweep(position)
     return PurgeResult(position, removed, ranges, step.cleared, step.more, found, own_distilled)
 
@@ -744,11 +787,11 @@ def _page(position: int, user: int, after: int, size: float = 1.0) -> Procedure[
         page = {"position": position, "user": user, "after": after, "last": ranges[-1].chain}
         counted = yield Step(sql, page, "all")
         by_server = {_server(server_id): int(count) for server_id, count in counted}
-    told = ranges[-1].chain if len(ranges) == page_size else _TOLD_REACH
+    told = ranges[-1].chain if len(ranges) == page_size else int(Cursor.TOLD_REACH)
     yield Step(_TOLD, {"position": position, "told": told}, "exec")
     distilled, at_least = yield from _counted_by_pages(position, by_server)
     reach = PurgePreview(0, sum(by_server.values()), by_server, distilled, at_least)
-    return SweepStep(0, True, ranges, reach, told == _TOLD_REACH, ("page",), after)
+    return SweepStep(0, True, ranges, reach, told == Cursor.TOLD_REACH, ("page",), after)
 
 
 def _counted_by_pages(
@@ -883,11 +926,11 @@ def sweep(position: int, size: float | Sizing = 1.0) -> Procedure[SweepStep]:
         yield from _plan_steps(position, size_of, phases)
         # Once planned, the next steps tell its ranges.
         return SweepStep(0, True, phases=tuple(phases))
-    told = _TOLD_REACH if state is None else int(state[4])
-    if told != _TOLD_REACH:
-        # Planned (_SEEDED_ALL), told through a chain, or told whole by an earlier
-        # version (-3, when pages from the first are told again: a process resuming the
-        # purge ignores them).
+    told = Cursor.TOLD_REACH if state is None else int(state[4])
+    if told != Cursor.TOLD_REACH:
+        # Planned (SEEDED_ALL), told through a chain, or told whole by an earlier
+        # version (TOLD_BY_EARLIER: pages from the first are told again; a process
+        # resuming the purge ignores them).
         assert state is not None
         after = told if told >= 0 else 0
         return (yield from _page(position, int(state[0]), after, size_of("page")))
@@ -1052,8 +1095,9 @@ PREVIEW_TABLES = (
     "servers TEXT, counted TEXT, cleared BIGINT NOT NULL DEFAULT 0)"
     "{end}",
     "CREATE TEMP TABLE stm_purge_ranges (position BIGINT NOT NULL, chain_id BIGINT NOT NULL, "
-    "from_version BIGINT NOT NULL, done INTEGER NOT NULL DEFAULT 0, "
-    "expanded INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (position, chain_id)){end}",
+    f"from_version BIGINT NOT NULL, done INTEGER NOT NULL DEFAULT {Done.TO_CLEAR:d}, "
+    f"expanded INTEGER NOT NULL DEFAULT {Expanded.FOLLOWED:d}, "
+    "PRIMARY KEY (position, chain_id)){end}",
 )
 
 
@@ -1115,7 +1159,9 @@ def orphans() -> Procedure[list[str]]:
     ]
 
 
-_FORGET_RANGES = "DELETE FROM stm_purge_ranges WHERE position <= :through AND done = 1"
+_FORGET_RANGES = (
+    f"DELETE FROM stm_purge_ranges WHERE position <= :through AND done = {Done.PURGE_DONE:d}"
+)
 _FORGET_PURGES = (
     "DELETE FROM stm_purges WHERE position <= :through AND planned = 1 AND NOT EXISTS "
     "(SELECT 1 FROM stm_purge_ranges r WHERE r.position = stm_purges.position)"

@@ -37,7 +37,6 @@ from ..readthrough import (
     settle,
     turn_scope,
 )
-from ..render import shown_by
 from ..settings import SettingsBook
 from ..store.base import Guard, Overtaken, Saved, SaveDistilled
 from ..text import strip_hidden
@@ -75,6 +74,18 @@ class MemoryTool:
     async def run(self, ctx: TurnContext, arguments: object) -> ToolResult:
         """Run the upgrade."""
         return await self._memory.run_tool(ctx, arguments)
+
+
+class _Renders(Protocol):
+    def __call__(
+        self,
+        ctx: TurnContext,
+        settings: ServerSettings,
+        entry: Entry | None,
+        others: list[Entry],
+        now: float,
+        text: bool = True,
+    ) -> tuple[Any, Shown]: ...
 
 
 def _refused(message: str) -> ToolResult:
@@ -185,10 +196,13 @@ class Upgrades:
         closing: asyncio.Event,
         *,
         origin: str,
+        render: _Renders,
         forgotten: RecentlyForgotten | None = None,
         tally: Tally | None = None,
     ) -> None:
         self.config = config
+        # How a turn's prompt renders memory, with its record (``ShortTermMemory._render``).
+        self._render = render
         self.cache = cache
         self.reads = reads
         self.settings = settings
@@ -352,17 +366,17 @@ class Upgrades:
         self, ctx: TurnContext, settings: ServerSettings, group: GroupKey
     ) -> Shown:
         """What the prompt of a turn that did not call ``build_context`` would have shown
-        from the cache now, as ``build_context`` records it (this channel's notes
-        included): its upgrade's provenance, and its replies'."""
+        from the cache now, rendered as ``build_context`` renders it (this channel's notes
+        included, the budget's cuts applied): its upgrade's provenance, and its replies'."""
         now = self.clock()
         others = self.reads.recall(ctx, group, now)
         user_k, server_k, _ = turn_scope(ctx)
         entry = self.cache.peek(server_k or user_k)
         if entry is not None and self.cache.is_expired(entry, now):
             entry = None
-        shown = Shown.own(ctx.user_id, ctx.channel_id)
-        shown_by(entry, others, settings, shown)
-        return shown
+        if self.reads.deletions.pending:  # as build_context leaves out what a purge reaches
+            entry, others = self.reads.visible(entry), [self.reads.visible(e) for e in others]
+        return self._render(ctx, settings, entry, others, now, text=False)[1]
 
     def _held(
         self, ctx: TurnContext, keys: list[str], group: GroupKey
