@@ -942,3 +942,32 @@ def _assert_user_42_purged(db: Path, server: int | None) -> None:
     if server is not None:
         assert left["shortterm:user:42:20"] == summary_of(42, 20)
     assert printable("x") == "x"
+
+
+async def test_history_and_restore_undo_a_bad_update(tmp_path: Path) -> None:
+    """A model's bad update undone by the operator: ``history`` lists the versions, ``restore``
+    asks first and brings one back, and the next prompt shows the restored notes."""
+    from stm.testing import ctx, turn
+
+    db = tmp_path / "h.sqlite3"
+    key = "shortterm:server:100:10"
+    here = ctx(user=7, channel=10)
+    async with ShortTermMemory.open(STMConfig(database=str(db))) as memory:
+        await memory.capture(turn(here, "the ferry leaves at nine"))
+        assert (await memory.run_tool(here, {"summary": "GOOD: the ferry leaves at nine"})).success
+        later = ctx(user=7, channel=10)  # the next turn's update
+        assert (await memory.run_tool(later, {"summary": "BAD: a joke about boats"})).success
+    listed = stm(db, "--json", "history", key).json()
+    assert isinstance(listed, dict)
+    versions = {v["version"]: v for v in listed["versions"]}
+    good = [n for n, v in versions.items() if "GOOD" in json.dumps(v)]
+    assert len(good) == 1, listed
+    shown = stm(db, "history", key)
+    assert shown.status == 0 and "GOOD" in shown.out and "BAD" in shown.out, shown.err
+    refused = stm(db, "restore", key, str(good[0]), stdin="n\n")
+    assert refused.status != 0 and "GOOD" in refused.out + refused.err
+    restored = stm(db, "restore", key, str(good[0]), "--yes")
+    assert restored.status == 0, restored.err
+    async with ShortTermMemory.open(STMConfig(database=str(db))) as memory:
+        prompt = str(await memory.build_context(ctx(user=8, channel=10)))
+    assert "GOOD: the ferry leaves at nine" in prompt and "BAD" not in prompt

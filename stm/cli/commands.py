@@ -485,7 +485,11 @@ def restore(opts: Options, key: str, version: int, yes: bool) -> None:
     if found.current:
         raise CommandError(f"version {version} is already the current notes of {printable(key)}")
     text = printable(version_text(found))
-    confirm(yes, f"Restore version {version} of {printable(key)}, which says:\n{text}\n")
+    confirm(
+        yes,
+        f"Restore version {version} of {printable(key)}?",
+        preview=f"Version {version} of {printable(key)} says:\n{text}",
+    )
     outcome: list[bool] = []
 
     async def change(memory: ShortTermMemory) -> None:
