@@ -5,6 +5,7 @@ too live in ``stm.testing``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import zlib
 from collections.abc import Awaitable, Callable
@@ -110,3 +111,13 @@ def stored_row(
         last_refreshed_turn=1,
         updated_at=updated_at,
     )
+
+
+async def paused(memory: ShortTermMemory) -> ShortTermMemory:
+    """Stop the memory's background follower: the test calls ``catch_up`` itself."""
+    for task in memory.background.periodic:
+        if task.get_name() == "stm-follower":
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return memory

@@ -4,8 +4,6 @@ memory on the same database (another process's view) must follow."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -14,6 +12,7 @@ from typing import Any
 
 import pytest
 from discord_fakes import Harness, harness
+from helpers import paused
 
 from cogs.testing import guild_payload, member_payload, snowflake
 from host.world import Person, Place
@@ -34,12 +33,7 @@ async def bot(store_database: str, tmp_path: Path) -> AsyncIterator[Harness]:
 async def other(store_database: str) -> AsyncIterator[ShortTermMemory]:
     """Another process's memory on the same database, its follower stopped: the test reads
     the feed with ``catch_up``."""
-    memory = await ShortTermMemory.open(STMConfig(database=store_database))
-    for task in memory.background.periodic:
-        if task.get_name() == "stm-follower":
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    memory = await paused(await ShortTermMemory.open(STMConfig(database=store_database)))
     yield memory
     await memory.close()
 

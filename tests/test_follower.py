@@ -10,23 +10,12 @@ import time
 from typing import Any
 
 import pytest
-from helpers import Opener
+from helpers import Opener, paused
 
-from stm import ShortTermMemory
 from stm.testing import ctx, turn
 
 BOTH_STORES = True
 KEY = "shortterm:server:100:10"
-
-
-async def paused(memory: ShortTermMemory) -> ShortTermMemory:
-    """Stop the memory's background follower: the test calls ``catch_up`` itself."""
-    for task in memory.background.periodic:
-        if task.get_name() == "stm-follower":
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    return memory
 
 
 async def test_an_upgrade_overtaken_by_another_process_purge_is_refused(

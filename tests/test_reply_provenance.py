@@ -10,11 +10,8 @@ shown the reply's sources.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 import pytest
-from helpers import Opener
+from helpers import Opener, paused
 from shredding import stored_text
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory
@@ -28,16 +25,6 @@ CODE = "LOCKER-4711"
 B_KEY = f"shortterm:server:100:{B}"
 A_KEY = f"shortterm:server:100:{A}"
 USERS = (XAVIER, YUKI, ZOE)
-
-
-async def paused(memory: ShortTermMemory) -> ShortTermMemory:
-    """Stop the memory's background follower: the test calls ``catch_up`` itself."""
-    for task in memory.background.periodic:
-        if task.get_name() == "stm-follower":
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    return memory
 
 
 async def quoted_from_recent_messages(memory: ShortTermMemory) -> None:
