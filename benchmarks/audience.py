@@ -23,7 +23,7 @@ from typing import Any
 
 import discord
 
-from cogs.testing.payloads import member_payload, user_payload
+from cogs.testing.payloads import channel_payload, member_payload, user_payload
 from cogs.utils.audience import DiscordAudience
 
 VIEW = 1 << 10
@@ -33,7 +33,6 @@ MANAGE_THREADS = 1 << 34
 OWNER = 1
 TEXT, VOICE, CATEGORY, STAGE, FORUM = 0, 2, 4, 13, 15
 PUBLIC_THREAD, PRIVATE_THREAD = 11, 12
-TIMESTAMP = "2025-01-01T00:00:00+00:00"
 
 
 def role(role_id: int, name: str, permissions: int, position: int = 1) -> dict[str, Any]:
@@ -63,32 +62,10 @@ def channel(
     overwrites: Iterable[dict[str, Any]] = (),
     parent: int | None = None,
 ) -> dict[str, Any]:
-    """A guild channel or thread of a GUILD_CREATE."""
-    data: dict[str, Any] = {
-        "id": str(channel_id),
-        "type": kind,
-        "name": f"c{channel_id}",
-        "guild_id": str(guild_id),
-        "position": 0,
-        "nsfw": False,
-        "permission_overwrites": list(overwrites),
-        "parent_id": str(parent) if parent else None,
-    }
-    if kind in (VOICE, STAGE):
-        data |= {"bitrate": 64000, "user_limit": 0, "rtc_region": None}
-    if kind == FORUM:
-        data |= {"available_tags": [], "flags": 0}
-    if kind in (PUBLIC_THREAD, PRIVATE_THREAD):
-        data["owner_id"] = str(OWNER)
-        data["message_count"] = 0
-        data["member_count"] = 1
-        data["thread_metadata"] = {
-            "archived": False,
-            "auto_archive_duration": 1440,
-            "archive_timestamp": TIMESTAMP,
-            "locked": False,
-        }
-    return data
+    """A guild channel or thread of a GUILD_CREATE (``cogs.testing.channel_payload``)."""
+    return channel_payload(
+        channel_id, f"c{channel_id}", guild_id, kind=kind, parent_id=parent, overwrites=overwrites
+    )
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import discord
@@ -69,8 +70,11 @@ def channel_payload(
     private: bool = False,
     kind: int = 0,
     parent_id: int | None = None,
+    overwrites: Iterable[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    """A guild channel; ``private`` denies View Channel to @everyone. ``kind`` 11/12: threads."""
+    """A guild channel of any ``kind`` (0 text, 2 voice, 4 category, 11/12 threads, 13
+    stage, 15 forum) with its permission ``overwrites``; ``private`` adds one denying View
+    Channel to @everyone."""
     data: dict[str, Any] = {
         "id": str(channel_id),
         "type": kind,
@@ -78,13 +82,17 @@ def channel_payload(
         "guild_id": str(guild_id),
         "position": 0,
         "nsfw": False,
-        "permission_overwrites": [],
+        "permission_overwrites": list(overwrites),
         "parent_id": str(parent_id) if parent_id else None,
     }
     if private:
-        data["permission_overwrites"] = [
-            {"id": str(guild_id), "type": 0, "allow": "0", "deny": str(VIEW_CHANNEL)}
-        ]
+        data["permission_overwrites"].insert(
+            0, {"id": str(guild_id), "type": 0, "allow": "0", "deny": str(VIEW_CHANNEL)}
+        )
+    if kind in (2, 13):  # voice, stage
+        data |= {"bitrate": 64000, "user_limit": 0, "rtc_region": None}
+    if kind == 15:  # forum
+        data |= {"available_tags": [], "flags": 0}
     if kind in (11, 12):
         data["owner_id"] = "1"
         data["message_count"] = 0

@@ -222,17 +222,9 @@ class DiscordAudience:
         if guild is None or guild.unavailable:
             return ()  # not known, or in an outage: its changes do not reach the cache
         channels, held = guild._channels, self._channels
-        # Each channel as it was last read, if nothing it was read from has changed since
-        # (``ChannelAudience.current``, written out: this runs for every candidate).
-        channel = channels.get(into)
+        # Each channel as it was last read, if nothing it was read from has changed since.
         target = held.get(into)
-        if (
-            target is None
-            or channel is not target.channel
-            or channel._overwrites is not target.overwrites
-            or target.everyone._permissions != target.everyone_perms
-            or (target.roles and not target.current(channel))
-        ):
+        if target is None or not target.current(channels.get(into)):
             target = self._resolve(guild, into, into=True)
             if target is None:
                 return ()
@@ -240,15 +232,8 @@ class DiscordAudience:
         decisions = self._decisions
         wanted = target.number
         for channel_id in from_:
-            channel = channels.get(channel_id)
             source = held.get(channel_id)
-            if (
-                source is None
-                or channel is not source.channel
-                or channel._overwrites is not source.overwrites
-                or source.everyone._permissions != source.everyone_perms
-                or (source.roles and not source.current(channel))
-            ):
+            if source is None or not source.current(channels.get(channel_id)):
                 source = self._resolve(guild, channel_id, into=False)
                 if source is None:
                     continue
