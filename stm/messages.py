@@ -118,12 +118,14 @@ class RecentlyForgotten:
         return False, None
 
 
-def _windows_showing(cache: MemoryCache, channel_id: int) -> list[Entry]:
-    """The entries whose window may hold a message of the channel, or a reply whose prompt
-    showed one: the channel's, and those holding replies with sources."""
+def _windows_showing(cache: MemoryCache, channel_id: int, ids: frozenset[int]) -> list[Entry]:
+    """The entries whose window may hold one of these messages of the channel, or a reply
+    whose prompt showed one: the channel's, and those of the entries holding sourced replies
+    whose sources name one (a message is only ever in its own channel's windows, so the
+    others are looked at for their replies' sources alone, without reading their text)."""
     entries = [e for key in cache.keys_of_channel(channel_id) if (e := cache.peek(key))]
     held = {e.key for e in entries}
-    entries += [e for e in cache.sourced() if e.key not in held]
+    entries += [e for e in cache.sourced() if e.key not in held and e.messages.quotes(ids)]
     return entries
 
 
@@ -141,7 +143,7 @@ def forget_messages(
     done = Forgotten()
     if not ids:
         return done
-    for entry in _windows_showing(cache, channel_id):
+    for entry in _windows_showing(cache, channel_id, ids):
         key = entry.key
         kept = entry.messages.without_messages(ids)
         if kept is entry.messages:
@@ -162,7 +164,7 @@ def edit_message(
     channel by ``content`` (cleaned and bounded already, not empty), and remove the replies
     whose prompt showed it (they may quote the old text) from every window."""
     done = Forgotten()
-    for entry in _windows_showing(cache, channel_id):
+    for entry in _windows_showing(cache, channel_id, frozenset([message_id])):
         key = entry.key
         changed = entry.messages.edited(message_id, content)
         if changed is entry.messages:

@@ -326,6 +326,19 @@ class Window(Sequence[StoredMessage]):
             return bool(self._sources)
         return any(m[7] is not None for m in items)
 
+    def _all_sources(self) -> Iterable[Sources]:
+        """Every reply's sources, read without decoding any text: what tells a removal that
+        it has nothing to do in this window before it reads the messages."""
+        items = self._items
+        if items is None:
+            return self._sources
+        return [m[7] for m in items if m[7] is not None]
+
+    def quotes(self, message_ids: set[int] | frozenset[int]) -> bool:
+        """True when a reply in the window was written from a prompt that showed one of
+        these Discord messages (read without decoding any text)."""
+        return any(not message_ids.isdisjoint(s.message_ids) for s in self._all_sources())
+
     def message_ids(self, last: int | None = None) -> set[int]:
         """The Discord message ids the window's (newest ``last``) messages carry."""
         items = self._items
@@ -416,6 +429,10 @@ class Window(Sequence[StoredMessage]):
         their turns, their messages, and replies whose prompt showed their words), in the
         same form; the same window when it has none. The kept messages are numbered anew,
         past every position this window's entry has used."""
+        if user_id not in self.users() and not any(
+            user_id in sources.users for sources in self._all_sources()
+        ):
+            return self
         held = self._all()
         kept = tuple(m for m in held if user_id not in words_of(m))
         return self._kept(held, kept)
@@ -424,6 +441,8 @@ class Window(Sequence[StoredMessage]):
         """The window without the replies whose prompt showed a version of notes in
         ``ranges`` (chain -> first version cleared by a purge), in the same form; the same
         window when it has none."""
+        if not any(covers(ranges, p) for sources in self._all_sources() for p in sources.pins):
+            return self
         held = self._all()
         kept = tuple(
             m for m in held if m[7] is None or not any(covers(ranges, p) for p in m[7].pins)
@@ -442,6 +461,8 @@ class Window(Sequence[StoredMessage]):
         """The window without the messages whose Discord id is in ``message_ids``, and the
         replies whose prompt showed one of them, in the same form; the same window when it
         holds none of them. Kept messages are numbered anew."""
+        if message_ids.isdisjoint(self.message_ids()) and not self.quotes(message_ids):
+            return self
         held = self._all()
         kept = tuple(
             m
@@ -457,6 +478,8 @@ class Window(Sequence[StoredMessage]):
         window when it does not hold it. The replies whose prompt showed the message leave
         (they may quote its old text). Messages are numbered anew, so that no line rendered
         from the old text is reused."""
+        if message_id not in self.message_ids() and not self.quotes({message_id}):
+            return self
         held = self._all()
         changed = tuple(
             m._replace(content=content) if m[6] == message_id else m
