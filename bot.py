@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
-from pathlib import Path
 
 from stm import ConfigError, SchemaVersionError, STMConfig, StoreError
+from stm.store import check_database
 
 PROG = "bot.py"
 
@@ -88,39 +87,6 @@ def startup_problem(exc: BaseException) -> str | None:
     return None
 
 
-async def _check_database(config: STMConfig) -> None:
-    """Stop a start that cannot use the database before logging in, without creating it.
-
-    An existing database is opened read-only, which finds a corrupt file or a newer
-    schema; a missing file needs only a folder it can be created in. The memory's own
-    open, in the cog, creates it, and so knows that it starts empty.
-    """
-    from stm.errors import NoDatabase
-    from stm.store.inspect import file_missing, open_inspector
-
-    if config.database == ":memory:":
-        return
-    if file_missing(config):
-        await asyncio.to_thread(_check_creatable, config.database)
-        return
-    try:
-        inspector = await open_inspector(config, require_current=False)
-    except NoDatabase:
-        return  # a PostgreSQL database without the schema yet: the memory creates it
-    await inspector.close()
-
-
-def _check_creatable(database: str) -> None:
-    path = Path(database).expanduser()
-    if path.is_dir():
-        raise StoreError(f"{path} is a folder, not a database file")
-    folder = path.parent
-    while not folder.exists():
-        folder = folder.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise StoreError(f"cannot create {path}: {folder} is not a folder this user can write to")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen mode; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -153,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         token = discord_token()
         model = model_from_env()
         assert model is not None
-        asyncio.run(_check_database(config))
+        asyncio.run(check_database(config))
         return asyncio.run(run_until_signalled(run_bot(token, model, config, sync=args.sync)))
     except KeyboardInterrupt:
         pass

@@ -55,7 +55,7 @@ class Layout:
 
 def _migration() -> tuple[str, int]:
     """What the cached file depends on: the library's schema, and its version."""
-    from stm.store.sqlite import MIGRATIONS
+    from stm.store._sqlite import MIGRATIONS
 
     return "".join(MIGRATIONS), len(MIGRATIONS)
 

@@ -188,7 +188,7 @@ def bare_schema(db: Any) -> list[str]:
     """Give the empty database ``db`` the library's schema (its own migrations) without its
     indexes and triggers, for a fast bulk load; returns the statements that make them again
     once the rows are in."""
-    from stm.store.sqlite import migrate
+    from stm.store._sqlite import migrate
 
     migrate(db)
     later = [

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.database import postgres_scratch
-from stm.keys import server_key
-from stm.lineage import Lineage
-from stm.store.base import PurgeUser, SaveDistilled, StoredRow, SweepPurge
+from stm._keys import server_key
+from stm._lineage import Lineage
+from stm.store._base import PurgeUser, SaveDistilled, StoredRow, SweepPurge
 
 SERVER = 1
 USER = 7
@@ -123,7 +123,7 @@ async def _measure(store: Any, postgres: bool, rows: int, reach: int) -> dict[st
 
 async def _one(rows: int, reach: int, database: str | None) -> dict[str, Any]:
     if database is None:
-        from stm.store.sqlite import SQLiteStore
+        from stm.store._sqlite import SQLiteStore
 
         with tempfile.TemporaryDirectory() as folder:
             store = await SQLiteStore.open(str(Path(folder) / "count.db"))
@@ -131,7 +131,7 @@ async def _one(rows: int, reach: int, database: str | None) -> dict[str, Any]:
                 return await _measure(store, False, rows, reach)
             finally:
                 await store.close()
-    from stm.store.postgres import PostgresStore
+    from stm.store._postgres import PostgresStore
 
     async with postgres_scratch("page_count") as url:
         store = await PostgresStore.open(url)

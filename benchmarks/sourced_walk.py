@@ -5,9 +5,9 @@ Run with ``python -m benchmarks.sourced_walk``."""
 import statistics
 import time
 
-from stm.cache import Entry, MemoryCache
-from stm.messages import forget_messages
-from stm.window import Sources, StoredMessage, Window
+from stm._cache import Entry, MemoryCache
+from stm._messages import forget_messages
+from stm._window import Sources, StoredMessage, Window
 
 
 def build(n: int) -> MemoryCache:

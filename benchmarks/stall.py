@@ -44,7 +44,7 @@ from pathlib import Path
 
 from benchmarks.common import LargestFile, bare_schema, credit
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
-from stm.store.base import DeleteExpired, Op, PurgeUser, Scrub, SweepPurge
+from stm.store._base import DeleteExpired, Op, PurgeUser, Scrub, SweepPurge
 
 USERS_PER_SERVER = 100
 ROWS_PER_USER = 5  # user-scoped rows per user; as many server-scoped rows again
@@ -69,7 +69,7 @@ def build(path: Path, rows: int, blast: int = 0) -> int:
     for statement in later:
         db.execute(statement)
     try:  # a library that stores distilled text encrypted: encrypt it, as its migration does
-        from stm.store.shred import seal_legacy
+        from stm.store._shred import seal_legacy
     except ImportError:
         pass
     else:
@@ -123,7 +123,7 @@ async def build_postgres(url: str, rows: int, blast: int = 0) -> int:
         raise SystemExit("asyncpg is not installed: pip install -e '.[postgres]'") from None
     from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-    from stm.store import shred
+    from stm.store import _shred as shred
 
     memory = await ShortTermMemory.open(STMConfig(database=url))  # migrations only
     await memory.close()
@@ -200,8 +200,8 @@ def trace_batches(threshold_ms: float = 15.0) -> None:
     kinds of operation they held: what other work waited for."""
     from collections import Counter
 
-    from stm.store.postgres import PostgresStore
-    from stm.store.sqlite import SQLiteStore
+    from stm.store._postgres import PostgresStore
+    from stm.store._sqlite import SQLiteStore
 
     for cls in (SQLiteStore, PostgresStore):
         original = cls.run

@@ -90,7 +90,7 @@ async def run_stm(
     channels: int, per_channel: int, restarted: bool = False, backend: str = "sqlite"
 ) -> dict[str, Any]:
     from stm import DialogueMessage, GenerationFinished, TurnContext
-    from stm.keys import server_key
+    from stm._keys import server_key
 
     plan = turns(channels, per_channel)
     async with memory_database(backend, "w1") as database:

@@ -25,7 +25,7 @@ def parts(stm: ModuleType, plan: list[Turn]) -> dict[str, Callable[[], float]]:
     TurnContext = stm.TurnContext
     GenerationFinished = stm.GenerationFinished
     DialogueMessage = stm.DialogueMessage
-    IntentGate = stm.intent.IntentGate
+    IntentGate = stm.IntentGate
     # The fields of each turn's context, as run_stm computes them (outside the clock here,
     # as the f-strings are the host's own work, not the library's).
     rows = [

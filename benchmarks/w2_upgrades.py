@@ -77,7 +77,7 @@ async def _upgrade_storm(memory: Any, first: int, callers: int, per_caller: int)
 
 async def _wrong_rows(database: str, callers: int, per_caller: int) -> int:
     """Callers whose server row does not hold their last summary, read back after a reopen."""
-    from stm.keys import server_key
+    from stm._keys import server_key
 
     memory = await open_memory(database)
     try:

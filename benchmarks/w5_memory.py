@@ -4,7 +4,7 @@ Every key is a DM channel (one key per turn, so no message is shared between
 keys) filled with a full window of 120- and 240-character messages. "Beyond
 the message text" subtracts the UTF-8 bytes of the message contents held.
 The capped run creates the same keys with ``cache_max_keys`` at a fifth of
-them: entries are evicted (segmented LRU, see stm/cache.py) and memory stays bounded. The
+them: entries are evicted (segmented LRU, see stm/_cache.py) and memory stays bounded. The
 floor is a dict of bounded deques holding the same fields per key and per
 message as the library's cache entries. ``stm-ids`` is the first run with every
 message carrying its Discord message id, as a host that passes them does.

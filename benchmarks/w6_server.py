@@ -897,7 +897,7 @@ async def run_members(
     autovacuum: bool = True,
 ) -> dict[str, Any]:
     from stm import DialogueMessage, GenerationFinished, TurnContext
-    from stm.keys import server_key
+    from stm._keys import server_key
 
     channels = 20
     clock = memory_clock(turn_seconds)  # ``turn_seconds`` per turn, storms' turns included

@@ -2,7 +2,7 @@
 file from outside it.
 
 The pages are written to read on the repository too, so they link where the files are:
-``../benchmarks/README.md``, ``../stm/memory.py``. On the site, a link to a file that a
+``../benchmarks/README.md``, ``../stm/_memory.py``. On the site, a link to a file that a
 page shows goes to that page, and a link to any other file of the repository becomes its
 path in a code span (the site holds no source files); a link to a file the repository
 does not have is a warning, which fails the strict build.

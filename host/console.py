@@ -14,8 +14,7 @@ from typing import Any
 
 from cogs.short_term_memory import EXTENSION
 from cogs.testing import Reply, option, subcommand
-from stm import STMConfig
-from stm.redact import redact_url
+from stm import STMConfig, redact_url
 
 from .demo import make_bot, settle
 from .models import ChatModel, ScriptedModel

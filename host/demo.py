@@ -15,8 +15,7 @@ from discord.ext import commands
 
 from cogs.short_term_memory import EXTENSION
 from cogs.testing import Reply, option, subcommand
-from stm import STMConfig, ToolRegistry
-from stm.keys import server_key, user_key
+from stm import STMConfig, ToolRegistry, server_key, user_key
 
 from .models import ScriptedModel
 from .pipeline import ChatPipeline

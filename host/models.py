@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from openai import AsyncOpenAI
 
-from stm.tool import TOOL_NAME
+from stm import TOOL_NAME
 
 from .prompt import Message
 

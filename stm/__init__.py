@@ -1,12 +1,17 @@
 """Short-term memory for LLM chat bots: capture, summary upgrade, context and deletion.
 
 Framework-free: it takes plain ids and messages and returns plain values.
+
+What a host may rely on is what this module exports in ``__all__``, and the public
+modules ``stm.testing`` (test doubles), ``stm.store`` (the ``Store`` protocol and
+``open_store``), ``stm.prometheus`` and ``stm.cli`` (the operator's command line). Every
+module whose name starts with an underscore is internal and may change in any release.
 """
 
-from .audience import Audience
-from .budget import TokenCounter, estimate_tokens
-from .config import STMConfig
-from .errors import (
+from ._audience import Audience
+from ._budget import TokenCounter, estimate_tokens
+from ._config import STMConfig
+from ._errors import (
     ConfigError,
     DurabilityError,
     InvalidInput,
@@ -16,10 +21,12 @@ from .errors import (
     STMError,
     StoreError,
 )
-from .exchange import exchange
-from .intent import IntentGate
-from .memory import MemoryTool, ShortTermMemory
-from .models import (
+from ._exchange import exchange
+from ._intent import IntentGate
+from ._keys import server_key, user_key
+from ._memory import MemoryTool, ShortTermMemory
+from ._metrics import MetricsSnapshot
+from ._models import (
     Category,
     DialogueMessage,
     GenerationFinished,
@@ -32,13 +39,18 @@ from .models import (
     ToolResult,
     TurnContext,
 )
-from .placement import place
-from .purgewatch import PurgeAlert, RecentPurges
-from .tool.forms import TOOL_APIS, convert_tool_definition
-from .tools import Tool, ToolRegistry
+from ._placement import place
+from ._purgewatch import PurgeAlert, RecentPurges
+from ._redact import redact_url
+from ._timing import Scheduler
+from ._tool import TOOL_NAME
+from ._tool.forms import TOOL_APIS, convert_tool_definition
+from ._tools import Tool, ToolRegistry
+from .store import NoteVersion
 
 __all__ = [
     "TOOL_APIS",
+    "TOOL_NAME",
     "Audience",
     "Category",
     "ConfigError",
@@ -49,7 +61,9 @@ __all__ = [
     "InvalidInput",
     "MemoryEntry",
     "MemoryTool",
+    "MetricsSnapshot",
     "NoDatabase",
+    "NoteVersion",
     "Omission",
     "PromptBlock",
     "PromptContext",
@@ -59,6 +73,7 @@ __all__ = [
     "RejectedWriteError",
     "STMConfig",
     "STMError",
+    "Scheduler",
     "SchemaVersionError",
     "ServerSettings",
     "ShortTermMemory",
@@ -72,4 +87,7 @@ __all__ = [
     "estimate_tokens",
     "exchange",
     "place",
+    "redact_url",
+    "server_key",
+    "user_key",
 ]

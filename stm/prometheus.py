@@ -15,7 +15,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .metrics import MetricsSnapshot
+from ._metrics import MetricsSnapshot
 
 __all__ = ["MemoryCollector", "exposition", "register"]
 

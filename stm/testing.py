@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from stm import GenerationFinished, ShortTermMemory, STMConfig, TurnContext, exchange
-from stm.errors import StoreError
-from stm.lineage import Erasure
+from stm._errors import StoreError
+from stm._lineage import Erasure
 from stm.store import open_store
-from stm.store.base import LoadRows, Op, PurgePreview, Store
+from stm.store._base import LoadRows, Op, PurgePreview, Store
 
 __all__ = ["Clock", "FaultyStore", "ManualScheduler", "ctx", "faulty_memory", "turn"]
 
@@ -191,7 +191,7 @@ class _Waiter:
 
 
 class ManualScheduler:
-    """A ``stm.timing.Scheduler`` whose time moves only when the test calls ``advance``.
+    """A ``stm._timing.Scheduler`` whose time moves only when the test calls ``advance``.
 
     ``idle(name)`` is the gate a test waits at: it returns once the task of that name
     (``stm-writer``, ``stm-janitor``) is blocked in a wait that nothing has ended yet."""

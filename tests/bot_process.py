@@ -21,11 +21,11 @@ import sys
 import time
 from typing import Any
 
-import stm.memory as memory_module
+import stm._memory as memory_module
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
-from stm.keys import turn_keys
-from stm.store import chains
-from stm.store.base import SweepPurge
+from stm._keys import turn_keys
+from stm.store import _chains as chains
+from stm.store._base import SweepPurge
 
 
 def _ctx(user: int, channel: int, server: int | None) -> TurnContext:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from stm import STMConfig
-from stm.config import ENV_PREFIX
+from stm._config import ENV_PREFIX
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHES = {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", "__pycache__"}

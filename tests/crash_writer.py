@@ -29,7 +29,7 @@ import sys
 from typing import Any
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
-from stm.store import chains
+from stm.store import _chains as chains
 
 USERS = (1, 2, 3, 4)
 SERVERS = {100: (10, 11, 12, 13), 200: (20, 21, 22)}

@@ -14,10 +14,10 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 
 from stm import ShortTermMemory
-from stm.cache import Entry
-from stm.keys import server_key
-from stm.store.base import StoredRow
-from stm.window import EMPTY
+from stm._cache import Entry
+from stm._keys import server_key
+from stm._window import EMPTY
+from stm.store._base import StoredRow
 
 Opener = Callable[..., Awaitable[ShortTermMemory]]
 """The ``open_memory`` fixture: open a memory on the test's database (again: a restart)."""

@@ -21,7 +21,7 @@ from redbot.core._cli import parse_cli_flags
 from redbot.core.bot import Red
 
 from stm import DialogueMessage, GenerationFinished
-from stm.keys import server_key
+from stm._keys import server_key
 
 OWNER = Person(700_000_000_000_000_001, "Owner")
 

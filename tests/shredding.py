@@ -1,6 +1,6 @@
 """What the files of a database give away: their bytes, and the keys that unlock them.
 
-Distilled text is stored encrypted under a key per row (``stm/store/shred.py``), so
+Distilled text is stored encrypted under a key per row (``stm/store/_shred.py``), so
 "no trace" means two things in the bytes of the database file, its WAL and its
 shared-memory file: the plain text is absent, and so is every key that ever
 encrypted it (the ciphertext, and stale copies of it, are then noise).
@@ -13,8 +13,8 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
-from stm.store.base import StoredRow
-from stm.store.shred import DEAD_KEY, readable
+from stm.store._base import StoredRow
+from stm.store._shred import DEAD_KEY, readable
 
 __all__ = ["KeyWitness", "file_bytes", "plain_text", "stored_rows", "stored_text"]
 
@@ -40,7 +40,7 @@ async def stored_rows(database: str) -> list[StoredRow]:
     """Every row, its distilled text decrypted, on either store (read through the
     read-only view the operator commands use)."""
     from stm import STMConfig
-    from stm.store.inspect import open_inspector
+    from stm.store._inspect import open_inspector
 
     inspector = await open_inspector(STMConfig(database=database))
     try:

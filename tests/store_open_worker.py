@@ -8,7 +8,7 @@ from typing import Any
 
 
 async def _open_once(path: str) -> tuple[bool, int]:
-    from stm.store.sqlite import SQLiteStore
+    from stm.store._sqlite import SQLiteStore
 
     store = await SQLiteStore.open(path, busy_timeout_ms=20_000)
     try:

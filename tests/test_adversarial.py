@@ -17,7 +17,7 @@ from stm import (
     STMError,
     TurnContext,
 )
-from stm.keys import server_key
+from stm._keys import server_key
 
 # The contract's STM_COHERENCE_SECONDS default is 2; the watchdog leaves room beyond it.
 COHERENCE_WATCHDOG_SECONDS = 3.0

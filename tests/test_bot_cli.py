@@ -377,27 +377,28 @@ async def test_the_http_clients_request_log_stays_out_of_the_console(tmp_path: P
 
 async def test_the_start_up_check_creates_nothing_so_the_real_open_starts_empty(tmp_path: Path):
     """bot.py checks the database before logging in; the cog's open is the first one."""
-    from bot import _check_database
     from stm import ShortTermMemory
+    from stm.store import check_database
 
     database = tmp_path / "data" / "stm.sqlite3"
     config = STMConfig(database=str(database))
-    await _check_database(config)
+    await check_database(config)
     assert not database.exists() and not database.parent.exists()
     async with ShortTermMemory.open(config) as memory:
         assert memory.store.empty_at_open  # first turns need not read the database
-    await _check_database(config)  # an existing database: read-only, and fine
+    await check_database(config)  # an existing database: read-only, and fine
 
 
 async def test_the_start_up_check_refuses_a_place_no_file_can_be_made(tmp_path: Path):
-    from bot import _check_database, startup_problem
+    from bot import startup_problem
     from stm import StoreError
+    from stm.store import check_database
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     for where in (blocker / "stm.sqlite3", tmp_path):
         with pytest.raises(StoreError) as caught:
-            await _check_database(STMConfig(database=str(where)))
+            await check_database(STMConfig(database=str(where)))
         problem = startup_problem(caught.value)
         assert problem is not None and "STM_DATABASE" in problem
     assert blocker.read_text() == "not a folder"

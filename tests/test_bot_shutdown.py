@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from stm.store.shred import readable
+from stm.store._shred import readable
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.process

@@ -23,12 +23,12 @@ from stm import (
     TurnContext,
     estimate_tokens,
 )
-from stm.budget import ESTIMATE_MARGIN, count_with, fit
-from stm.cache import Entry, StoredMessage
-from stm.render import nudge, other_channels_blocks, same_channel_block
-from stm.slugs import slugify
-from stm.tokens import NUMBERS_MARGIN
-from stm.tool.schema import definition_json
+from stm._budget import ESTIMATE_MARGIN, count_with, fit
+from stm._cache import Entry, StoredMessage
+from stm._render import nudge, other_channels_blocks, same_channel_block
+from stm._slugs import slugify
+from stm._tokens import NUMBERS_MARGIN
+from stm._tool.schema import definition_json
 
 NOW = 1_000_000.0
 

@@ -11,7 +11,7 @@ from helpers import Opener, scaled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stm.cache import Entry, MemoryCache, StoredMessage
+from stm._cache import Entry, MemoryCache, StoredMessage
 from stm.testing import ctx, turn
 
 

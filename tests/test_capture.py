@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig
-from stm.store.shred import readable
+from stm.store._shred import readable
 from stm.testing import ctx, turn
 
 # Each test that does not inspect the SQLite file runs on both stores.

@@ -31,12 +31,12 @@ import pytest
 from click.testing import CliRunner
 
 from stm import ShortTermMemory, STMConfig
+from stm._journal import SUFFIX, Journal, Pending
+from stm._tables import printable, table
 from stm.cli import main
-from stm.journal import SUFFIX, Journal, Pending
-from stm.store import sqlite as sqlite_store
-from stm.store.base import DeleteChannel, Op, PurgeUser
-from stm.store.sqlite import MIGRATIONS
-from stm.tables import printable, table
+from stm.store import _sqlite as sqlite_store
+from stm.store._base import DeleteChannel, Op, PurgeUser
+from stm.store._sqlite import MIGRATIONS
 from stm.testing import Clock, ctx, turn
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,9 +24,9 @@ from test_cli import (
     summary_of,
 )
 
-from stm.store.base import DeleteChannel, PurgeUser
-from stm.store.postgres import MIGRATIONS
-from stm.store.shred import open_sealed_text
+from stm.store._base import DeleteChannel, PurgeUser
+from stm.store._postgres import MIGRATIONS
+from stm.store._shred import open_sealed_text
 
 SCHEMA = len(MIGRATIONS)
 

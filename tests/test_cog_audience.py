@@ -15,7 +15,7 @@ from benchmarks.audience import ADMIN, SEND, VIEW, overwrite, role
 from cogs.short_term_memory.describe import describe_where
 from cogs.testing import Place, channel_payload, subcommand
 from stm import DialogueMessage, GenerationFinished, TurnContext
-from stm.keys import server_key
+from stm._keys import server_key
 
 HARBOR = 1100
 GENERAL, GAMES = 1101, 1102

@@ -16,7 +16,7 @@ from cogs.testing import channel_payload, message_payload, option, subcommand
 from cogs.utils.context import turn_context_from_interaction, turn_context_from_message
 from host.world import ADMIN, MANAGE_SERVER, Person, Place
 from stm import DialogueMessage, DurabilityError, GenerationFinished
-from stm.keys import server_key, user_key
+from stm._keys import server_key, user_key
 
 EVE = Person(505, "Eve", ADMIN, key="eve")  # a server admin who does not own the bot
 

@@ -17,7 +17,7 @@ from helpers import paused
 from cogs.testing import guild_payload, member_payload, snowflake
 from host.world import Person, Place
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
-from stm.keys import server_key, user_key
+from stm._keys import server_key, user_key
 
 BOTH_STORES = True
 HARBOR = 1100

@@ -47,7 +47,7 @@ DRIVER = textwrap.dedent(
     from discord_stm.short_term_memory import COG_NAME, EXTENSION
     from discord_stm.testing import channel_payload, guild_payload
     from stm import STMConfig, TurnContext
-    from stm.keys import server_key
+    from stm._keys import server_key
 
 
     async def settle():

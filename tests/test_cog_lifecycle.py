@@ -26,7 +26,7 @@ from cogs.testing import subcommand
 from host.demo import make_bot
 from host.world import World
 from stm import STMConfig, ToolRegistry
-from stm.keys import server_key
+from stm._keys import server_key
 
 # The tests that open their bot through ``open_bot`` (what unloading and reloading keep
 # durable) run on both stores.

@@ -7,7 +7,7 @@ from dataclasses import replace
 from discord_fakes import BotOpener
 
 from cogs.testing import option, subcommand
-from stm.keys import server_key
+from stm._keys import server_key
 
 BOTH_STORES = True  # the settings live in the store
 SLOW_ON_POSTGRES = True  # the cog sits above the store: PostgreSQL in the full run

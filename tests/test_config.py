@@ -6,7 +6,7 @@ import pytest
 from helpers import Opener
 
 from stm import ConfigError, STMConfig
-from stm.config import MAX_TTL_HOURS
+from stm._config import MAX_TTL_HOURS
 from stm.testing import Clock, ctx, turn
 
 

@@ -29,7 +29,7 @@ import pytest
 from helpers import scaled, seed_for
 
 from stm import ShortTermMemory, STMConfig
-from stm.store.shred import readable
+from stm.store._shred import readable
 
 WRITER = Path(__file__).with_name("crash_writer.py")
 ROOT = WRITER.parent.parent

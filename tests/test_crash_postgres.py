@@ -41,7 +41,7 @@ from test_crash import (
     wait_for_start,
 )
 
-from stm.store.shred import open_sealed_text
+from stm.store._shred import open_sealed_text
 
 # The other sessions on the test's database: a killed writer's backend may still be
 # committing what it had sent.

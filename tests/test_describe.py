@@ -43,7 +43,7 @@ def test_a_server_counted_only_up_to_a_bound_is_said_as_the_most_the_purge_clear
 
 
 def test_impact_lines_say_when_a_server_was_counted_only_up_to_a_bound() -> None:
-    from stm.cli.view import impact_json, impact_lines
+    from stm.cli._view import impact_json, impact_lines
 
     base = impact(0, {HERE: 12, THERE: 3}, {HERE: 1_200, THERE: 6})
     bounded = replace(base, distilled_at_least=frozenset({HERE}))

@@ -13,11 +13,11 @@ from helpers import stored_row
 
 from benchmarks.churn import sqlite_memory
 from stm import ShortTermMemory, STMConfig
-from stm.errors import StoreError
-from stm.keys import user_key
-from stm.store.base import LoadRows, StoredRow, Touch
-from stm.store.dialect import POSTGRES, SQLITE
-from stm.store.sqlite import _check_json, migrate, run_batch
+from stm._errors import StoreError
+from stm._keys import user_key
+from stm.store._base import LoadRows, StoredRow, Touch
+from stm.store._dialect import POSTGRES, SQLITE
+from stm.store._sqlite import _check_json, migrate, run_batch
 from stm.testing import ctx, turn
 
 

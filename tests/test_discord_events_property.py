@@ -21,7 +21,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
-from stm.keys import server_key, user_key
+from stm._keys import server_key, user_key
 
 BOTH_STORES = True
 SLOW_ON_POSTGRES = True

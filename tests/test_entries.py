@@ -5,7 +5,7 @@ from __future__ import annotations
 from helpers import Opener
 
 from stm import ShortTermMemory
-from stm.keys import server_key, user_key
+from stm._keys import server_key, user_key
 from stm.testing import Clock, ctx, turn
 
 BOTH_STORES = True

@@ -13,11 +13,12 @@ from helpers import replayable
 from hypothesis import given
 from hypothesis import strategies as st
 
-import stm.memory as memory_module
+import stm._memory as memory_module
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, StoreError
-from stm.readthrough import ReadThrough
-from stm.store import chains, open_store
-from stm.store.base import SweepPurge
+from stm._readthrough import ReadThrough
+from stm.store import _chains as chains
+from stm.store import open_store
+from stm.store._base import SweepPurge
 from stm.testing import FaultyStore, ctx, turn
 
 BOTH_STORES = True

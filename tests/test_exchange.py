@@ -14,7 +14,7 @@ from cogs.short_term_memory import COG_NAME, ShortTermMemoryCog, record_turn
 from cogs.testing import offline_bot
 from cogs.utils.context import turn_context_from_message
 from stm import GenerationFinished, STMConfig, TurnContext, exchange
-from stm.keys import server_key
+from stm._keys import server_key
 from stm.testing import ctx, turn
 
 

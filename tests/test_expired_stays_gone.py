@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from stm import ShortTermMemory, STMConfig
 from stm.store import open_store
-from stm.store.base import LoadRows
+from stm.store._base import LoadRows
 from stm.testing import Clock, ctx, turn
 
 BOTH_STORES = True

@@ -15,15 +15,16 @@ from helpers import Opener
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import stm.memory as memory_module
+import stm._memory as memory_module
 from stm import ShortTermMemory, STMConfig
-from stm.cache import Entry, MemoryCache
-from stm.expiry import EXPIRED_SQL, Expiry, Thresholds, row_expired
-from stm.store import chains, open_store
-from stm.store.base import DeleteExpired, Expired, SaveDistilled
-from stm.store.dialect import POSTGRES, SQLITE
-from stm.store.schema import SLOT_SECONDS
-from stm.store.sqlite import migrate, run_batch
+from stm._cache import Entry, MemoryCache
+from stm._expiry import EXPIRED_SQL, Expiry, Thresholds, row_expired
+from stm.store import _chains as chains
+from stm.store import open_store
+from stm.store._base import DeleteExpired, Expired, SaveDistilled
+from stm.store._dialect import POSTGRES, SQLITE
+from stm.store._schema import SLOT_SECONDS
+from stm.store._sqlite import migrate, run_batch
 from stm.testing import Clock, ManualScheduler, ctx, turn
 
 # Each test on a memory runs on both stores.

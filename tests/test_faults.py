@@ -22,8 +22,8 @@ import pytest
 from helpers import Opener
 
 from stm import DurabilityError, SchemaVersionError, ShortTermMemory, StoreError
-from stm.store.shred import readable
-from stm.store.sqlite import SQLiteStore
+from stm.store._shred import readable
+from stm.store._sqlite import SQLiteStore
 from stm.testing import ctx, turn
 
 NOT_SAVED = "Nothing was s"  # "saved" or "stored", as the tool words it

@@ -29,7 +29,7 @@ from pgproxy import Proxy
 from test_faults import NOT_SAVED, remember
 
 from stm import DurabilityError, ShortTermMemory, STMConfig, StoreError
-from stm.store.shred import open_sealed_text
+from stm.store._shred import open_sealed_text
 from stm.testing import ctx, turn
 
 BOUND = 60.0
@@ -86,7 +86,7 @@ async def held(url: str, sql: str, *params: Any) -> AsyncIterator[Any]:
         await conn.close()
 
 
-# The lock every writing batch takes first (see stm/store/postgres.py).
+# The lock every writing batch takes first (see stm/store/_postgres.py).
 FEED_LOCK = "SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE"
 
 
@@ -417,10 +417,10 @@ async def test_a_value_no_constraint_lets_in_does_not_block_the_purge_behind_it(
     from test_writer_poison import row
 
     from stm import RejectedWriteError
-    from stm.lineage import Lineage
-    from stm.store.base import PurgeUser, SaveDistilled
-    from stm.store.postgres import PostgresStore
-    from stm.writer import Writer
+    from stm._lineage import Lineage
+    from stm._writer import Writer
+    from stm.store._base import PurgeUser, SaveDistilled
+    from stm.store._postgres import PostgresStore
 
     store = await PostgresStore.open(postgres_url)
     writer = Writer(store, write_behind=3600, retry_delay=3600)
@@ -446,7 +446,7 @@ def test_a_full_disk_is_retried_not_dropped() -> None:
     values it can never hold, constraints it can never meet and its limits are not."""
     import asyncpg
 
-    from stm.store.faults import is_permanent
+    from stm.store._faults import is_permanent
 
     passing = [
         asyncpg.DiskFullError, asyncpg.LockNotAvailableError, asyncpg.QueryCanceledError,
@@ -471,7 +471,7 @@ async def test_a_batch_cancelled_anywhere_leaves_no_connection_mid_transaction(
     background tasks are when it closes: no connection goes back to the pool inside a
     transaction (asyncpg would reset it and log an error), and the store works on."""
     from stm.store import open_store
-    from stm.store.base import LoadRows, SaveOptOut
+    from stm.store._base import LoadRows, SaveOptOut
 
     store = await open_store(STMConfig(database=postgres_url))
     try:

@@ -20,8 +20,8 @@ from stm import (
     STMConfig,
     TurnContext,
 )
-from stm.frames import LANGUAGES, frames_for
-from stm.slugs import slugify
+from stm._frames import LANGUAGES, frames_for
+from stm._slugs import slugify
 
 LOCALES = Path(__file__).resolve().parent.parent / "stm" / "locales"
 FRAME_KEYS = ("same_header", "same_end", "others_header", "others_end")

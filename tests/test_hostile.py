@@ -33,8 +33,8 @@ from stm import (
     ToolResult,
     TurnContext,
 )
-from stm.slugs import slugify
-from stm.store.shred import readable
+from stm._slugs import slugify
+from stm.store._shred import readable
 
 LIMIT = 300
 SUMMARY_SERVER, CATEGORY_SERVER = 100, 200

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from helpers import Opener
 
-from stm.keys import user_key
+from stm._keys import user_key
 from stm.testing import Clock, ctx, turn
 
 # Each test that does not inspect the SQLite file runs on both stores.

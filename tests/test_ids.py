@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, TurnContext
-from stm.ids import MAX_NAME_LENGTH
+from stm._ids import MAX_NAME_LENGTH
+from stm._text import LINE_BREAKS
 from stm.testing import ctx, turn
-from stm.text import LINE_BREAKS
 
 ID_FIELDS = ["user_id", "channel_id", "server_id", "persona_id", "parent_channel_id"]
 NAME_FIELDS = ["user_name", "bot_name", "channel_name", "server_name"]

@@ -341,7 +341,7 @@ async def test_a_message_without_a_timestamp_is_stamped_by_the_memorys_clock() -
     """Every timestamp the library stores comes from the memory's clock: a message the host
     built without one is stamped when captured, by that clock; one given is kept."""
     from stm import ShortTermMemory, STMConfig
-    from stm.readthrough import turn_scope
+    from stm._readthrough import turn_scope
     from stm.testing import Clock
 
     clock = Clock(1_000.0)  # far from the machine's time

@@ -9,9 +9,9 @@ import pytest
 from test_cli import make_database, summary_of
 
 from stm import STMConfig, StoreError
-from stm.errors import NoDatabase
+from stm._errors import NoDatabase
 from stm.store import open_store
-from stm.store.inspect import open_inspector
+from stm.store._inspect import open_inspector
 
 BOTH_STORES = True
 

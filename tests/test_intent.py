@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stm import ShortTermMemory, TurnContext
-from stm.intent import DEFAULT_PHRASES, IntentGate, normalize
+from stm._intent import DEFAULT_PHRASES, IntentGate, normalize
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The pending-change journal (stm/journal.py): where it lives, what crashes leave in it, and
+"""The pending-change journal (stm/_journal.py): where it lives, what crashes leave in it, and
 that every delete acknowledged as pending is applied exactly once at the next open.
 
 The writer-level properties run the real Writer and Journal over a store that fails on
@@ -26,8 +26,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from stm import DurabilityError, STMConfig, StoreError
-from stm.journal import MAX_RECORD, Journal, Pending, default_path
-from stm.store.base import (
+from stm._journal import MAX_RECORD, Journal, Pending, default_path
+from stm._writer import Writer
+from stm.store._base import (
     DeleteChannel,
     DeleteExpired,
     ForgetMessages,
@@ -41,7 +42,6 @@ from stm.store.base import (
     Scrub,
     SharedChange,
 )
-from stm.writer import Writer
 
 Delete = DeleteChannel | PurgeUser
 
@@ -337,8 +337,8 @@ def test_a_journal_that_cannot_be_read_stops_the_open(tmp_path: Path) -> None:
 APPENDER = """
 import sys
 from pathlib import Path
-from stm.journal import Journal, Pending
-from stm.store.base import PurgeUser
+from stm._journal import Journal, Pending
+from stm.store._base import PurgeUser
 journal = Journal(Path(sys.argv[1]))
 base = int(sys.argv[2])
 for n in range(int(sys.argv[3])):

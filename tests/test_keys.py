@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stm.keys import ScopeKey, parse_key, server_key, turn_keys, user_key
+from stm._keys import ScopeKey, parse_key, server_key, turn_keys, user_key
 
 
 def test_key_formats() -> None:

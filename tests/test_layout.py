@@ -57,8 +57,8 @@ def test_the_shipped_doubles_need_nothing_of_the_test_suite() -> None:
 
 def test_each_turn_note_has_one_writer() -> None:
     """The library's notes on a TurnContext (``_keys``, ``_shown``, ...) are each assigned
-    in one module only, the one stm/inputs.py names."""
-    from stm.inputs import TurnContext
+    in one module only, the one stm/_inputs.py names."""
+    from stm._inputs import TurnContext
 
     root = Path(stm.testing.__file__).parent
     writers: dict[str, set[str]] = {note: set() for note in TurnContext._notes}
@@ -71,3 +71,63 @@ def test_each_turn_note_has_one_writer() -> None:
                 if isinstance(target, ast.Attribute) and target.attr in writers:
                     writers[target.attr].add(str(path.relative_to(root)))
     assert all(len(modules) == 1 for modules in writers.values()), writers
+
+
+# What a host may import of the library: stm's own names and its public modules. Every
+# other module of stm starts with an underscore (as httpx's do) and may change.
+PUBLIC_MODULES = {"stm", "stm.testing", "stm.store", "stm.prometheus", "stm.cli"}
+# Pages written for the library's contributors, whose examples reach inside.
+CONTRIBUTORS_PAGES = {"architecture.md", "extending-the-store.md", "changelog.md"}
+
+
+def _private_imports(code: str, where: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(code, where)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            modules, names = [alias.name for alias in node.names], []
+        else:
+            continue
+        for module in modules:
+            if module.split(".")[0] != "stm":
+                continue
+            if module not in PUBLIC_MODULES or any(name.startswith("_") for name in names):
+                found.append(f"{where}:{node.lineno} {module} {names}")
+    return found
+
+
+def test_what_hosts_copy_imports_only_public_names() -> None:
+    """The bundled bot and every Python block of the README and the user's pages import
+    only what ``stm`` exports and its public modules, so what a bot author copies keeps
+    working across releases."""
+    from docs_blocks import blocks
+
+    root = TESTS.parent
+    found = []
+    for path in [root / "bot.py", *sorted((root / "host").rglob("*.py"))]:
+        found += _private_imports(path.read_text(), str(path.relative_to(root)))
+    pages = [root / "README.md"] + [
+        page for page in sorted((root / "docs").glob("*.md")) if page.name not in CONTRIBUTORS_PAGES
+    ]
+    for page in pages:
+        for block in blocks(page.read_text(), page.name):
+            if block.language in ("python", "py"):
+                found += _private_imports(block.code.replace("await ", ""), str(block))
+    assert found == [], found
+
+
+def test_only_the_public_modules_of_stm_have_public_names() -> None:
+    """Every module of ``stm`` is either one of the public ones or starts with an
+    underscore (its package, or itself): a new module is internal unless chosen."""
+    package = Path(stm.testing.__file__).parent
+    public = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        if parts[-1] in ("__init__", "__main__"):
+            parts = parts[:-1]
+        name = ".".join(parts)
+        if name not in PUBLIC_MODULES and not any(part.startswith("_") for part in parts):
+            public.append(name)
+    assert public == [], "start the module's name with an underscore: " + ", ".join(public)

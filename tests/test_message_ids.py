@@ -7,7 +7,7 @@ from pathlib import Path
 from discord_fakes import harness
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
-from stm.keys import user_key
+from stm._keys import user_key
 
 
 def turn(ctx: TurnContext, text: str, said: int | None, answered: int | None) -> GenerationFinished:
@@ -58,7 +58,7 @@ async def test_the_bundled_bot_passes_both_ids_and_a_deleted_reply_goes(tmp_path
     from cogs.testing import offline_bot
     from host.discord_bot import ChatBot
     from host.models import ScriptedModel
-    from stm.keys import server_key
+    from stm._keys import server_key
 
     bot = ChatBot(ScriptedModel(), stm_config=STMConfig(database=str(tmp_path / "m.sqlite3")))
     async with offline_bot(bot, bot_name="Helper") as offline:

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from stm import ShortTermMemory, STMConfig
-from stm.metrics import REFUSAL_REASONS, MetricsSnapshot
+from stm._metrics import REFUSAL_REASONS, MetricsSnapshot
 from stm.prometheus import MemoryCollector, exposition, register
 from stm.testing import Clock, ctx, faulty_memory, turn
 

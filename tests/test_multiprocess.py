@@ -20,7 +20,7 @@ from helpers import scaled, seed_for
 
 from stm import STMConfig
 from stm.store import open_store
-from stm.store.base import LoadRows
+from stm.store._base import LoadRows
 
 BOTH_STORES = True
 pytestmark = pytest.mark.process

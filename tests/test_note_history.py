@@ -13,7 +13,7 @@ from shredding import KeyWitness, file_bytes
 from test_postgres_erasure import _connect
 
 from stm import ShortTermMemory, STMConfig
-from stm.store.base import Guard, LoadRows, NoteVersion, Overtaken, Saved, SaveDistilled
+from stm.store._base import Guard, LoadRows, NoteVersion, Overtaken, Saved, SaveDistilled
 from stm.testing import Clock, ctx, turn
 
 BOTH_STORES = True
@@ -338,8 +338,8 @@ async def test_no_key_of_an_erased_version_is_left(
 def test_a_restore_is_journaled_and_replayed_as_it_was(tmp_path: Any) -> None:
     """A restore the database could not take yet is kept in the journal (key and version,
     never text) and replayed as the same change; a record naming no scope key is not."""
-    from stm.journal import Journal, Pending
-    from stm.store.base import RestoreNotes
+    from stm._journal import Journal, Pending
+    from stm.store._base import RestoreNotes
 
     journal = Journal(tmp_path / "pending")
     restore = RestoreNotes(SERVER_KEY, 7, 501, 1_000.5, 3)

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from stm.journal import Journal, Pending
-from stm.pending import PendingChanges, journals
-from stm.queued import Queued
-from stm.store.base import DeleteChannel, DeleteExpired, PurgeUser, SaveOptOut
+from stm._journal import Journal, Pending
+from stm._pending import PendingChanges, journals
+from stm._queued import Queued
+from stm.store._base import DeleteChannel, DeleteExpired, PurgeUser, SaveOptOut
 
 
 class FullJournal(Journal):

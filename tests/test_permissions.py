@@ -23,7 +23,7 @@ from discord_fakes import Harness, harness
 from cogs.testing import Reply, option, subcommand
 from host.world import ADMIN, MANAGE_SERVER, OWNER_ID, Person, Place
 from stm import Category, TurnContext
-from stm.keys import server_key, user_key
+from stm._keys import server_key, user_key
 
 HARBOR, LIGHTHOUSE = 1100, 1200
 EVE = Person(505, "Eve", ADMIN, key="eve")  # a server admin who does not own the bot

@@ -10,10 +10,10 @@ import pytest
 from test_writebehind import entry
 
 from stm import RejectedWriteError
-from stm.metrics import WriterCounters
-from stm.poison import Bisection
-from stm.queued import Queued
-from stm.store.base import DeleteChannel
+from stm._metrics import WriterCounters
+from stm._poison import Bisection
+from stm._queued import Queued
+from stm.store._base import DeleteChannel
 
 
 def test_a_batch_of_several_is_split_before_anything_is_dropped() -> None:

@@ -95,7 +95,7 @@ async def test_distilled_text_is_never_in_the_clear_and_a_purge_destroys_its_key
 async def test_a_database_of_an_earlier_version_is_sealed_when_opened(postgres_url: str) -> None:
     """Rows an earlier version stored in the clear are encrypted by the migration and read
     back as they were."""
-    from stm.store.postgres import MIGRATIONS
+    from stm.store._postgres import MIGRATIONS
 
     conn = await _connect(postgres_url)
     try:
@@ -123,8 +123,8 @@ async def test_an_erasure_does_not_wait_for_another_transaction_on_the_key_table
     key table alone: while another connection's transaction holds a lock on it (another
     process's upgrade writing a key), the erasure still ends at once. Asking would wait up
     to 5 s, and this process's writer with it."""
-    from stm.store.base import Scrub
-    from stm.store.postgres import PostgresStore
+    from stm.store._base import Scrub
+    from stm.store._postgres import PostgresStore
 
     store = await PostgresStore.open(postgres_url)
     other = await _connect(postgres_url)

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from stm import ShortTermMemory, STMConfig
-from stm.store.base import DeleteExpired, LoadRecent
-from stm.store.chains import positional
-from stm.store.dialect import POSTGRES
-from stm.store.ops import _expire_chunk, _recent
-from stm.store.schema import SLOT_SECONDS
+from stm.store._base import DeleteExpired, LoadRecent
+from stm.store._chains import positional
+from stm.store._dialect import POSTGRES
+from stm.store._ops import _expire_chunk, _recent
+from stm.store._schema import SLOT_SECONDS
 from stm.testing import Clock, ctx, turn
 
 

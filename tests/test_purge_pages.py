@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stm.deletions import Purge
-from stm.lineage import Range
-from stm.store.base import PurgeUser
+from stm._deletions import Purge
+from stm._lineage import Range
+from stm.store._base import PurgeUser
 
 
 @st.composite

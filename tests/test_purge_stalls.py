@@ -12,11 +12,11 @@ from collections.abc import Sequence
 import pytest
 from helpers import Opener
 
-import stm.memory as memory_module
+import stm._memory as memory_module
 from stm import ShortTermMemory, STMConfig
-from stm.keys import server_key, user_key
-from stm.store import chains
-from stm.store.base import (
+from stm._keys import server_key, user_key
+from stm.store import _chains as chains
+from stm.store._base import (
     DeleteExpired,
     LoadRows,
     Op,
@@ -285,8 +285,8 @@ async def test_a_purge_resumed_at_start_takes_steps_of_the_starting_share(
     """A purge a stopped process left is resumed by the next one's writer in steps sized
     as any other purge's: its first step takes the starting share of each kind's chunk,
     not the full chunks."""
-    from stm.store.sqlite import SQLiteStore
-    from stm.writer import Writer
+    from stm._writer import Writer
+    from stm.store._sqlite import SQLiteStore
 
     store = await SQLiteStore.open(":memory:")
     asked: list[SweepPurge] = []

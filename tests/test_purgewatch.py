@@ -10,8 +10,7 @@ from helpers import Opener
 from prometheus_client.parser import text_string_to_metric_families
 
 from stm import PurgeAlert, ShortTermMemory
-from stm.prometheus import exposition
-from stm.purgewatch import (
+from stm._purgewatch import (
     REPEAT_LIMIT,
     SHARE_MINIMUM,
     SHARE_THRESHOLD,
@@ -19,6 +18,7 @@ from stm.purgewatch import (
     PurgeWatch,
     describe_alert,
 )
+from stm.prometheus import exposition
 from stm.testing import Clock, ctx, turn
 
 BOTH_STORES = True
@@ -194,7 +194,7 @@ async def test_a_purge_planned_over_several_transactions_is_counted_when_planned
 ) -> None:
     """When the store needs more than the purge's first transaction to plan it, what it
     reaches is counted by the step that completes the plan, and watched all the same."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     monkeypatch.setattr(chains, "SEED_CHUNK", 1)  # one membership per planning step
     memory = await open_memory()

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from helpers import stored_row
 
-from stm.keys import server_key, user_key
-from stm.lineage import Lineage, Pin
-from stm.store import chains
-from stm.store import sqlite as sqlite_store
-from stm.store.base import (
+from stm._keys import server_key, user_key
+from stm._lineage import Lineage, Pin
+from stm.store import _chains as chains
+from stm.store import _sqlite as sqlite_store
+from stm.store._base import (
     PROVENANCE_TABLES,
     DeleteChannel,
     DeleteExpired,
@@ -36,9 +36,9 @@ from stm.store.base import (
     SweepPurge,
     Touch,
 )
-from stm.store.chains import Step
-from stm.store.sqlite import _run, migrate, prune_changes, read_changes, run_batch
-from stm.store.sqlite import _step as run_step
+from stm.store._chains import Step
+from stm.store._sqlite import _run, migrate, prune_changes, read_changes, run_batch
+from stm.store._sqlite import _step as run_step
 
 TABLES = ("short_term_memories", *PROVENANCE_TABLES, "stm_changes")
 NOW = time.time()

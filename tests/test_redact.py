@@ -1,4 +1,4 @@
-"""stm/redact.py: no password of a database URL survives redact_url or redact_text."""
+"""stm/_redact.py: no password of a database URL survives redact_url or redact_text."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from stm.redact import HIDDEN, redact_text, redact_url, url_secrets
+from stm._redact import HIDDEN, redact_text, redact_url, url_secrets
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from unicode_policy import ENGLAND, PAYLOAD, hidden, tags, untag
 
-from stm.cache import Entry, StoredMessage
-from stm.models import Category, ServerSettings
-from stm.render import (
+from stm._cache import Entry, StoredMessage
+from stm._models import Category, ServerSettings
+from stm._render import (
     category_labels,
     content_depth,
     nudge,
@@ -20,8 +20,8 @@ from stm.render import (
     relative_time,
     same_channel_block,
 )
-from stm.text import LINE_BREAKS
-from stm.tool import TOOL_NAME
+from stm._text import LINE_BREAKS
+from stm._tool import TOOL_NAME
 
 NOW = 1_000_000.0
 
@@ -236,7 +236,7 @@ def test_no_field_can_start_a_line_of_its_own(
 
 def test_double_quotes_inside_a_quoted_line_become_typographic_pairs() -> None:
     """A message's own "quotes" cannot close the line's quotes and still read as a pair."""
-    from stm.render import _curly_quotes
+    from stm._render import _curly_quotes
 
     assert _curly_quotes('You said "Lisbon".') == "You said \u201cLisbon\u201d."
     assert _curly_quotes('an odd " one') == "an odd \u201c one"

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stm.cache import Entry, StoredMessage, Window
-from stm.models import Category, ServerSettings
-from stm.render import ENGLISH, RenderCache, other_channels_blocks
+from stm._cache import Entry, StoredMessage, Window
+from stm._models import Category, ServerSettings
+from stm._render import ENGLISH, RenderCache, other_channels_blocks
 
 NOW = 1_700_000_000.0
 

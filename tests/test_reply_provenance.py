@@ -15,7 +15,7 @@ from helpers import Opener, paused
 from shredding import stored_text
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory
-from stm.provenance import SOURCES_BOUND
+from stm._provenance import SOURCES_BOUND
 from stm.testing import ctx, turn
 
 BOTH_STORES = True

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from stm.queued import Queued
-from stm.retrying import Retrying
-from stm.store.base import DeleteChannel
+from stm._queued import Queued
+from stm._retrying import Retrying
+from stm.store._base import DeleteChannel
 
 
 def test_a_failure_tells_the_waiters_and_a_commit_ends_it(

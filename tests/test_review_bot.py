@@ -15,7 +15,7 @@ async def test_deleting_any_part_of_a_long_reply_removes_it_from_memory(tmp_path
     from cogs.testing import offline_bot
     from host.discord_bot import ChatBot
     from host.models import ScriptedModel
-    from stm.keys import server_key
+    from stm._keys import server_key
 
     bot = ChatBot(ScriptedModel(), stm_config=STMConfig(database=str(tmp_path / "m.sqlite3")))
     async with offline_bot(bot, bot_name="Helper") as offline:

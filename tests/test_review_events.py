@@ -9,7 +9,7 @@ import contextlib
 from helpers import Opener
 
 from stm import DialogueMessage, GenerationFinished, TurnContext
-from stm.keys import server_key
+from stm._keys import server_key
 
 SERVER, CHANNEL, USER = 5, 70, 7
 
@@ -112,7 +112,7 @@ async def test_a_message_deleted_during_its_turn_stays_out_under_many_other_dele
     """docs/data.md: a message deleted while its own turn is being answered is left out
     of that turn's capture, however many deletes other channels and servers see meanwhile
     (a raid cleared in bulk deletes of 100): deleted ids are remembered for a time
-    (``stm.messages.REMEMBER_SECONDS``), not by a count a busy bot reaches in a minute."""
+    (``stm._messages.REMEMBER_SECONDS``), not by a count a busy bot reaches in a minute."""
     memory = await open_memory()
     secret = "delete me fast"
     ctx = TurnContext(

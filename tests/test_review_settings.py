@@ -7,7 +7,7 @@ import json
 
 from helpers import Opener
 
-from stm.store.base import SaveServerSettings
+from stm.store._base import SaveServerSettings
 
 BOTH_STORES = True
 

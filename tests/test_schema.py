@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from stm import ShortTermMemory, STMConfig, ToolResult, TurnContext
-from stm.models import DEFAULT_CATEGORY, Category
-from stm.text import one_line
-from stm.tool.schema import MAX_RAW_ARGUMENTS, arguments_model, parse_arguments, tool_definition
+from stm._models import DEFAULT_CATEGORY, Category
+from stm._text import one_line
+from stm._tool.schema import MAX_RAW_ARGUMENTS, arguments_model, parse_arguments, tool_definition
 
 CATEGORIES = (Category("Current Topic", "What is being discussed"), Category("Mood", "The tone"))
 

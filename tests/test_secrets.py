@@ -28,7 +28,7 @@ from cogs.short_term_memory import COG_NAME, EXTENSION
 from host.console import run_console
 from host.demo import make_bot
 from stm import DurabilityError, ShortTermMemory, STMConfig, StoreError
-from stm.cli.commands import cli
+from stm.cli._commands import cli
 from stm.prometheus import exposition
 from stm.testing import ctx, turn
 

@@ -8,7 +8,7 @@ import json
 
 from helpers import Opener
 
-from stm.store.base import SaveServerSettings
+from stm.store._base import SaveServerSettings
 
 BOTH_STORES = True
 NEWER = {"a_field_of_a_newer_version": {"nested": [1, 2]}, "another_one": "x"}

@@ -28,7 +28,7 @@ import pytest
 
 from stm import DialogueMessage, DurabilityError, GenerationFinished, ShortTermMemory, STMConfig
 from stm.store import open_store
-from stm.store.base import Op, SharedChange
+from stm.store._base import Op, SharedChange
 from stm.testing import Clock, FaultyStore, ctx
 
 BOTH_STORES = True
@@ -39,7 +39,7 @@ SECRET = "WORDS-THAT-MUST-GO"
 COHERENCE = 1.0
 # How long a fault-free store may take to make what is pending durable (a loaded machine).
 DURABLE_WITHIN = 20.0
-# The row every writing batch on PostgreSQL locks first (see stm/store/postgres.py).
+# The row every writing batch on PostgreSQL locks first (see stm/store/_postgres.py).
 FEED_LOCK = "SELECT 1 FROM stm_feed WHERE id = 1 FOR UPDATE"
 
 

@@ -14,12 +14,12 @@ from helpers import stored_row
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stm.deletions import Purge
-from stm.keys import server_key, user_key
-from stm.lineage import Lineage
-from stm.store import chains
-from stm.store.base import PurgeResult, PurgeUser, SaveDistilled, StoredRow, SweepPurge, SweepStep
-from stm.store.sqlite import _run, migrate, run_batch
+from stm._deletions import Purge
+from stm._keys import server_key, user_key
+from stm._lineage import Lineage
+from stm.store import _chains as chains
+from stm.store._base import PurgeResult, PurgeUser, SaveDistilled, StoredRow, SweepPurge, SweepStep
+from stm.store._sqlite import _run, migrate, run_batch
 
 NOW = 1_800_000_000.0
 ALICE = 7
@@ -127,7 +127,7 @@ def test_interleaved_steps_of_several_processes_leave_what_one_leaves(
 
 
 def chains_ranges(db: sqlite3.Connection, position: int) -> list[object]:
-    from stm.lineage import Range
+    from stm._lineage import Range
 
     return [
         Range(int(chain), int(start))

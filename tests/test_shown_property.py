@@ -13,13 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
-from stm.budget import estimate_tokens, fit
-from stm.cache import Entry, StoredMessage
-from stm.frames import Frames, model_language
-from stm.models import Category, PromptBlock, ServerSettings
-from stm.provenance import Shown
-from stm.readthrough import turn_scope
-from stm.render import (
+from stm._budget import estimate_tokens, fit
+from stm._cache import Entry, StoredMessage
+from stm._frames import Frames, model_language
+from stm._models import Category, PromptBlock, ServerSettings
+from stm._provenance import Shown
+from stm._readthrough import turn_scope
+from stm._render import (
     RenderCache,
     _name,
     other_channels_blocks,
@@ -29,8 +29,8 @@ from stm.render import (
     same_channel_header,
     segment_titles,
 )
-from stm.slugs import slugify
-from stm.tool.schema import definition_json
+from stm._slugs import slugify
+from stm._tool.schema import definition_json
 
 NOW = 1_000_000.0
 BOT = "Bot"

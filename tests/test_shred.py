@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from shredding import file_bytes
 
 from stm import DurabilityError, STMConfig
-from stm.lineage import Lineage
-from stm.store.base import DeleteChannel, DeleteExpired, PurgeUser, SaveDistilled, Scrub, StoredRow
-from stm.store.shred import DEAD_KEY
-from stm.store.sqlite import SQLiteStore
+from stm._lineage import Lineage
+from stm.store._base import DeleteChannel, DeleteExpired, PurgeUser, SaveDistilled, Scrub, StoredRow
+from stm.store._shred import DEAD_KEY
+from stm.store._sqlite import SQLiteStore
 from stm.testing import Clock, ctx, faulty_memory, turn
 
 
@@ -170,7 +170,7 @@ async def test_a_file_of_the_previous_version_is_encrypted_once(
 ) -> None:
     """A file written before encryption (schema 1, notes in the clear) is migrated at open:
     its notes still read back, and no plain copy of them is left in the files."""
-    from stm.store.sqlite import MIGRATIONS, statements
+    from stm.store._sqlite import MIGRATIONS, statements
 
     with contextlib.closing(sqlite3.connect(db_path, isolation_level=None)) as db:
         db.execute("PRAGMA journal_mode = WAL")

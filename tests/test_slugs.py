@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stm.slugs import slugify, slugs_for
+from stm._slugs import slugify, slugs_for
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 from helpers import Opener
 
 from stm import SchemaVersionError, ShortTermMemory, STMConfig, StoreError, ToolResult
-from stm.store.sqlite import MIGRATIONS, SQLiteStore
+from stm.store._sqlite import MIGRATIONS, SQLiteStore
 from stm.testing import ctx, turn
 
 
@@ -139,7 +139,7 @@ async def test_the_wal_is_checkpointed_in_the_background_not_by_a_commit(
     store's connection); once the WAL holds ``CHECKPOINT_BYTES``, a connection of the
     store's own checkpoints it passively, so it stays near that size however much is
     written."""
-    from stm.store import sqlite as sqlite_store
+    from stm.store import _sqlite as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", 64 * 1024)
     memory = await ShortTermMemory.open(STMConfig(database=str(db_path)))
@@ -180,7 +180,7 @@ async def test_the_wal_stays_bounded_when_writes_never_pause(
     beginning, and it would grow with everything written (megabytes here). Once it
     holds ``RESET_FACTOR`` times ``CHECKPOINT_BYTES``, the writer's connection empties it
     between batches, so it stays within a small multiple of that."""
-    from stm.store import sqlite as sqlite_store
+    from stm.store import _sqlite as sqlite_store
 
     threshold = 128 * 1024
     monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", threshold)
@@ -232,8 +232,8 @@ def test_one_rule_says_which_checkpoint_the_wal_needs() -> None:
     """None below ``CHECKPOINT_BYTES``, a passive copy from there, emptied from
     ``RESET_FACTOR`` times it, and once emptying it failed, not again before it has grown by
     ``CHECKPOINT_BYTES`` more."""
-    from stm.store.sqlite import CHECKPOINT_BYTES as size
-    from stm.store.sqlite import RESET_FACTOR, _wal_checkpoint
+    from stm.store._sqlite import CHECKPOINT_BYTES as size
+    from stm.store._sqlite import RESET_FACTOR, _wal_checkpoint
 
     reset = RESET_FACTOR * size
     assert [_wal_checkpoint(n) for n in (0, size - 1, size, reset - 1, reset)] == [
@@ -251,7 +251,7 @@ async def test_a_reader_that_holds_on_is_waited_for_once_per_checkpoint_of_growt
     tries (waiting ``EMPTY_WAIT_MS`` for it) once per ``CHECKPOINT_BYTES`` of growth, not
     after every batch, and says so in the log. Once the reader lets go, SQLite starts the
     WAL again from its beginning and the file is cut back to ``CHECKPOINT_BYTES``."""
-    from stm.store import sqlite as sqlite_store
+    from stm.store import _sqlite as sqlite_store
 
     threshold = 64 * 1024
     monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", threshold)

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from helpers import StoreOpener, stored_row
 
-from stm.keys import server_key, user_key
-from stm.lineage import Lineage, Pin, Range
-from stm.store.base import (
+from stm._keys import server_key, user_key
+from stm._lineage import Lineage, Pin, Range
+from stm.store._base import (
     DeleteChannel,
     DeleteExpired,
     Expired,
@@ -36,7 +36,7 @@ from stm.store.base import (
     SweepStep,
     Touch,
 )
-from stm.store.sqlite import SQLiteStore
+from stm.store._sqlite import SQLiteStore
 
 BOTH_STORES = True
 NOW = time.time()
@@ -479,7 +479,7 @@ async def test_an_upgrade_that_showed_notes_a_purge_cleared_is_refused(store: An
 async def test_an_upgrade_in_the_scope_of_a_purge_still_planned_is_refused(
     store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     monkeypatch.setattr(chains, "SEED_CHUNK", 1)
     general, random, games = await _three_channels(store)
@@ -568,7 +568,7 @@ async def test_a_purge_of_many_rows_is_cleared_in_chunks_and_hidden_meanwhile(
 ) -> None:
     """The first transaction clears a chunk; the rows left read as cleared, nothing may
     extend them, and each later chunk clears more until none is left."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     shared = server_key(100, 10)
     rows = [row(user_key(u, 10), server_id=100) for u in range(100, 100 + chains.SWEEP_CHUNK + 30)]
@@ -595,7 +595,7 @@ async def test_a_purge_of_many_rows_is_cleared_in_chunks_and_hidden_meanwhile(
 async def test_a_smaller_step_of_a_purge_clears_a_smaller_chunk(store: Any) -> None:
     """A step asked for a share of its chunk clears that share, and the steps still add up
     to the whole purge."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     rows = [row(user_key(u, 10), server_id=100) for u in range(100, 3 * chains.SWEEP_CHUNK)]
     await store.run([s for r in rows for s in saves(r, shown=(7, 1))])
@@ -619,7 +619,7 @@ async def test_each_kind_of_work_of_a_purge_step_takes_its_own_share(store: Any)
     """A step's clears take the share asked for clears and its finishing the share asked
     for finishing; a share given for another kind changes neither; each step says which
     kinds of work it did."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     rows = [row(user_key(u, 10), server_id=100) for u in range(100, 3 * chains.SWEEP_CHUNK)]
     await store.run([s for r in rows for s in saves(r, shown=(7, 1))])
@@ -650,7 +650,7 @@ async def test_a_purge_whose_rows_are_cleared_but_chains_not_finished_is_resumed
 ) -> None:
     """A process that stops after the rows are cleared and before every chain is finished
     leaves the purge among the pending sweeps."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     monkeypatch.setattr(chains, "FINISH_CHUNK", 1)
     keys = [server_key(100, channel) for channel in range(10, 14)]
@@ -676,7 +676,7 @@ async def test_the_distilled_rows_of_many_servers_are_counted_a_few_servers_a_st
 ) -> None:
     """A purge's share is of each server's distilled rows: counted right when the servers
     it reaches take several statements, and the rows of other servers are not counted."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     monkeypatch.setattr(chains, "SERVERS_PER_COUNT", 2)
     for server in (100, 200, 300, 400, 500):
@@ -763,7 +763,7 @@ async def test_where_a_purge_everywhere_may_reach_includes_memberships_without_a
     """While a purge everywhere is planned it says which servers it may reach: those of
     every chain the user is a member of, found server by server, and chain by chain for
     memberships that do not say their server (DMs, and rows an earlier version added)."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     monkeypatch.setattr(chains, "SEED_CHUNK", 1)
     monkeypatch.setattr(chains, "FOLLOW_CHUNK", 1)
@@ -793,7 +793,7 @@ async def test_a_purge_of_wide_reach_is_planned_over_several_transactions(
     """A user in more chains than a step seeds: the purge is recorded at once and planned by
     later steps; until its plan is complete its ranges are unknown to other processes and
     every guarded upgrade in its scope is refused; then it clears them all."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     monkeypatch.setattr(chains, "SEED_CHUNK", 2)
     keys = [server_key(100, channel) for channel in range(10, 20)]
@@ -827,7 +827,7 @@ async def test_the_ranges_of_a_wide_purge_are_told_a_page_at_a_time(
     """A purge planned at once but reaching more than a chunk tells nothing in its first
     transaction; later steps tell its ranges a page at a time, none longer than a page,
     the last one marked, and the pages are all of its ranges."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     monkeypatch.setattr(chains, "SWEEP_CHUNK", 2)
     monkeypatch.setattr(chains, "REACH_PAGE", 3)
@@ -856,7 +856,7 @@ async def _wide_purge_in_a_larger_server(store: Any, monkeypatch: pytest.MonkeyP
     """Ten rows of server 100 written from a prompt that showed user 7, thirty more that
     did not; distilled rows counted up to twice a purge's reach there, told three ranges
     a page. The position of user 7's purge there, planned."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     monkeypatch.setattr(chains, "SWEEP_CHUNK", 2)
     monkeypatch.setattr(chains, "REACH_PAGE", 3)
@@ -886,7 +886,7 @@ async def test_a_wide_purge_counts_a_server_on_from_where_its_last_page_stopped(
     its pages have reached there so far: no page counts more than that many times its
     own reach, however large the server; once the count reaches the server's end, it is
     whole (40 rows: 10 reached, 30 not)."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     position = await _wide_purge_in_a_larger_server(store, monkeypatch)
     monkeypatch.setattr(chains, "COUNT_BEYOND", beyond)
@@ -910,7 +910,7 @@ async def test_the_servers_a_page_reaches_first_are_counted_together(
     """A page that reaches servers its purge has not counted yet counts them together
     (a statement per few hundred servers, not one or two each: on PostgreSQL each is a
     round trip, inside the step other work waits for), and says each one's count."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     monkeypatch.setattr(chains, "SWEEP_CHUNK", 2)
     servers = range(100, 105)
@@ -942,7 +942,7 @@ async def test_a_preview_counts_a_server_up_to_twice_its_reach_there(
 ) -> None:
     """A preview counts a server's distilled rows up to the bound of what it reaches there:
     a lower bound when the server holds more; the exact number when it holds fewer."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     await _wide_purge_in_a_larger_server(store, monkeypatch)
     (preview,) = await store.run([PreviewPurge(8, 100, "direct")])
@@ -967,7 +967,7 @@ async def test_the_plans_of_finished_purges_go_with_the_feed(store: Any) -> None
 def test_counting_the_distilled_rows_of_any_number_of_servers_takes_few_statement_texts() -> None:
     """Every number of servers up to a statement's bound is counted with one of a few
     statement texts (PostgreSQL prepares each text once), each server once."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     texts: set[str] = set()
     for count in range(1, chains.SERVERS_PER_COUNT + 1):
@@ -988,7 +988,7 @@ def test_counting_the_distilled_rows_of_any_number_of_servers_takes_few_statemen
 def test_a_server_is_counted_only_as_far_as_the_purge_reaches_there() -> None:
     """Each server is counted up to its own bound (servers reached alike share a
     statement), and a count that reaches its bound is a lower bound."""
-    from stm.store import chains
+    from stm.store import _chains as chains
 
     reached = {1: 1, 2: 1, 3: 300, None: 5}
     procedure = chains._distilled_in(reached)
@@ -1072,8 +1072,8 @@ async def test_a_run_of_upgrades_longer_than_a_statements_list_links_every_pair(
     chain it upgrades again, and merges into every pair's edges (at most
     ``EDGES_PER_PAIR`` each); a purge of the one user shown to the first channel clears,
     by ``complete``, every channel whose notes were written from the first's."""
-    from stm.lineage import EDGES_PER_PAIR
-    from stm.store import dialect
+    from stm._lineage import EDGES_PER_PAIR
+    from stm.store import _dialect as dialect
 
     monkeypatch.setattr(dialect, "BOUND_VALUES", 30)
     keys = [server_key(100, c) for c in range(60)]

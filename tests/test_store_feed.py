@@ -11,8 +11,8 @@ import pytest
 from helpers import StoreOpener, follower_read_once, seed_for
 
 from stm import ShortTermMemory, STMConfig
-from stm.memory import FEED_RETENTION_SECONDS
-from stm.store.base import DeleteChannel
+from stm._memory import FEED_RETENTION_SECONDS
+from stm.store._base import DeleteChannel
 from stm.testing import Clock, ctx, turn
 
 BOTH_STORES = True
@@ -144,7 +144,7 @@ async def test_a_store_opened_without_a_memory_stamps_the_wall_clock(
 # -- PostgreSQL only ---------------------------------------------------------------------------
 @pytest.fixture
 async def pg(postgres_url: str) -> Any:
-    from stm.store.postgres import PostgresStore
+    from stm.store._postgres import PostgresStore
 
     opened: list[Any] = []
 
@@ -174,7 +174,7 @@ async def _blocked_on_a_lock(store: Any, task: asyncio.Future[Any]) -> bool:
 async def test_postgres_positions_cannot_commit_out_of_order(pg: Any) -> None:
     """A batch that took a position and has not committed holds back every later one:
     a follower reading meanwhile never sees a later position and so never skips it."""
-    from stm.store import postgres
+    from stm.store import _postgres as postgres
 
     first, second = await pg(), await pg()
     conn = await first._pool.acquire()
@@ -247,7 +247,7 @@ async def test_postgres_stores_opening_a_new_schema_at_once_all_succeed(
     postgres_url: str,
 ) -> None:
     """Many stores migrating one empty database at the same moment: none fails."""
-    from stm.store.postgres import MIGRATIONS, PostgresStore
+    from stm.store._postgres import MIGRATIONS, PostgresStore
 
     stores = await asyncio.gather(
         *(PostgresStore.open(postgres_url) for _ in range(8)), return_exceptions=True
@@ -264,7 +264,7 @@ async def test_postgres_stores_opening_a_new_schema_at_once_all_succeed(
 
 async def test_postgres_refuses_a_newer_schema(pg: Any, postgres_url: str) -> None:
     from stm import SchemaVersionError
-    from stm.store.postgres import MIGRATIONS, PostgresStore
+    from stm.store._postgres import MIGRATIONS, PostgresStore
 
     store = await pg()
     await store.execute(f"UPDATE stm_schema SET version = {len(MIGRATIONS) + 1}")
@@ -274,7 +274,7 @@ async def test_postgres_refuses_a_newer_schema(pg: Any, postgres_url: str) -> No
 
 async def test_postgres_unreachable_is_a_store_error_without_the_password() -> None:
     from stm import StoreError
-    from stm.store.postgres import PostgresStore
+    from stm.store._postgres import PostgresStore
 
     with pytest.raises(StoreError, match="cannot open") as caught:
         await PostgresStore.open("postgresql://someone:s3cret@127.0.0.1:1/nowhere")
@@ -285,10 +285,10 @@ async def test_postgres_purge_sees_an_upgrade_committed_just_before_it(pg: Any) 
     """A purge that waited for another process's upgrade applies to it: the upgrade's row
     loses the purged contributor's content. (Without the lock taken first, the purge would
     read before the upgrade committed, yet come after it in the feed.)"""
-    from stm.keys import server_key
-    from stm.lineage import Lineage
-    from stm.store import postgres
-    from stm.store.base import PurgeUser, SaveDistilled, StoredRow
+    from stm._keys import server_key
+    from stm._lineage import Lineage
+    from stm.store import _postgres as postgres
+    from stm.store._base import PurgeUser, SaveDistilled, StoredRow
 
     first, second = await pg(), await pg()
     row = StoredRow(

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from store_open_worker import open_in_step, open_urls_in_step
 
-from stm.store.schema import POSTGRES_MIGRATIONS
-from stm.store.sqlite import MIGRATIONS, SQLiteStore
+from stm.store._schema import POSTGRES_MIGRATIONS
+from stm.store._sqlite import MIGRATIONS, SQLiteStore
 
 PROCESSES = 4
 pytestmark = pytest.mark.process
@@ -121,7 +121,7 @@ async def test_a_file_at_an_older_version_is_migrated_in_one_step(db_path: Path)
 @pytest.mark.parametrize("version", range(len(MIGRATIONS) + 1))
 def test_migrate_is_idempotent(tmp_path: Path, version: int) -> None:
     """Running the migration again on a file at any version changes nothing."""
-    from stm.store.sqlite import migrate
+    from stm.store._sqlite import migrate
 
     db = sqlite3.connect(tmp_path / "m.sqlite3", isolation_level=None)
     try:

@@ -7,7 +7,7 @@ import unicodedata
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from stm.tables import ago, human_bytes, printable, shorten, table, until
+from stm._tables import ago, human_bytes, printable, shorten, table, until
 
 
 @given(st.text())
@@ -74,7 +74,7 @@ def test_small_formats() -> None:
 
 def test_a_server_url_is_shown_without_its_password() -> None:
     """Output names a PostgreSQL database without the password its URL may hold."""
-    from stm.store.inspect import shown
+    from stm.store._inspect import shown
 
     assert (
         shown("postgresql://bot:s3cret@db.example:5432/stm")

@@ -21,7 +21,7 @@ from unicode_policy import (
     untag,
 )
 
-from stm.text import (
+from stm._text import (
     LINE_BREAKS,
     clean_message,
     clean_name,

@@ -4,7 +4,7 @@ last one took."""
 
 from __future__ import annotations
 
-from stm.timing import MAX_BACKOFF, Backoff, PurgeSteps, StepSizer
+from stm._timing import MAX_BACKOFF, Backoff, PurgeSteps, StepSizer
 
 
 def test_waits_double_up_to_the_cap_and_reset_on_success() -> None:

@@ -27,7 +27,7 @@ from stm import (
     TurnContext,
     convert_tool_definition,
 )
-from stm.tool.schema import arguments_model, parse_arguments
+from stm._tool.schema import arguments_model, parse_arguments
 
 # -- the documented constraints ---------------------------------------------------------
 # OpenAI: function names "a-z, A-Z, 0-9, or contain underscores and dashes, with a

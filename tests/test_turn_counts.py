@@ -19,9 +19,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stm import ShortTermMemory, STMConfig
-from stm.keys import user_key
+from stm._keys import user_key
 from stm.store import open_store
-from stm.store.base import LoadRows
+from stm.store._base import LoadRows
 from stm.testing import ctx, turn
 
 BOTH_STORES = True

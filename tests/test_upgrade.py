@@ -8,7 +8,7 @@ import sqlite3
 from helpers import Opener, follower_read_once
 
 from stm import Category, ShortTermMemory, STMConfig
-from stm.store.shred import readable
+from stm.store._shred import readable
 from stm.testing import Clock, ctx, faulty_memory, turn
 
 # Each test that does not inspect the SQLite file runs on both stores.

@@ -7,9 +7,9 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stm.cache import Entry, MemoryCache
-from stm.lineage import Pin
-from stm.window import EMPTY, Sources, StoredMessage, Window
+from stm._cache import Entry, MemoryCache
+from stm._lineage import Pin
+from stm._window import EMPTY, Sources, StoredMessage, Window
 
 ids = st.integers(min_value=0, max_value=2**63 - 1)
 # A reply's sources: a few users, a few note versions (most messages have none).

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from helpers import server_entry
 
-from stm.cache import Entry
+from stm._cache import Entry
+from stm._writebehind import WriteBehind, describe
 from stm.testing import ManualScheduler
-from stm.writebehind import WriteBehind, describe
 
 
 def entry(channel: int) -> Entry:

@@ -12,12 +12,12 @@ import pytest
 from helpers import server_entry
 
 from stm import DurabilityError, ShortTermMemory, STMConfig
-from stm.cache import Entry
-from stm.keys import server_key
-from stm.store.base import DeleteChannel as DeleteChannelOp
-from stm.store.base import ForgetMessages, LoadDepartures, LoadRecent, LoadRows, SaveOptOut
+from stm._cache import Entry
+from stm._keys import server_key
+from stm._writer import Writer
+from stm.store._base import DeleteChannel as DeleteChannelOp
+from stm.store._base import ForgetMessages, LoadDepartures, LoadRecent, LoadRows, SaveOptOut
 from stm.testing import Clock, FaultyStore, ManualScheduler, ctx, faulty_memory, turn
-from stm.writer import Writer
 
 
 @pytest.fixture

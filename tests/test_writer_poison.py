@@ -13,12 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import stm.timing
+import stm._timing
 from stm import DurabilityError, RejectedWriteError, STMConfig
-from stm.cache import Entry
-from stm.lineage import Lineage
+from stm._cache import Entry
+from stm._lineage import Lineage
+from stm._writer import Writer
 from stm.store import open_store
-from stm.store.base import (
+from stm.store._base import (
     DeleteChannel,
     LoadDepartures,
     PurgeUser,
@@ -30,7 +31,6 @@ from stm.store.base import (
     StoredRow,
 )
 from stm.testing import ctx, faulty_memory, turn
-from stm.writer import Writer
 
 # Each test runs on both stores.
 BOTH_STORES = True
@@ -214,7 +214,7 @@ async def test_an_upgrade_behind_a_failing_delete_answers_after_one_attempt(
     """While a delete waits out a long backoff, run_tool does not wait for it: the queue is
     tried once more with the upgrade behind the delete, and the answer (nothing saved, or
     saved once the fault is gone) comes from that attempt."""
-    monkeypatch.setattr(stm.timing, "MAX_BACKOFF", 3600.0)
+    monkeypatch.setattr(stm._timing, "MAX_BACKOFF", 3600.0)
     memory, store = await faulty_memory(config.model_copy(update={"delete_retry_seconds": 3600}))
     await memory.capture(turn(ctx(), "x"))
     assert (await memory.run_tool(ctx(), {"summary": "before"})).success

@@ -1,4 +1,4 @@
-"""The character policy written out from its definition (``stm/text.py``'s docstring),
+"""The character policy written out from its definition (``stm/_text.py``'s docstring),
 apart from the code that applies it: what no cleaned or rendered text may hold."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from stm.text import LINE_BREAKS
+from stm._text import LINE_BREAKS
 
 __all__ = [
     "BIDI",

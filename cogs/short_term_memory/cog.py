@@ -23,11 +23,11 @@ from stm import (
     TokenCounter,
     ToolRegistry,
     TurnContext,
+    redact_url,
 )
-from stm.keys import server_key, turn_keys, user_key
-from stm.purgewatch import describe_alert
-from stm.redact import redact_url
-from stm.render import category_labels
+from stm._keys import server_key, turn_keys, user_key
+from stm._purgewatch import describe_alert
+from stm._render import category_labels
 from stm.store import is_postgres_url
 
 from ..utils.audience import DiscordAudience

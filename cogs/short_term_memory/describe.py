@@ -13,8 +13,8 @@ import discord
 from discord import app_commands
 
 from stm import MemoryEntry, PurgeImpact, RecentPurges, ServerSettings
-from stm.history import changes, version_text
-from stm.store.base import NoteVersion
+from stm._history import changes, version_text
+from stm.store._base import NoteVersion
 
 from ..utils.checks import MissingServerPermission, NotOwner
 from .i18n import Texts, texts_for

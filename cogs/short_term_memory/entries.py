@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stm import MemoryEntry, ShortTermMemory, TurnContext
-from stm.keys import parse_key, server_key, user_key
+from stm._keys import parse_key, server_key, user_key
 
 __all__ = ["entries_shown_to"]
 

@@ -10,9 +10,9 @@ from discord.ext import commands
 from pydantic import ValidationError
 
 from stm import Category, ServerSettings, ShortTermMemory, STMConfig
-from stm.config import MAX_CONTEXT_TOKEN_BUDGET
-from stm.frames import model_language
-from stm.settings import invalid_input
+from stm._config import MAX_CONTEXT_TOKEN_BUDGET
+from stm._frames import model_language
+from stm._settings import invalid_input
 
 from ..utils.checks import has_server_permission_or_owner, server_only
 from ..utils.formatting import truncate

@@ -10,6 +10,6 @@ survives), and are reported done only once ``flush()`` says they are durable.
 they print.
 """
 
-from .commands import cli, main
+from ._commands import cli, main
 
 __all__ = ["cli", "main"]
