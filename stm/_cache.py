@@ -65,7 +65,7 @@ class Entry:
     user_id: int | None
     channel_id: int
     persona_id: int | None
-    # The crude window, oldest first: immutable (``window.py``), replaced whenever it
+    # The crude window, oldest first: immutable (``_window.py``), replaced whenever it
     # changes. So a window once read stays what it was (the prompt that showed it can be
     # credited later), and "is it the same window" is an identity test.
     messages: Window
@@ -78,7 +78,7 @@ class Entry:
     # Replaced as a whole when it changes, never changed in place (rendering relies on it).
     # Most entries have none: they share one empty, read-only mapping.
     categories: Mapping[str, str] = field(default_factory=lambda: NO_CATEGORIES)
-    # The version of its chain the distilled content is (``lineage.py``): who may have
+    # The version of its chain the distilled content is (``_lineage.py``): who may have
     # words in it is kept with the chain, in the store. None without distilled content,
     # and while an upgrade of it is being committed (the store then names the version).
     # Set through ``MemoryCache.set_pin``, which indexes it.
@@ -270,7 +270,7 @@ class MemoryCache:
         # made when a second entry or an untouched one arrives.
         self._groups: dict[GroupKey, Entry | _Group] = {}
         # The most recently active entries, whose windows are kept open; the others' are
-        # packed (``window.py``), which takes a fraction of the memory.
+        # packed (``_window.py``), which takes a fraction of the memory.
         self.open_windows = max(1, min(max_keys, open_windows))
         self._open: OrderedDict[str, Entry] = OrderedDict()
         # Kept here so that it shrinks with the cache: a group is forgotten when one of

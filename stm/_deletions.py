@@ -3,7 +3,7 @@
 A read queued before a clear returns rows the clear removes; an upgrade whose turn
 began before a purge was written from words the purge erased. Both check this log
 instead of trusting what they saw. A purge's ranges (which versions of which notes
-it cleared, ``lineage.py``) are known once the store planned them; until then the
+it cleared, ``_lineage.py``) are known once the store planned them; until then the
 purge is *pending*, and everything it may reach is treated as reached. Pure: no I/O.
 """
 

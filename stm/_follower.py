@@ -9,13 +9,13 @@ each change that another process made:
   again (the crude messages this process holds stay: they exist only here); a key
   not held here whose server's channels this process recalls is read in, so notes
   written elsewhere are recalled in the server's other channels here too;
-- a channel clear, a user purge: the same as the local ones (``forget.py``),
+- a channel clear, a user purge: the same as the local ones (``_forget.py``),
   crude messages held only by this process included, and recorded in the
   deletion log, so reads in flight and turns that began earlier are overtaken
   exactly as by a local delete; a purge's ranges are read with it
   (``Store.purge_ranges``), so this cache drops the same notes the store cleared;
 - settings and opt-outs: reloaded; a janitor's deletion: the entry is evicted;
-- messages deleted or edited on Discord (``messages.py``): they leave this
+- messages deleted or edited on Discord (``_messages.py``): they leave this
   process's windows (an edit's new text is not in the feed).
 
 It reads when woken (SQLite's ``data_version`` moved, a PostgreSQL NOTIFY) and

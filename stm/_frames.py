@@ -4,7 +4,7 @@ Frames, sub-headers, relative times, the nudge and the tool's descriptions come
 from one JSON catalogue per language in ``locales/`` (``en.json``, ``ja.json``),
 which translators edit without touching code. A frame line opens with ``[`` and
 closes with ``]`` and holds no other bracket, in every language: memory text
-inside it is neutralized so that nothing else can (``render.py``).
+inside it is neutralized so that nothing else can (``_render.py``).
 
 The language of a turn is the server's ``language`` setting, else the server's
 preferred locale as Discord gives it (``TurnContext.server_locale``), else

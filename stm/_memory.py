@@ -2,14 +2,14 @@
 
 A turn goes through it in stages, each kept in its own module:
 
-- opening and closing, background tasks, the janitor: ``background.py``;
-- stage 01, ``capture``: the turn's messages into the in-process cache (``cache.py``);
+- opening and closing, background tasks, the janitor: ``_background.py``;
+- stage 01, ``capture``: the turn's messages into the in-process cache (``_cache.py``);
 - ``build_context``: the cache, read through to the store where it may lack a row
-  (``readthrough.py``), rendered as prompt text (``render.py``);
+  (``_readthrough.py``), rendered as prompt text (``_render.py``);
 - stage 02, the tool and its upgrade transaction: ``tool/``;
 - deletion (``/refresh``, purges), recorded for the reads and upgrades in flight
-  (``deletions.py``), and made durable in the background;
-- everything durable goes through the single writer (``writer.py``) to the store
+  (``_deletions.py``), and made durable in the background;
+- everything durable goes through the single writer (``_writer.py``) to the store
   (``store/``), which the facade is given or opens from the settings.
 """
 

@@ -3,7 +3,7 @@ carry, which deletions overtake it.
 
 A summary is a distillation of everything the model saw: the words of everyone
 the prompt showed directly (recorded as members of the version it writes) and
-the notes it showed (recorded as edges to their versions, ``lineage.py``). A
+the notes it showed (recorded as edges to their versions, ``_lineage.py``). A
 reply of the bot is written from the same prompt, so it carries the same record
 (:class:`~stm._window.Sources`): a purge or a Discord delete reaches it as it
 reaches the words it may quote. A deletion of any of it during the turn means the

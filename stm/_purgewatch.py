@@ -1,7 +1,7 @@
 """Purges that wipe a server's memory, and members who keep doing it: a sliding window.
 
 A purge clears the notes of shared entries that may hold the purged user's words
-(``lineage.py``), so one member's purge can take a large part of what the bot
+(``_lineage.py``), so one member's purge can take a large part of what the bot
 remembers of a server, and the same member purging again and again can keep it
 wiped. :class:`PurgeWatch` records, per server, what each purge cleared, and says
 when the server's admins should hear of it (a :class:`PurgeAlert`):

@@ -63,7 +63,7 @@ def test_each_turn_note_has_one_writer() -> None:
     root = Path(stm.testing.__file__).parent
     writers: dict[str, set[str]] = {note: set() for note in TurnContext._notes}
     for path in sorted(root.rglob("*.py")):
-        if path.name == "inputs.py":
+        if path.name == "_inputs.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             targets = node.targets if isinstance(node, ast.Assign) else []

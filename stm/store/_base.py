@@ -40,7 +40,7 @@ What else the store gives a process that shares its database:
   the store refuses it (result :class:`Overtaken`, nothing written) when a
   change after ``p``, from any process, cleared a channel its prompt showed,
   purged a user whose words it showed, or cleared a version of notes it showed
-  (the purge's ranges, see ``lineage.py``); a turn that began before the
+  (the purge's ranges, see ``_lineage.py``); a turn that began before the
   follower caught up uses the follower's position, which is only older, so the
   check errs on refusing;
 - a purge's change names no rows: its :class:`~stm._lineage.Range` list, kept
@@ -406,7 +406,7 @@ class ForgetServer:
 @dataclass(frozen=True, slots=True)
 class PurgeUser:
     """Delete the user's own rows, and clear every version of notes that may hold the
-    user's words under ``erasure`` (see ``lineage.py``).
+    user's words under ``erasure`` (see ``_lineage.py``).
 
     Its first transaction deletes the own rows, plans the ranges, records them with
     the purge's feed position and clears a first bounded chunk; the result
@@ -608,7 +608,7 @@ class NoteVersion:
     ``version`` names it (the row's write that made it, increasing); ``written_at`` and
     ``written_by`` say when and whose turn wrote it (None: the operator or the host);
     ``restored_from`` names the version it brought back, when a restore wrote it;
-    ``pin`` is its place in its chain of provenance (``lineage.py``); ``current`` marks
+    ``pin`` is its place in its chain of provenance (``_lineage.py``); ``current`` marks
     the notes the entry holds now."""
 
     version: int

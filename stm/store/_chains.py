@@ -1,6 +1,6 @@
 """Chains of versions in SQL: what both stores run to keep provenance, and to purge by it.
 
-The model of ``lineage.py`` as tables, and its procedures written once: how an
+The model of ``_lineage.py`` as tables, and its procedures written once: how an
 upgrade extends its chain and records what its prompt showed, how a purge plans
 its ranges and clears them in bounded chunks, what a preview counts. Each
 procedure is a generator that yields the statements it needs, one :class:`Step`

@@ -124,7 +124,7 @@ POSTGRES = Dialect(
     real_cast="::float8",
     arrays=True,
     flag=bool,
-    # Positions come from one counter row (see postgres.py).
+    # Positions come from one counter row (see _postgres.py).
     position="SELECT position FROM stm_feed WHERE id = 1",
     position_locked="SELECT position FROM stm_feed WHERE id = 1 FOR UPDATE",
     schema_version="SELECT version FROM stm_schema",

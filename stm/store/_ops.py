@@ -1,4 +1,4 @@
-"""The operations of ``base.py``, written once for both stores as procedures.
+"""The operations of ``_base.py``, written once for both stores as procedures.
 
 What every ``Op`` does inside its batch's transaction: which statements it runs,
 which changes it adds to the feed, what it returns; the guards of a run of
@@ -10,7 +10,7 @@ only a store can answer, each a small class below:
 - :class:`Rows`: memory rows selected, decoded (the store decrypts their text);
 - :class:`Many`: one statement for many rows, bound by position (write-behind);
 - :class:`Sealing` and :class:`Write`: an upgrade's rows written, their text
-  encrypted under their own keys (``shred.py``), read once per run;
+  encrypted under their own keys (``_shred.py``), read once per run;
 - :class:`Dropped`: rows deleted (a store that remembers their keys forgets them);
 - :class:`Reading`: whether the batch runs as a read (a batch of reads alone), and
   :class:`Writing`: the operation is about to write (such a batch is then run again as a
@@ -298,7 +298,7 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
         case SaveDistilled():
             return (yield from save_many([op], feed, dialect))[0]
         case ForgetMessages(channel_id):
-            # The channel's notes are kept, marked for rewriting (``messages.py``); their
+            # The channel's notes are kept, marked for rewriting (``_messages.py``); their
             # earlier versions, which may hold the message and cannot be rewritten, go:
             # no restore can bring it back.
             yield Step(
@@ -627,7 +627,7 @@ def save_many(
         pruned_through = int(row[0])
         deletes = yield from deletes_after(after, GUARD_KINDS_SQL)
         ranges = yield from chains.guard_ranges(guards, deletes)
-    # Distilled text is stored encrypted under the row's own key (see shred.py).
+    # Distilled text is stored encrypted under the row's own key (see _shred.py).
     yield Sealing(tuple(save.row.key for save in saves))
     groups = upgrades(saves)
     versions = chains.Versions(dialect)

@@ -4,7 +4,7 @@ This is the only module that runs SQL on PostgreSQL: its migrations
 (``schema``), and the procedures both stores share (``ops``, ``feed``,
 ``operator``, ``chains``), which it runs with ``_Session`` (their ``:name``
 parameters numbered, see ``chains.positional``). So every operation of
-``base.py`` means the same here as on SQLite; the tests of store behaviour run
+``_base.py`` means the same here as on SQLite; the tests of store behaviour run
 against both.
 
 Ordering of the change feed. PostgreSQL sequences hand out numbers that can
@@ -452,7 +452,7 @@ async def _seal_legacy(conn: Any) -> int:
 
 class _Keys:
     """The live keys of the rows one run of upgrades writes: read in one statement, made
-    for rows that have none, each with its cipher (see shred.py)."""
+    for rows that have none, each with its cipher (see _shred.py)."""
 
     def __init__(self) -> None:
         self.sealer = shred.TextSealer()

@@ -1,7 +1,7 @@
 """Both stores' schemas, side by side: their migrations in order, and what opening an
 existing database checks of the version it records.
 
-The tables are the same on both (``base.py`` and ``chains.py`` describe them);
+The tables are the same on both (``_base.py`` and ``_chains.py`` describe them);
 the types are each database's own (SQLite's ``INTEGER`` flags, PostgreSQL's
 ``BIGINT`` ids and ``BOOLEAN``). A migration, once released, never changes: a
 database records how many it ran (SQLite's ``user_version``, PostgreSQL's
@@ -170,7 +170,7 @@ _NOTE_HISTORY_POSTGRES = """
             'restore');
     """
 
-# -- SQLite (its second migration, crypto-shredding's, is in shred.py) --------------------
+# -- SQLite (its second migration, crypto-shredding's, is in _shred.py) --------------------
 SQLITE_MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE short_term_memories (
@@ -232,7 +232,7 @@ SQLITE_MIGRATIONS: tuple[str, ...] = (
     );
     INSERT INTO stm_feed (id, pruned_through) VALUES (1, 0);
     """,
-    # Provenance as chains of versions (see lineage.py and store/_chains.py) instead of a
+    # Provenance as chains of versions (see _lineage.py and store/_chains.py) instead of a
     # set of contributors per row. Each row that holds distilled content becomes the
     # first version of a chain of its own whose members are its contributors: a purge
     # clears what it cleared before.
@@ -376,7 +376,7 @@ POSTGRES_MIGRATIONS: tuple[str, ...] = (
     );
     INSERT INTO stm_feed (id, position, pruned_through) VALUES (1, 0, 0);
     """,
-    # Provenance as chains of versions (see lineage.py and store/_chains.py), as on SQLite:
+    # Provenance as chains of versions (see _lineage.py and store/_chains.py), as on SQLite:
     # each row with distilled content becomes the first version of a chain of its own
     # whose members are its contributors.
     f"""
@@ -425,7 +425,7 @@ POSTGRES_MIGRATIONS: tuple[str, ...] = (
         JOIN short_term_memories m ON m.id = c.memory_id WHERE m.chain_id IS NOT NULL;
     DROP TABLE short_term_memory_contributors;
     """,
-    # Crypto-shredding, as on SQLite (see shred.py): distilled text is stored encrypted
+    # Crypto-shredding, as on SQLite (see _shred.py): distilled text is stored encrypted
     # under a key of its row's own, in stm_keys; deleting or clearing a row deletes its key
     # in the same transaction. Rows stored in the clear by an earlier version are sealed by
     # migrate() right after this script.
