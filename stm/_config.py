@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -10,7 +10,16 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from ._errors import ConfigError
 from ._lineage import Erasure
 
-__all__ = ["ENV_PREFIX", "MAX_CONTEXT_TOKEN_BUDGET", "RenderMode", "STMConfig"]
+__all__ = [
+    "ENV_PREFIX",
+    "MAX_CONTEXT_TOKEN_BUDGET",
+    "SERVER_DEFAULTS",
+    "ContextTokenBudget",
+    "CrudeMessageCount",
+    "RefreshCadence",
+    "RenderMode",
+    "STMConfig",
+]
 
 ENV_PREFIX = "STM_"
 RenderMode = Literal["crude_summary", "supersede"]
@@ -18,6 +27,15 @@ RenderMode = Literal["crude_summary", "supersede"]
 MAX_TTL_HOURS = 87_600
 # Far past any model's context window.
 MAX_CONTEXT_TOKEN_BUDGET = 10_000_000
+
+# The settings a server's admins may also choose (``ServerSettings``) have their bounds
+# written here once, for both models.
+RefreshCadence = Annotated[int, Field(ge=1, le=10_000)]
+CrudeMessageCount = Annotated[int, Field(ge=0, le=1000)]
+ContextTokenBudget = Annotated[int, Field(ge=0, le=MAX_CONTEXT_TOKEN_BUDGET)]
+# Those whose value, where a server's admins did not set it, is the operator's setting of
+# the same name (a server's own token budget is instead capped by the operator's).
+SERVER_DEFAULTS = ("render_mode", "refresh_cadence", "crude_message_count")
 
 
 class STMConfig(BaseSettings):
@@ -44,9 +62,9 @@ class STMConfig(BaseSettings):
     max_message_length: int = Field(4000, ge=1, le=100_000)
     max_categories: int = Field(5, ge=1, le=25)
     max_other_channels: int = Field(3, ge=0, le=50)
-    refresh_cadence: int = Field(5, ge=1, le=10_000)
+    refresh_cadence: RefreshCadence = 5
     render_mode: RenderMode = "crude_summary"
-    crude_message_count: int = Field(6, ge=0, le=1000)
+    crude_message_count: CrudeMessageCount = 6
     janitor_interval_minutes: float = Field(60.0, gt=0, le=525_600)
     # Beyond the contract: knobs of the cache and the write path.
     cache_max_keys: int = Field(
@@ -107,10 +125,8 @@ class STMConfig(BaseSettings):
         "'python -m stm history' and restores (0 turns history off); never rendered, "
         "erased with the notes (see docs/data.md).",
     )
-    context_token_budget: int | None = Field(
+    context_token_budget: ContextTokenBudget | None = Field(
         None,
-        ge=0,
-        le=MAX_CONTEXT_TOKEN_BUDGET,
         description="Tokens memory may add to one prompt (its notes, other channels' notes and "
         "messages, the nudge, the tool's definition); 0 or unset: no budget. Servers may "
         "set a lower one.",

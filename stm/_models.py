@@ -12,11 +12,18 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StrictBool,
     StrictInt,
 )
 
-from ._config import MAX_CONTEXT_TOKEN_BUDGET, RenderMode
+from ._config import (
+    ContextTokenBudget,
+    CrudeMessageCount,
+    RefreshCadence,
+    RenderMode,
+    STMConfig,
+)
 from ._inputs import DialogueMessage, GenerationFinished, TurnContext
 from ._text import clean_name, visible
 
@@ -157,14 +164,21 @@ def is_summary_mode(categories: tuple[Category, ...]) -> bool:
     return categories == (DEFAULT_CATEGORY,)
 
 
+_OPERATOR = STMConfig.model_fields
+
+
 class ServerSettings(BaseModel):
     """Per-server behaviour; a server never configured gets the global defaults."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
-    render_mode: RenderMode = "crude_summary"
-    refresh_cadence: StrictInt = Field(5, ge=1, le=10_000)
-    crude_message_count: StrictInt = Field(6, ge=0, le=1000)
+    # The library's defaults of the operator's settings; a server's stored settings hold
+    # only what its admins set, and the rest follow the operator's (SERVER_DEFAULTS).
+    render_mode: RenderMode = _OPERATOR["render_mode"].default
+    refresh_cadence: Annotated[RefreshCadence, Strict()] = _OPERATOR["refresh_cadence"].default
+    crude_message_count: Annotated[CrudeMessageCount, Strict()] = _OPERATOR[
+        "crude_message_count"
+    ].default
     categories: tuple[Category, ...] = (DEFAULT_CATEGORY,)
     # Both reach the model as text (the tool's description, a system line): one line each.
     tool_description: Annotated[str, BeforeValidator(_one_line)] | None = Field(
@@ -178,7 +192,7 @@ class ServerSettings(BaseModel):
     purge_leavers: StrictBool = False
     # Tokens memory may add to a prompt here; None: the operator's STM_CONTEXT_TOKEN_BUDGET;
     # 0: no budget of the server's own. Never above the operator's budget when one is set.
-    context_token_budget: StrictInt | None = Field(None, ge=0, le=MAX_CONTEXT_TOKEN_BUDGET)
+    context_token_budget: Annotated[ContextTokenBudget, Strict()] | None = None
     # The language of what the model reads (frames, nudge, tool); None: the server's
     # preferred locale when the host passes it (TurnContext.server_locale), else English.
     language: Literal["en", "ja"] | None = None

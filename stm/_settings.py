@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from ._config import STMConfig
+from ._config import SERVER_DEFAULTS, STMConfig
 from ._errors import InvalidInput
 from ._ids import check_id
 from ._models import DEFAULT_CATEGORY, Category, ServerSettings
@@ -68,11 +68,7 @@ class SettingsBook:
 
     def __init__(self, config: STMConfig) -> None:
         self.max_categories = config.max_categories
-        self.defaults = ServerSettings(
-            render_mode=config.render_mode,
-            refresh_cadence=config.refresh_cadence,
-            crude_message_count=config.crude_message_count,
-        )
+        self.defaults = ServerSettings(**{name: getattr(config, name) for name in SERVER_DEFAULTS})
         self._defaults_json: dict[str, Any] = json.loads(self.defaults.model_dump_json())
         self._servers: dict[int, ServerSettings] = {}
         # Per server, the fields its admins set (the rest follow the defaults).

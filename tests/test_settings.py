@@ -215,3 +215,34 @@ async def test_settings_written_whole_keep_every_value(open_memory: Opener) -> N
     memory.settings.load_one(100, whole)
     assert memory.settings_for(100).crude_message_count == 6
     assert memory.settings_for(100).refresh_cadence == 3
+
+
+def _bounds(schema: dict[str, object]) -> dict[str, object]:
+    """A field's JSON schema without what may differ: its title, default and description;
+    an optional field's ``anyOf`` is read as its non-null branch."""
+    for branch in schema.get("anyOf", []):  # type: ignore[attr-defined]
+        if branch.get("type") != "null":
+            schema = {**schema, **branch}
+    return {
+        key: value
+        for key, value in schema.items()
+        if key not in ("title", "default", "description", "anyOf")
+    }
+
+
+def test_a_setting_a_server_may_choose_has_the_operators_bounds_and_default() -> None:
+    """Every field ``ServerSettings`` shares with ``STMConfig`` accepts exactly the values the
+    operator's does, and those that follow the operator's (``SERVER_DEFAULTS``) start from
+    the same default: a bound or default changed in one place cannot leave the other."""
+    from stm import STMConfig
+    from stm._config import SERVER_DEFAULTS
+
+    server = ServerSettings.model_json_schema()["properties"]
+    operator = STMConfig.model_json_schema()["properties"]
+    shared = sorted(server.keys() & operator.keys())
+    assert set(SERVER_DEFAULTS) <= set(shared)
+    assert shared == sorted([*SERVER_DEFAULTS, "context_token_budget"])
+    for name in shared:
+        assert _bounds(server[name]) == _bounds(operator[name]), name
+    for name in SERVER_DEFAULTS:
+        assert ServerSettings.model_fields[name].default == STMConfig.model_fields[name].default
