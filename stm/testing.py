@@ -191,7 +191,7 @@ class _Waiter:
 
 
 class ManualScheduler:
-    """A ``stm._timing.Scheduler`` whose time moves only when the test calls ``advance``.
+    """A ``stm.Scheduler`` whose time moves only when the test calls ``advance``.
 
     ``idle(name)`` is the gate a test waits at: it returns once the task of that name
     (``stm-writer``, ``stm-janitor``) is blocked in a wait that nothing has ended yet."""

@@ -823,6 +823,12 @@ class FeedPage:
 class Store(Protocol):
     """A durable store. Every call of ``run`` is one transaction: all of it or none.
 
+    The library ships two (SQLite and PostgreSQL, from :func:`stm.store.open_store`). A
+    host passes one to ``ShortTermMemory.open(config, store=...)``, or a wrapper that
+    forwards to one (``stm.testing.FaultyStore`` is such a wrapper: it overrides ``run``
+    and forwards the rest). A new kind of store is a change to the library, with the
+    shared behaviour tests run against it: see ``docs/extending-the-store.md``.
+
     ``origin`` is a random token naming this open store, written with every change
     it makes to the feed. ``clock`` (epoch seconds, ``time.time`` unless set) stamps
     those changes' ``at``; a :class:`~stm.ShortTermMemory` sets it to its own clock
