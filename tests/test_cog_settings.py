@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from discord_fakes import BotOpener
 
 from cogs.testing import option, subcommand
@@ -244,3 +245,64 @@ class TestCategories:
                     )
                 )
                 assert text.startswith("That was not accepted"), text
+
+
+_NUMBERS = [
+    ("settings_cadence", "turns", "refresh_cadence"),
+    ("settings_crude_count", "count", "crude_message_count"),
+    ("settings_token_budget", "tokens", "context_token_budget"),
+]
+_TEXTS = [
+    ("categories_add", "label", "label"),
+    ("categories_add", "description", "description"),
+    ("categories_edit", "new_label", "label"),
+    ("categories_edit", "description", "description"),
+]
+
+
+def _option(command: str, name: str) -> object:
+    from cogs.short_term_memory.settings import SettingsCommands
+
+    return next(p for p in getattr(SettingsCommands, command).parameters if p.name == name)
+
+
+@pytest.mark.parametrize(("command", "name", "field"), _NUMBERS)
+def test_a_number_option_takes_exactly_what_the_settings_accept(
+    command: str, name: str, field: str
+) -> None:
+    """Discord offers exactly the values the server's settings accept: both ends are
+    accepted, one past either end is refused, so a bound changed in the library reaches
+    the command."""
+    from pydantic import ValidationError
+
+    from stm import ServerSettings
+
+    option = _option(command, name)
+    low, high = option.min_value, option.max_value  # type: ignore[attr-defined]
+    ServerSettings(**{field: low})
+    ServerSettings(**{field: high})
+    for outside in (low - 1, high + 1):
+        with pytest.raises(ValidationError):
+            ServerSettings(**{field: outside})
+
+
+@pytest.mark.parametrize(("command", "name", "field"), _TEXTS)
+def test_a_text_option_takes_exactly_the_lengths_a_category_accepts(
+    command: str, name: str, field: str
+) -> None:
+    """The same for a category's label and description, by length."""
+    from stm import Category
+
+    option = _option(command, name)
+    low, high = option.min_value, option.max_value  # type: ignore[attr-defined]
+
+    def category(text: str) -> Category:
+        return Category(text or "x", "") if field == "label" else Category("x", text)
+
+    category("y" * max(low, 1))
+    category("y" * high)
+    with pytest.raises(ValueError):
+        category("y" * (high + 1))
+    if low > 0:
+        with pytest.raises(ValueError):
+            Category("y" * (low - 1), "")

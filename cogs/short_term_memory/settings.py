@@ -7,10 +7,10 @@ from typing import Any, Literal
 import discord
 from discord import app_commands
 from discord.ext import commands
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from stm import Category, ServerSettings, ShortTermMemory, STMConfig
-from stm._config import MAX_CONTEXT_TOKEN_BUDGET
+from stm._config import MAX_CONTEXT_TOKEN_BUDGET, RenderMode
 from stm._frames import model_language
 from stm._settings import invalid_input
 
@@ -21,6 +21,22 @@ from .describe import describe_recent_purges, describe_settings
 from .i18n import Refused, texts_for
 
 __all__ = ["SettingsCommands"]
+
+
+def _bounds(model: type, name: str) -> tuple[int, int]:
+    """The least and greatest value (for text, length) ``model`` accepts for ``name``: the
+    command's option takes the same, read from the model rather than written again."""
+    rules = TypeAdapter(model).json_schema()["properties"][name]
+    low = rules.get("minimum", rules.get("minLength", 0))
+    high = rules.get("maximum", rules.get("maxLength"))
+    assert high is not None, f"{model.__name__}.{name} has no upper bound"
+    return low, high
+
+
+_CADENCE = _bounds(ServerSettings, "refresh_cadence")
+_CRUDE_COUNT = _bounds(ServerSettings, "crude_message_count")
+_LABEL = _bounds(Category, "label")
+_DESCRIPTION = _bounds(Category, "description")
 
 
 def _server_id(interaction: discord.Interaction[Any]) -> int:
@@ -123,7 +139,7 @@ class SettingsCommands(commands.Cog):
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def settings_render_mode(
-        self, interaction: discord.Interaction[Any], mode: Literal["crude_summary", "supersede"]
+        self, interaction: discord.Interaction[Any], mode: RenderMode
     ) -> None:
         await _defer(interaction)
         await self._update(interaction, render_mode=mode)
@@ -133,7 +149,9 @@ class SettingsCommands(commands.Cog):
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def settings_cadence(
-        self, interaction: discord.Interaction[Any], turns: app_commands.Range[int, 1, 10_000]
+        self,
+        interaction: discord.Interaction[Any],
+        turns: app_commands.Range[int, _CADENCE[0], _CADENCE[1]],
     ) -> None:
         await _defer(interaction)
         await self._update(interaction, refresh_cadence=turns)
@@ -145,7 +163,9 @@ class SettingsCommands(commands.Cog):
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def settings_crude_count(
-        self, interaction: discord.Interaction[Any], count: app_commands.Range[int, 0, 1000]
+        self,
+        interaction: discord.Interaction[Any],
+        count: app_commands.Range[int, _CRUDE_COUNT[0], _CRUDE_COUNT[1]],
     ) -> None:
         await _defer(interaction)
         await self._update(interaction, crude_message_count=count)
@@ -234,8 +254,8 @@ class SettingsCommands(commands.Cog):
     async def categories_add(
         self,
         interaction: discord.Interaction[Any],
-        label: app_commands.Range[str, 1, 100],
-        description: app_commands.Range[str, 0, 1000] = "",
+        label: app_commands.Range[str, _LABEL[0], _LABEL[1]],
+        description: app_commands.Range[str, _DESCRIPTION[0], _DESCRIPTION[1]] = "",
     ) -> None:
         await _defer(interaction)
         categories = await self._custom_categories(interaction)
@@ -255,8 +275,8 @@ class SettingsCommands(commands.Cog):
         self,
         interaction: discord.Interaction[Any],
         label: str,
-        new_label: app_commands.Range[str, 1, 100] | None = None,
-        description: app_commands.Range[str, 0, 1000] | None = None,
+        new_label: app_commands.Range[str, _LABEL[0], _LABEL[1]] | None = None,
+        description: app_commands.Range[str, _DESCRIPTION[0], _DESCRIPTION[1]] | None = None,
     ) -> None:
         await _defer(interaction)
         settings = await self.memory.get_server_settings(_server_id(interaction))
