@@ -1,6 +1,6 @@
 """Recall across channels: how much the cog's audience rule allows, against a member check.
 
-The rule (``cogs/utils/audience.py``) lets memory of channel X into a prompt of channel Y
+The rule (``cogs/_utils/audience.py``) lets memory of channel X into a prompt of channel Y
 only when whoever could view Y, with any set of roles, can view X. The brute-force check
 asks discord.py's ``permissions_for`` for every member of the server: X may enter Y when
 every member who can view Y can view X. The rule must never allow a pair the member check
@@ -23,8 +23,8 @@ from typing import Any
 
 import discord
 
-from cogs.testing.payloads import channel_payload, member_payload, user_payload
-from cogs.utils.audience import DiscordAudience
+from cogs._utils.audience import DiscordAudience
+from cogs.testing._payloads import channel_payload, member_payload, user_payload
 
 VIEW = 1 << 10
 SEND = 1 << 11

@@ -60,7 +60,7 @@ async def once(channels: int = 200, per_channel: int = 25) -> list[dict[str, lis
     a change in the machine's load falls on all alike; each part's seconds per turn."""
     import discord
 
-    from cogs.utils.audience import DiscordAudience
+    from cogs._utils.audience import DiscordAudience
     from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 
     plan = turns(channels, per_channel)

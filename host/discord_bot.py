@@ -7,10 +7,12 @@ import logging
 import discord
 from discord.ext import commands
 
-from cogs.short_term_memory import ShortTermMemoryCog, record_turn
-from cogs.utils.context import turn_context_from_message
-from cogs.utils.formatting import chunk_text
-from cogs.utils.replies import NO_PINGS
+from cogs.short_term_memory import (
+    ShortTermMemoryCog,
+    chunk_text,
+    record_turn,
+    turn_context_from_message,
+)
 from stm import STMConfig, ToolRegistry
 
 from .models import ChatModel
@@ -18,6 +20,8 @@ from .pipeline import ChatPipeline
 from .prompt import Message
 
 __all__ = ["ChatBot", "run_bot"]
+
+NO_PINGS = discord.AllowedMentions.none()
 
 log = logging.getLogger("host.bot")
 

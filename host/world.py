@@ -10,6 +10,7 @@ from typing import Any
 import discord
 from discord.ext import commands
 
+from cogs.short_term_memory import turn_context_from_message
 from cogs.testing import (
     OfflineDiscord,
     Place,
@@ -19,7 +20,6 @@ from cogs.testing import (
     guild_payload,
 )
 from cogs.testing import Person as OfflinePerson
-from cogs.utils.context import turn_context_from_message
 from stm import TurnContext
 
 __all__ = ["ADMIN", "OWNER_ID", "Person", "Place", "World", "relative_time"]

@@ -40,7 +40,7 @@ from benchmarks.audience import (
     role,
     viewers,
 )
-from cogs.utils.audience import DiscordAudience
+from cogs._utils.audience import DiscordAudience
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 
 BOTH_STORES = True

@@ -154,7 +154,7 @@ DISCORD_MODE = """
 import asyncio, sys
 sys.path.insert(0, sys.argv[1])
 from host import discord_bot
-from cogs.short_term_memory.cog import COG_NAME
+from cogs.short_term_memory._cog import COG_NAME
 from stm import DialogueMessage, GenerationFinished, TurnContext
 
 async def start(self, token):

@@ -12,7 +12,7 @@ import pytest
 from discord_fakes import Harness, harness
 
 from benchmarks.audience import ADMIN, SEND, VIEW, overwrite, role
-from cogs.short_term_memory.describe import describe_where
+from cogs.short_term_memory._describe import describe_where
 from cogs.testing import Place, channel_payload, subcommand
 from stm import DialogueMessage, GenerationFinished, TurnContext
 from stm._keys import server_key

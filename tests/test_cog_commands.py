@@ -12,8 +12,8 @@ import discord
 import pytest
 from discord_fakes import BotOpener, harness
 
+from cogs._utils.context import turn_context_from_interaction, turn_context_from_message
 from cogs.testing import channel_payload, message_payload, option, subcommand
-from cogs.utils.context import turn_context_from_interaction, turn_context_from_message
 from host.world import ADMIN, MANAGE_SERVER, Person, Place
 from stm import DialogueMessage, DurabilityError, GenerationFinished
 from stm._keys import server_key, user_key

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from discord_fakes import harness
 
+from cogs._utils.context import turn_context_from_interaction
+from cogs._utils.formatting import chunk_text, truncate
 from cogs.testing import channel_payload, guild_payload
-from cogs.utils.context import turn_context_from_interaction
-from cogs.utils.formatting import chunk_text, truncate
 from host.demo import settle
 from host.world import Place
 from stm import DialogueMessage, GenerationFinished, TurnContext

@@ -261,7 +261,7 @@ _TEXTS = [
 
 
 def _option(command: str, name: str) -> object:
-    from cogs.short_term_memory.settings import SettingsCommands
+    from cogs.short_term_memory._settings import SettingsCommands
 
     return next(p for p in getattr(SettingsCommands, command).parameters if p.name == name)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cogs.short_term_memory.describe import (
+from cogs.short_term_memory._describe import (
     describe_forget_done,
     describe_forget_preview,
     describe_purge_done,

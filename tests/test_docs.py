@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 from discord import app_commands
 
-from cogs.short_term_memory.cog import ShortTermMemoryCog
+from cogs.short_term_memory._cog import ShortTermMemoryCog
 from stm import STMConfig
 from stm.cli import cli
 

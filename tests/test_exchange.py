@@ -10,9 +10,9 @@ import discord
 import pytest
 from discord.ext import commands
 
+from cogs._utils.context import turn_context_from_message
 from cogs.short_term_memory import COG_NAME, ShortTermMemoryCog, record_turn
 from cogs.testing import offline_bot
-from cogs.utils.context import turn_context_from_message
 from stm import GenerationFinished, STMConfig, TurnContext, exchange
 from stm._keys import server_key
 from stm.testing import ctx, turn

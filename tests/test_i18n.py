@@ -14,8 +14,8 @@ import pytest
 from discord import app_commands
 from discord_fakes import Harness, harness
 
-import cogs.short_term_memory.i18n as i18n
-from cogs.short_term_memory.i18n import (
+import cogs.short_term_memory._i18n as i18n
+from cogs.short_term_memory._i18n import (
     LANGUAGES,
     CommandTranslator,
     catalogue,

@@ -73,11 +73,22 @@ def test_each_turn_note_has_one_writer() -> None:
     assert all(len(modules) == 1 for modules in writers.values()), writers
 
 
-# What a host may import of the library: stm's own names and its public modules. Every
-# other module of stm starts with an underscore (as httpx's do) and may change.
+# What a host may import of the library: stm's own names and its public modules, and the
+# cog's public packages. Every other module starts with an underscore (as httpx's do) and
+# may change.
 PUBLIC_MODULES = {"stm", "stm.testing", "stm.store", "stm.prometheus", "stm.cli"}
+PUBLIC_COG_MODULES = {"short_term_memory", "testing", "red", "red.cogpath.shorttermmemory"}
 # Pages written for the library's contributors, whose examples reach inside.
 CONTRIBUTORS_PAGES = {"architecture.md", "extending-the-store.md", "changelog.md"}
+
+
+def _is_public(module: str) -> bool:
+    top, _, rest = module.partition(".")
+    if top == "stm":
+        return module in PUBLIC_MODULES
+    if top in ("cogs", "discord_stm"):
+        return not rest or rest in PUBLIC_COG_MODULES
+    return True
 
 
 def _private_imports(code: str, where: str) -> list[str]:
@@ -91,16 +102,16 @@ def _private_imports(code: str, where: str) -> list[str]:
         else:
             continue
         for module in modules:
-            if module.split(".")[0] != "stm":
+            if module.split(".")[0] not in ("stm", "cogs", "discord_stm"):
                 continue
-            if module not in PUBLIC_MODULES or any(name.startswith("_") for name in names):
+            if not _is_public(module) or any(name.startswith("_") for name in names):
                 found.append(f"{where}:{node.lineno} {module} {names}")
     return found
 
 
 def test_what_hosts_copy_imports_only_public_names() -> None:
     """The bundled bot and every Python block of the README and the user's pages import
-    only what ``stm`` exports and its public modules, so what a bot author copies keeps
+    only what ``stm`` and the cog's packages export, so what a bot author copies keeps
     working across releases."""
     from docs_blocks import blocks
 
@@ -114,20 +125,28 @@ def test_what_hosts_copy_imports_only_public_names() -> None:
     for page in pages:
         for block in blocks(page.read_text(), page.name):
             if block.language in ("python", "py"):
-                found += _private_imports(block.code.replace("await ", ""), str(block))
+                found += _private_imports(block.code, str(block))
     assert found == [], found
 
 
-def test_only_the_public_modules_of_stm_have_public_names() -> None:
-    """Every module of ``stm`` is either one of the public ones or starts with an
-    underscore (its package, or itself): a new module is internal unless chosen."""
-    package = Path(stm.testing.__file__).parent
-    public = []
+def _public_modules_outside(package: Path, public: set[str]) -> list[str]:
+    found = []
     for path in sorted(package.rglob("*.py")):
-        parts = path.relative_to(package.parent).with_suffix("").parts
+        parts = path.relative_to(package).with_suffix("").parts
         if parts[-1] in ("__init__", "__main__"):
             parts = parts[:-1]
         name = ".".join(parts)
-        if name not in PUBLIC_MODULES and not any(part.startswith("_") for part in parts):
-            public.append(name)
-    assert public == [], "start the module's name with an underscore: " + ", ".join(public)
+        if name and name not in public and not any(part.startswith("_") for part in parts):
+            found.append(f"{package.name}.{name}")
+    return found
+
+
+def test_only_the_public_modules_have_public_names() -> None:
+    """Every module of ``stm`` and of the cog's package is either one of the public ones or
+    starts with an underscore (its package, or itself): a new module is internal unless
+    chosen."""
+    library = Path(stm.testing.__file__).parent
+    public = {module.partition(".")[2] for module in PUBLIC_MODULES}
+    found = _public_modules_outside(library, public)
+    found += _public_modules_outside(TESTS.parent / "cogs", PUBLIC_COG_MODULES)
+    assert found == [], "start the module's name with an underscore: " + ", ".join(found)

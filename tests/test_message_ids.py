@@ -46,7 +46,7 @@ async def test_turn_context_from_message_carries_the_message_id(tmp_path: Path) 
         message = h.world.message(h.alice, h.general, "hello")
         ctx = h.world.context(h.alice, h.general, "hello")
         assert ctx.message_id is not None and ctx.message_id != message.id  # each its own
-        from cogs.utils.context import turn_context_from_message
+        from cogs._utils.context import turn_context_from_message
 
         assert turn_context_from_message(message).message_id == message.id
 

@@ -597,10 +597,10 @@ async def test_a_confirmation_holds_the_presser_to_the_same_rules(
 
 def test_every_check_of_a_command_is_one_a_confirmation_runs_again() -> None:
     """A check that says who may use a command must be one ``who_may`` finds (written in
-    ``cogs/utils/checks.py``), or a confirmation of that command would not run it again;
+    ``cogs/_utils/checks.py``), or a confirmation of that command would not run it again;
     only cooldowns (how often, not who) are left out."""
-    from cogs.short_term_memory.cog import ShortTermMemoryCog
-    from cogs.utils.checks import who_may
+    from cogs._utils.checks import who_may
+    from cogs.short_term_memory._cog import ShortTermMemoryCog
 
     commands: list[Any] = list(ShortTermMemoryCog.__cog_app_commands__)
     seen = 0

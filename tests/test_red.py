@@ -68,7 +68,7 @@ def test_red_loads_the_cog_runs_a_turn_purges_and_unloads(red_python: Path, tmp_
     seen = json.loads(output.strip().splitlines()[-1])
 
     assert seen["load"] == ["Loaded `shorttermmemory`."]
-    assert seen["cog"] == "discord_stm.red.cog.RedShortTermMemory"  # found by COG_NAME
+    assert seen["cog"] == "discord_stm.red._cog.RedShortTermMemory"  # found by COG_NAME
     assert "/memory forget" in seen["statement"] and "[p]mydata forgetme" in seen["statement"]
     assert seen["database"] == str(tmp_path / "red" / "cogs" / COG_NAME / "stm.sqlite3")
     # Red keeps app commands off until the owner enables them, as the guide says.

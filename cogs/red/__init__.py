@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..short_term_memory.cog import COG_NAME
-from .cog import END_USER_DATA_STATEMENT, RedShortTermMemory, red_config
+from ..short_term_memory._cog import COG_NAME
+from ._cog import END_USER_DATA_STATEMENT, RedShortTermMemory, red_config
 
 __all__ = ["RedShortTermMemory", "__red_end_user_data_statement__", "setup", "teardown"]
 

@@ -11,9 +11,10 @@ from discord.ext import commands
 
 from stm import STMConfig, ToolRegistry
 
-from ..utils.context import turn_context_from_interaction, turn_context_from_message
-from ..utils.turns import record_turn
-from .cog import COG_NAME, COMMANDS, EXTENSION, CommandNameTaken, ShortTermMemoryCog
+from .._utils.context import turn_context_from_interaction, turn_context_from_message
+from .._utils.formatting import chunk_text
+from .._utils.turns import record_turn
+from ._cog import COG_NAME, COMMANDS, EXTENSION, CommandNameTaken, ShortTermMemoryCog
 
 __all__ = [
     "COG_NAME",
@@ -21,6 +22,7 @@ __all__ = [
     "EXTENSION",
     "CommandNameTaken",
     "ShortTermMemoryCog",
+    "chunk_text",
     "record_turn",
     "setup",
     "turn_context_from_interaction",

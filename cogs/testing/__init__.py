@@ -11,8 +11,8 @@ bot sent (a component interaction; its edits of that message come back, and
 objects (``buttons`` lists a message's button labels). Imports only discord.py and ``stm``.
 """
 
-from .capture import OfflineRouteError, RecordingAdapter, RecordingHTTP, Reply
-from .offline import (
+from ._capture import OfflineRouteError, RecordingAdapter, RecordingHTTP, Reply
+from ._offline import (
     ADMINISTRATOR,
     MANAGE_GUILD,
     ListenerFailed,
@@ -22,7 +22,7 @@ from .offline import (
     Said,
     offline_bot,
 )
-from .payloads import (
+from ._payloads import (
     APPLICATION_ID,
     TIMESTAMP,
     VIEW_CHANNEL,

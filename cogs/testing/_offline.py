@@ -19,8 +19,8 @@ import discord
 from discord.ext import commands
 from discord.webhook.async_ import async_context
 
-from .capture import RecordingAdapter, RecordingHTTP, Reply
-from .payloads import (
+from ._capture import RecordingAdapter, RecordingHTTP, Reply
+from ._payloads import (
     APPLICATION_ID,
     TIMESTAMP,
     channel_payload,

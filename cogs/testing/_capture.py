@@ -16,7 +16,7 @@ from typing import Any
 
 from discord.webhook.async_ import AsyncWebhookAdapter
 
-from .payloads import TIMESTAMP, message_payload, snowflake
+from ._payloads import TIMESTAMP, message_payload, snowflake
 
 __all__ = ["OfflineRouteError", "RecordingAdapter", "RecordingHTTP", "Reply"]
 

@@ -10,9 +10,9 @@ from typing import Any
 import discord
 from discord import app_commands
 
-from ..utils.checks import Check, still_allowed
-from ..utils.replies import NO_PINGS
-from .describe import (
+from .._utils.checks import Check, still_allowed
+from .._utils.replies import NO_PINGS
+from ._describe import (
     ENGLISH,
     describe_purge_answered,
     describe_purge_cancelled,
@@ -22,7 +22,7 @@ from .describe import (
     describe_refusal,
     purge_buttons,
 )
-from .i18n import Texts, texts_for
+from ._i18n import Texts, texts_for
 
 __all__ = ["CONFIRM_SECONDS", "PurgeConfirmation"]
 

@@ -10,7 +10,7 @@ from redbot.core.data_manager import cog_data_path
 
 from stm import STMConfig, ToolRegistry
 
-from ..short_term_memory.cog import COG_NAME, ShortTermMemoryCog
+from ..short_term_memory._cog import COG_NAME, ShortTermMemoryCog
 
 __all__ = [
     "END_USER_DATA_STATEMENT",

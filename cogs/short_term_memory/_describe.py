@@ -16,8 +16,8 @@ from stm import MemoryEntry, PurgeImpact, RecentPurges, ServerSettings
 from stm._history import changes, version_text
 from stm.store._base import NoteVersion
 
-from ..utils.checks import MissingServerPermission, NotOwner
-from .i18n import Texts, texts_for
+from .._utils.checks import MissingServerPermission, NotOwner
+from ._i18n import Texts, texts_for
 
 __all__ = [
     "ENGLISH",

@@ -14,11 +14,11 @@ from stm._config import MAX_CONTEXT_TOKEN_BUDGET, RenderMode
 from stm._frames import model_language
 from stm._settings import invalid_input
 
-from ..utils.checks import has_server_permission_or_owner, server_only
-from ..utils.formatting import truncate
-from ..utils.replies import reply
-from .describe import describe_recent_purges, describe_settings
-from .i18n import Refused, texts_for
+from .._utils.checks import has_server_permission_or_owner, server_only
+from .._utils.formatting import truncate
+from .._utils.replies import reply
+from ._describe import describe_recent_purges, describe_settings
+from ._i18n import Refused, texts_for
 
 __all__ = ["SettingsCommands"]
 

@@ -30,8 +30,8 @@ from stm._purgewatch import describe_alert
 from stm._render import category_labels
 from stm.store import is_postgres_url
 
-from ..utils.audience import DiscordAudience
-from ..utils.checks import (
+from .._utils.audience import DiscordAudience
+from .._utils.checks import (
     Check,
     has_server_permission_or_owner,
     owner_only,
@@ -40,10 +40,10 @@ from ..utils.checks import (
     still_allowed,
     who_may,
 )
-from ..utils.context import channel_privacy, turn_context_from_interaction
-from ..utils.replies import NO_PINGS, reply
-from .confirm import CONFIRM_SECONDS, PurgeConfirmation
-from .describe import (
+from .._utils.context import channel_privacy, turn_context_from_interaction
+from .._utils.replies import NO_PINGS, reply
+from ._confirm import CONFIRM_SECONDS, PurgeConfirmation
+from ._describe import (
     ENGLISH,
     describe_forget_done,
     describe_forget_preview,
@@ -56,10 +56,10 @@ from .describe import (
     describe_restore_preview,
     describe_where,
 )
-from .entries import entries_shown_to
-from .i18n import CommandTranslator, Refused, Texts, texts_for
-from .listeners import DiscordEvents
-from .settings import SettingsCommands
+from ._entries import entries_shown_to
+from ._i18n import CommandTranslator, Refused, Texts, texts_for
+from ._listeners import DiscordEvents
+from ._settings import SettingsCommands
 
 __all__ = [
     "COG_NAME",
@@ -240,7 +240,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             channel_is_private=channel_privacy(self.bot),
             token_counter=self.token_counter,
             # Other channels' memory only where everyone present can read it, as Discord
-            # says at each prompt (cogs/utils/audience.py).
+            # says at each prompt (cogs/_utils/audience.py).
             audience=self.audience,
         )
         try:
