@@ -92,8 +92,8 @@ class Entry:
     deposited: tuple[tuple[int, int], ...] = field(default=(), repr=False)
     # Set when a delete removed this entry: background work must not write it back.
     deleted: bool = False
-    # Bumped on every change of the distilled content.
-    version: int = 0
+    # The revision: bumped on every change of the distilled content (not a chain's version).
+    revision: int = 0
     # Users whose turns scrolled out of the window since the cache last looked: the
     # cache drops them from its user index unless they still have words here.
     scrolled: list[int] | None = field(default=None, repr=False)
@@ -225,7 +225,7 @@ class _Group:
         self.live[key] = entry
 
     def drop(self, key: str) -> None:
-        """Forget ``key``."""
+        """Drop ``key``."""
         self.live.pop(key, None)
         if self.cold is not None:
             self.cold.pop(key, None)
@@ -548,10 +548,10 @@ class MemoryCache:
             _index_add(self._by_chain, pin.chain, entry.key)
 
     def drop_distilled(self, entry: Entry) -> None:
-        """Forget ``entry``'s distilled content (a purge or another process's upgrade)."""
+        """Drop ``entry``'s distilled content (a purge or another process's upgrade)."""
         entry.summary, entry.categories = None, NO_CATEGORIES
         self.set_pin(entry, None)
-        entry.version += 1
+        entry.revision += 1
 
     def recall(
         self,

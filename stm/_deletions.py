@@ -1,7 +1,7 @@
 """The log of recent deletions, so work begun before a delete can tell it was overtaken.
 
 A read queued before a clear returns rows the clear removes; an upgrade whose turn
-began before a purge was written from words the purge erased. Both check this log
+began before a purge was written from words the purge removed. Both check this log
 instead of trusting what they saw. A purge's ranges (which versions of which notes
 it cleared, ``_lineage.py``) are known once the store planned them; until then the
 purge is *pending*, and everything it may reach is treated as reached. Pure: no I/O.
@@ -201,7 +201,7 @@ class DeletionLog:
             return None
         return [logged for n, logged in self._recent if n > seq]
 
-    def forget_all(self) -> None:
+    def overtake_all(self) -> None:
         """Count every piece of work begun before now as overtaken (deletions were missed)."""
         self.seq += 1
         self._recent.clear()
@@ -237,7 +237,7 @@ def overtakes(
     server_id: int | None,
     current: Mapping[str, Pin | None] | None = None,
 ) -> bool:
-    """Did any of ``deletions`` erase words a turn could have put in its summary or reply?
+    """Did any of ``deletions`` remove words a turn could have put in its summary or reply?
 
     A turn is overtaken by a clear of any channel its prompt showed (its own among
     them), by a message deleted or edited on Discord that a window of such a channel (or

@@ -9,12 +9,12 @@ each change that another process made:
   again (the crude messages this process holds stay: they exist only here); a key
   not held here whose server's channels this process recalls is read in, so notes
   written elsewhere are recalled in the server's other channels here too;
-- a channel clear, a user purge: the same as the local ones (``_forget.py``),
+- a channel clear, a user purge: the same as the local ones (``_drops.py``),
   crude messages held only by this process included, and recorded in the
   deletion log, so reads in flight and turns that began earlier are overtaken
   exactly as by a local delete; a purge's ranges are read with it
   (``Store.purge_ranges``), so this cache drops the same notes the store cleared;
-- settings and opt-outs: reloaded; a janitor's deletion: the entry is evicted;
+- settings and opt-outs: reloaded; a janitor's deletion: the entry is dropped;
 - messages deleted or edited on Discord (``_messages.py``): they leave this
   process's windows (an edit's new text is not in the feed).
 
@@ -35,10 +35,10 @@ from typing import Any
 
 from ._cache import GroupKey, MemoryCache, group_of
 from ._deletions import Purge
-from ._forget import clear_channel, clear_ranges, forget_everything, forget_key, purge_user
+from ._drops import clear_channel, clear_ranges, drop_everything, drop_key, purge_user
 from ._keys import parse_key
 from ._lineage import Erasure
-from ._messages import RecentlyForgotten, forget_messages, nudge_rewrite
+from ._messages import RecentlyForgotten, forget_messages, nudge_upgrade
 from ._models import TurnContext
 from ._readthrough import ReadThrough
 from ._settings import SettingsBook
@@ -231,7 +231,7 @@ class Follower:
                 )
                 self._replaced(change.key)
             case "expire" if change.key is not None:
-                forget_key(self.cache, self.reads, writer, change.key)
+                drop_key(self.cache, self.reads, writer, change.key)
             case "delete_messages" | "edit_messages" if change.channel_id is not None:
                 # Deleted, or edited (the feed never holds the new text): gone from windows.
                 ids = change.message_ids
@@ -240,7 +240,7 @@ class Follower:
                 done = forget_messages(self.cache, self.reads, change.channel_id, ids)
                 self.messages_forgotten += done.messages
                 cadence = self.settings.for_server
-                for entry in nudge_rewrite(done, lambda s: cadence(s).refresh_cadence):
+                for entry in nudge_upgrade(done, lambda s: cadence(s).refresh_cadence):
                     writer.mark_dirty(entry)
             case "settings" | "opt_out":
                 self._spawn(self._reload_settings(), "stm-reload-settings")
@@ -268,6 +268,6 @@ class Follower:
         )
 
     def _drop_everything(self, why: str) -> None:
-        dropped = forget_everything(self.cache, self.reads, self._writer)
+        dropped = drop_everything(self.cache, self.reads, self._writer)
         self.dropped_caches += 1
         log.warning("short-term memory dropped its cache (%d keys): %s", dropped, why)

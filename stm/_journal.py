@@ -149,7 +149,7 @@ class Journal:
     # -- reading --------------------------------------------------------------------
     def load(self, *, replaying: bool = True) -> list[Pending]:
         """The changes still pending, in order, each once (``replaying=False``: only read,
-        as the command line reads them to leave out what they erase; logged at DEBUG).
+        as the command line reads them to leave out what they remove; logged at DEBUG).
 
         Damaged records are skipped and counted in one log line; a journal that exists
         but cannot be read stops the open (StoreError): its changes would be lost."""

@@ -32,9 +32,9 @@ from ._cache import Entry, MemoryCache
 from ._config import STMConfig
 from ._convert import snapshot
 from ._deletions import Purge, add_reach, with_own
+from ._drops import clear_channel, clear_ranges, drop_unplanned, own_entry, purge_user
 from ._errors import DurabilityError, StoreError
 from ._follower import Follower
-from ._forget import clear_channel, clear_ranges, forget_unplanned, own_entry, purge_user
 from ._frames import Frames, model_language
 from ._ids import check_bool, check_id, check_optional_id
 from ._intent import IntentGate
@@ -47,7 +47,7 @@ from ._messages import (
     edit_message,
     forget_messages,
     held_as,
-    nudge_rewrite,
+    nudge_upgrade,
 )
 from ._metrics import DISCORD_EVENTS, MetricsSnapshot, Tally
 from ._models import (
@@ -889,16 +889,17 @@ class ShortTermMemory:
 
     # -- deletion -------------------------------------------------------------
     async def clear_short_term_memory_for_channel(self, channel_id: int) -> int:
-        """``/refresh``: forget every scope and persona of the channel; returns keys evicted.
+        """``/refresh``: clear every scope and persona of the channel; returns how many
+        keys this process's cache dropped.
 
-        Evicted at once; the durable delete runs in the background (see ``flush``).
+        Dropped at once; the durable delete runs in the background (see ``flush``).
         """
         check_id(channel_id, "channel_id")
         self._tally.channel_clears += 1
-        evicted = clear_channel(self.cache, self._reads, self.writer, channel_id)
+        dropped = clear_channel(self.cache, self._reads, self.writer, channel_id)
         self.writer.submit_change(DeleteChannel(channel_id))
-        log.info("clearing channel %s (%d keys held here)", channel_id, evicted)
-        return evicted
+        log.info("clearing channel %s (%d keys held here)", channel_id, dropped)
+        return dropped
 
     async def clear_short_term_memory_for_user(
         self, user_id: int, server_id: int | None = None
@@ -959,7 +960,7 @@ class ShortTermMemory:
         self, user_id: int, server_id: int | None = None, *, requested_by: int | None = None
     ) -> PurgeImpact:
         """``clear_short_term_memory_for_user``, then a ``flush`` of it: returns once the
-        purge and what was queued before it are durable (and erased from the files), not
+        purge and what was queued before it are durable (and scrubbed from the files), not
         waiting for the rest of a janitor pass or another purge begun before, with what it
         erased (per server, as the store planned it). Raises DurabilityError while it
         cannot be made durable (it stays queued and is retried). ``requested_by``: the
@@ -1033,7 +1034,7 @@ class ShortTermMemory:
         # A store being retried will not answer soon: do not hold the caller up for it.
         wait = PURGE_WAIT_SECONDS if self.writer.healthy else 0.0
         if not await self._reads.planned_purge(purge, wait):
-            dropped = forget_unplanned(self.cache, purge)
+            dropped = drop_unplanned(self.cache, purge)
             log.warning(
                 "purge of user %s %s not planned by the store in time: %d entries it may "
                 "reach dropped from the cache, to be read again",
@@ -1130,7 +1131,7 @@ class ShortTermMemory:
             if not purge.pending:
                 return
             if ranges is None:
-                forget_unplanned(self.cache, purge)
+                drop_unplanned(self.cache, purge)
                 ranges = ()
             cleared = clear_ranges(self.cache, purge, ranges)
             log.info(
@@ -1200,7 +1201,7 @@ class ShortTermMemory:
     def _after_forget(self, done: Forgotten, why: str) -> None:
         if not done.stale_notes:
             return
-        marked = nudge_rewrite(done, lambda server: self.settings_for(server).refresh_cadence)
+        marked = nudge_upgrade(done, lambda server: self.settings_for(server).refresh_cadence)
         for entry in marked:
             self.writer.mark_dirty(entry)
         if marked:
@@ -1376,7 +1377,7 @@ class ShortTermMemory:
             self.cache.remove(key)
         if expired:
             self._reads.rows_left_cache()  # their rows wait for the delete queued below
-        self.writer.forget_dirty(expired)
+        self.writer.drop_dirty(expired)
         self.writer.submit_change(
             DeleteExpired(*self._reads.thresholds(), EXPIRE_CHUNK), what="deleting expired rows"
         )

@@ -19,7 +19,7 @@ message out, and one captured after an edit holds the edited text.
 
 Distilled notes are not cleared: the library records whose words a version of notes
 may hold, not which messages; an entry whose window held the message and that holds
-notes is marked so that its next turn nudges the model to rewrite them (see
+notes is marked so that its next turn nudges the model to upgrade them (see
 docs/data.md, "What Discord events remove"). Pure: no I/O.
 """
 
@@ -40,7 +40,7 @@ __all__ = [
     "RecentlyForgotten",
     "edit_message",
     "forget_messages",
-    "nudge_rewrite",
+    "nudge_upgrade",
 ]
 
 # How long a process remembers deleted and edited message ids for the captures of turns
@@ -189,10 +189,10 @@ def held_as(cache: MemoryCache, channel_id: int, message_id: int, content: str) 
     return False
 
 
-def nudge_rewrite(done: Forgotten, cadence: Callable[[int | None], int]) -> list[Entry]:
+def nudge_upgrade(done: Forgotten, cadence: Callable[[int | None], int]) -> list[Entry]:
     """Mark the entries whose notes were written while their window held a message that
-    is gone or changed now: their next turn nudges the model to rewrite the notes
-    (``cadence`` gives a server's refresh cadence). Returns them (to write behind)."""
+    is gone or changed now: their next turn nudges the model to upgrade the notes
+    (``cadence`` gives a server's cadence). Returns them (to write behind)."""
     marked = []
     for entry in done.stale_notes:
         if entry.deleted:

@@ -1,9 +1,9 @@
-"""Purges that wipe a server's memory, and members who keep doing it: a sliding window.
+"""Purges that clear much of a server's notes, and members who keep doing it: a sliding window.
 
 A purge clears the notes of shared entries that may hold the purged user's words
 (``_lineage.py``), so one member's purge can take a large part of what the bot
 remembers of a server, and the same member purging again and again can keep it
-wiped. :class:`PurgeWatch` records, per server, what each purge cleared, and says
+cleared. :class:`PurgeWatch` records, per server, what each purge cleared, and says
 when the server's admins should hear of it (a :class:`PurgeAlert`):
 
 - a purge that cleared the notes of more than ``SHARE_THRESHOLD`` of the server's
@@ -40,7 +40,7 @@ __all__ = [
 SHARE_THRESHOLD = 0.25
 SHARE_MINIMUM = 5
 # Three purges clearing shared notes in a day, by one member in one server: the notes
-# are written again within hours of normal talk, so more than that keeps them wiped.
+# are written again within hours of normal talk, so more than that keeps them cleared.
 REPEAT_LIMIT = 3
 WINDOW_SECONDS = 24 * 3600.0
 # Records kept at most (the oldest go first): bounds memory whatever the traffic.
@@ -125,7 +125,7 @@ class PurgeWatch:
         distilled_by_server: Mapping[int | None, int],
     ) -> list[PurgeAlert]:
         """One purge asked for by ``member``: what it cleared per server; what to warn of."""
-        self._forget(now)
+        self._prune(now)
         alerts: list[PurgeAlert] = []
         for server_id, shared in sorted(
             (s, n) for s, n in shared_by_server.items() if s is not None and n > 0
@@ -157,7 +157,7 @@ class PurgeWatch:
 
     def recent(self, server_id: int, now: float) -> RecentPurges:
         """The server's purges that cleared shared notes within the window before ``now``."""
-        self._forget(now)
+        self._prune(now)
         here = [r for r in self._records if r.server_id == server_id]
         return RecentPurges(
             purges=len(here),
@@ -167,7 +167,7 @@ class PurgeWatch:
             threshold=self.threshold,
         )
 
-    def _forget(self, now: float) -> None:
+    def _prune(self, now: float) -> None:
         records = self._records
         while records and records[0].at <= now - self.window:
             records.popleft()

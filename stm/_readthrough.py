@@ -146,7 +146,7 @@ def _identity_of(old: Entry) -> Entry:
         last_refreshed_turn=0,
         hydrated=True,
         deposited=(),
-        version=0,
+        revision=0,
         scrolled=None,
     )
 
@@ -250,7 +250,7 @@ class ReadThrough:
         for victim in self.cache.put(entry, touched=touched):
             self._warmed.discard(victim.group)
 
-    def forget_group(self, group: GroupKey) -> None:
+    def read_group_again(self, group: GroupKey) -> None:
         """Read the group's rows again on its next turn (an entry of it was deleted)."""
         self._warmed.discard(group)
 
@@ -603,9 +603,9 @@ class ReadThrough:
         entry = self.cache.peek(key)
         if entry is None:
             return
-        version = entry.version
+        revision = entry.revision
         rows = await self._read(LoadRows((key,), *self.thresholds()), [key])
-        if self.cache.peek(key) is not entry or entry.deleted or entry.version != version:
+        if self.cache.peek(key) is not entry or entry.deleted or entry.revision != revision:
             return
         if rows is None:
             read_again(entry)  # the next turn reads the row

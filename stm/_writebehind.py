@@ -94,7 +94,7 @@ class WriteBehind:
         for entry in dirty.values():
             entry.deposited = tuple(d for d in entry.deposited if d[0] != seq)
 
-    def forget(self, keys: Iterable[str]) -> None:
+    def drop(self, keys: Iterable[str]) -> None:
         """Do not write these keys behind (they were deleted)."""
         for key in keys:
             self._dirty.pop(key, None)

@@ -32,8 +32,8 @@ cannot jam the queue. While deletes wait out a backoff, an operation whose
 caller waits for an answer brings the retry forward: its caller hears after
 one attempt, not after the backoff, whether it was saved.
 
-Erasure (emptying the WAL of what deletes left in it, see ``Scrub``) is not
-queued work: ``Erasures`` says when it runs, between batches.
+A scrub (emptying the WAL of what deletes left in it, see ``Scrub``) is not
+queued work: ``Scrubs`` says when it runs, between batches.
 
 ``Writer`` is the queue and its loop; each other job is a collaborator it builds, in
 the order each needs the one before, and starts nothing until ``start()``.
@@ -50,7 +50,6 @@ from dataclasses import replace
 from typing import Any
 
 from ._cache import Entry
-from ._erasures import Erasures
 from ._errors import DurabilityError
 from ._journal import Journal
 from ._metrics import WriterCounters
@@ -58,6 +57,7 @@ from ._pending import PendingChanges
 from ._poison import Bisection
 from ._queued import Queued
 from ._retrying import Retrying
+from ._scrubs import Scrubs
 from ._timing import LoopScheduler, PurgeSteps, Scheduler
 from ._writebehind import TouchGuard, WriteBehind, describe
 from .store._base import (
@@ -113,7 +113,7 @@ class Writer:
         self.write_behind = WriteBehind(write_behind, self.scheduler, touch_guard, held)
         self.pending_changes = PendingChanges(journal)
         self.bisection = Bisection(self.counters)
-        self.erasures = Erasures(store, scrub_delay, retry_delay)
+        self.scrubs = Scrubs(store, scrub_delay, retry_delay)
         self.purge_steps = PurgeSteps()
         self._queue: deque[Queued] = deque()
         # Queued items that continue an earlier one's work.
@@ -229,7 +229,7 @@ class Writer:
         its place in the queue (``flush(through=)`` waits for it and what it leaves; it
         raises DurabilityError naming it while it is not durable).
 
-        A delete that removes something makes an erasure due (coalesced, within
+        A delete that removes something makes a scrub due (coalesced, within
         ``scrub_delay``; ``flush`` runs a due one at once). A purge's first transaction
         answers ``on_result`` with its ``PurgeResult``; the rows it leaves are cleared
         by later transactions, queued behind what is queued then (``flush`` waits for
@@ -265,9 +265,9 @@ class Writer:
         """The place in the queue of the item queued last (what is queued after it, later)."""
         return self._seq
 
-    def forget_dirty(self, keys: Iterable[str]) -> None:
+    def drop_dirty(self, keys: Iterable[str]) -> None:
         """Do not write these keys behind (they were deleted)."""
-        self.write_behind.forget(keys)
+        self.write_behind.drop(keys)
 
     def unwritten(self, which: Callable[[Entry], bool]) -> bool:
         """True when an entry ``which`` selects (not deleted) waits to be written: dirty,
@@ -294,7 +294,7 @@ class Writer:
     # The counters ``memory.stats`` and the tests read by name (all: ``counters``).
     @property
     def round_trips(self) -> int:
-        """Store round trips: transactions tried and erasures."""
+        """Store round trips: transactions tried and scrubs."""
         return self.counters.round_trips
 
     @property
@@ -313,7 +313,7 @@ class Writer:
         failure = self.retrying.failure
         if failure is not None:
             lines = [f"{item.what}: {failure}" for item in self._queue if item.retried]
-        return lines + self.erasures.failing()
+        return lines + self.scrubs.failing()
 
     def at_risk(self) -> list[str]:
         """The changes queued and not committed that the journal does not hold either: a
@@ -328,7 +328,7 @@ class Writer:
         self, *, attempts: int = 1, scrub: bool = True, through: int | None = None
     ) -> None:
         """Return once everything queued so far is committed, with the work it left (a
-        purge's later steps, a janitor pass's later chunks), and, with ``scrub``, erased
+        purge's later steps, a janitor pass's later chunks), and, with ``scrub``, scrubbed
         from the files; raise DurabilityError if it cannot be after ``attempts`` tries.
 
         With ``through`` (what ``submit_change`` returned): once that item, what was queued
@@ -338,25 +338,25 @@ class Writer:
             self._swap_dirty()
         target = self._seq if through is None else through
         tries = scrub_tries = 0
-        covering = 0  # the erasure that covers what was waited for, once it is known
+        covering = 0  # the scrub that covers what was waited for, once it is known
         while True:
             if self._finished_through() >= target if through is None else self._settled(target):
-                # Erase what the deletes so far left behind (once they are committed).
-                erasures = self.erasures
+                # Scrub what the deletes so far left behind (once they are committed).
+                scrubs = self.scrubs
                 if not scrub:
                     return
                 if not covering:
-                    if not erasures.pending:
+                    if not scrubs.pending:
                         return
-                    covering = erasures.next_covering()
-                if erasures.erased >= covering:
+                    covering = scrubs.next_covering()
+                if scrubs.scrubbed >= covering:
                     return
-                if erasures.failure is not None and not erasures.running:
+                if scrubs.failure is not None and not scrubs.running:
                     if scrub_tries >= attempts:
                         raise self._durability_error(self.failing())
                     scrub_tries += 1
-                if not erasures.running:
-                    erasures.now(self.scheduler.now())
+                if not scrubs.running:
+                    scrubs.now(self.scheduler.now())
                     self._wake.set()
             elif not self.retrying.healthy and self.retrying.due_at:
                 if tries >= attempts:
@@ -457,7 +457,7 @@ class Writer:
                 wake_at = now
             else:
                 write_behind_at = self.write_behind.due_at()
-                scrub_at = self.erasures.wake_at()
+                scrub_at = self.scrubs.wake_at()
                 due = [t for t in (scrub_at, write_behind_at) if t]
                 wake_at = min(due) if due else None
             if wake_at is None or wake_at > now:
@@ -474,21 +474,21 @@ class Writer:
             await self._cycle()
 
     def _scrub_due(self, now: float) -> bool:
-        """Erase between batches once due, but not while deletes are queued: they would
-        need another erasure right after (a burst of purges shares one). Unless a caller
+        """Scrub between batches once due, but not while deletes are queued: they would
+        need another scrub right after (a burst of purges shares one). Unless a caller
         waits for it: a purge's answer does not wait for another purge's last step."""
-        if not self.erasures.due(now):
+        if not self.scrubs.due(now):
             return False
-        if self.erasures.awaited:
+        if self.scrubs.awaited:
             return True
         return not any(
             isinstance(i.op, DeleteChannel | PurgeUser | SweepPurge) for i in self._queue
         )
 
     async def _scrub(self) -> None:
-        """Erase what committed deletes left in the files without holding up the queue."""
+        """Scrub what committed deletes left in the files without holding up the queue."""
         self.counters.round_trips += 1
-        await self.erasures.run(self.scheduler.now())
+        await self.scrubs.run(self.scheduler.now())
         progress, self._progress = self._progress, asyncio.Event()
         progress.set()
 
@@ -532,7 +532,7 @@ class Writer:
             for _ in items:
                 self._pop()
             self.retrying.succeeded()
-            erased = False
+            to_scrub = False
             if several:
                 results = _per_item(items, results)
             for item, result in zip(items, results, strict=True):
@@ -540,12 +540,12 @@ class Writer:
                     item.future.set_result(result)
                 if item.on_result is not None:
                     self._tell(item, result)
-                # Only a delete that removed something leaves anything to erase.
+                # Only a delete that removed something leaves anything to scrub.
                 if (
                     isinstance(item.op, DeleteChannel | PurgeUser | DeleteExpired | ForgetServer)
                     and result
                 ):
-                    erased = True
+                    to_scrub = True
                 op = item.op
                 if (
                     isinstance(op, DeleteExpired)
@@ -561,13 +561,13 @@ class Writer:
                         # A store answering out of contract must not stop the writer: the
                         # rest of the purge is left to the next open's pending sweeps.
                         log.exception("%s: the store's answer cannot be read", item.what)
-                        erased = True
+                        to_scrub = True
                         continue
-                    erased = erased or bool(cleared)
+                    to_scrub = to_scrub or bool(cleared)
                     if more:
                         self._continue(item, position)
-            if erased:
-                self.erasures.after_deletes(self.scheduler.now())
+            if to_scrub:
+                self.scrubs.after_deletes(self.scheduler.now())
             self.pending_changes.done(items)
         progress, self._progress = self._progress, asyncio.Event()
         progress.set()

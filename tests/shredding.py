@@ -70,12 +70,12 @@ class KeyWitness:
 
     def look(self) -> None:
         with contextlib.closing(sqlite3.connect(str(self.db_path))) as db:
-            for row_key, key in db.execute(
+            for scope_key, secret in db.execute(
                 "SELECT m.key, k.key FROM short_term_memories m "
                 "JOIN stm_keys k ON k.slot = m.key_slot"
             ):
-                if bytes(key) != DEAD_KEY:
-                    self.seen.setdefault(row_key, set()).add(bytes(key))
+                if bytes(secret) != DEAD_KEY:
+                    self.seen.setdefault(scope_key, set()).add(bytes(secret))
 
     def keys(self, rows: Iterable[str]) -> set[bytes]:
         return {key for row in rows for key in self.seen.get(row, ())}

@@ -90,12 +90,12 @@ def render(
 
 
 def server(n_lines: int = 4, crude: int = 6) -> tuple[Entry, list[Entry]]:
-    here = entry(10, summary="\n".join(f"here line {i}" for i in range(n_lines)), version=1)
+    here = entry(10, summary="\n".join(f"here line {i}" for i in range(n_lines)), revision=1)
     others = []
     for channel in (11, 12, 13):
         said = deque(message(f"message {i} in {channel}") for i in range(crude))
         summary = f"notes of {channel}\nsecond line {channel}"
-        others.append(entry(channel, summary=summary, messages=said, version=1))
+        others.append(entry(channel, summary=summary, messages=said, revision=1))
     return here, others
 
 
@@ -285,7 +285,7 @@ def worlds(draw: st.DrawFn) -> tuple[Entry | None, list[Entry], ServerSettings]:
                 e.categories = {slugify(label): draw(texts) or "x" for label in labels}
             else:
                 e.summary = draw(texts) or "x"
-            e.version = 1
+            e.revision = 1
         entries.append(e)
     here = entries[0] if draw(st.booleans()) else None
     return here, entries[1:], s

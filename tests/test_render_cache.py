@@ -81,7 +81,7 @@ CHANGES: dict[str, Change] = {
     "oldest message's user purged": lambda e: setattr(
         e, "messages", e.messages.without(e.messages[0].turn_user_id) if e.messages else e.messages
     ),
-    "summary set": lambda e: setattr(e, "summary", f"SUMMARY {e.version}"),
+    "summary set": lambda e: setattr(e, "summary", f"SUMMARY {e.revision}"),
     "summary cleared": lambda e: setattr(e, "summary", None),
     "categories set": lambda e: setattr(e, "categories", {"plans": "PLANS", "mood": "calm"}),
     # The library replaces categories; a host that changes a held dict in place is seen too.
@@ -124,7 +124,7 @@ def test_reused_segments_always_match_a_fresh_render(steps: list[tuple[str, int,
     e.summary = "FIRST SUMMARY"
     for change, which, bot in steps:
         CHANGES[change](e)
-        e.version += 1
+        e.revision += 1
         now_settings = SETTINGS[which]
         with_cache = other_channels_blocks([e], now_settings, bot, NOW, cache)
         fresh = other_channels_blocks([e], now_settings, bot, NOW, None)

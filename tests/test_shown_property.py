@@ -76,7 +76,7 @@ def worlds(draw: st.DrawFn) -> tuple[Entry | None, list[Entry], ServerSettings, 
                 e.categories = {slugify(label): draw(texts) or "x" for label in labels}
             else:
                 e.summary = draw(texts) or "x"
-            e.version = 1
+            e.revision = 1
         entries.append(e)
     here = entries[0] if draw(st.booleans()) else None
     return here, entries[1:], s, locale

@@ -41,7 +41,7 @@ def test_forgotten_keys_are_not_written() -> None:
     behind = WriteBehind(5.0, ManualScheduler(), None)
     behind.mark(entry(1))
     behind.mark(entry(2))
-    behind.forget(["shortterm:server:1:1", "shortterm:server:1:9"])
+    behind.drop(["shortterm:server:1:1", "shortterm:server:1:9"])
     assert list(behind.take()) == ["shortterm:server:1:2"]
 
 

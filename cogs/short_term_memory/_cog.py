@@ -42,7 +42,7 @@ from .._utils.checks import (
 )
 from .._utils.context import channel_privacy, turn_context_from_interaction
 from .._utils.replies import NO_PINGS, reply
-from ._confirm import CONFIRM_SECONDS, PurgeConfirmation
+from ._confirm import CONFIRM_SECONDS, Confirmation
 from ._describe import (
     ENGLISH,
     describe_forget_done,
@@ -177,7 +177,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         if token_counter is not None and not callable(token_counter):
             raise TypeError("token_counter must be a callable from text to a token count")
         self.token_counter = token_counter
-        self._confirmations: weakref.WeakSet[PurgeConfirmation] = weakref.WeakSet()
+        self._confirmations: weakref.WeakSet[Confirmation] = weakref.WeakSet()
         self._translator: CommandTranslator | None = None
         # Who may read which channel, from discord.py's cache: the memory's audience.
         self.audience = DiscordAudience(bot)
@@ -275,7 +275,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         )
 
     async def cog_unload(self) -> None:
-        # A confirmation pressed after this would reach a closed memory: nothing is erased.
+        # A confirmation pressed after this would reach a closed memory: nothing is done.
         for confirmation in list(self._confirmations):
             confirmation.stop()
         translator, self._translator = self._translator, None
@@ -436,7 +436,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         texts = texts_for(interaction.locale)
         impact = await self.memory.preview_purge(user_id)
 
-        async def erase() -> str:
+        async def purge() -> str:
             try:
                 done: PurgeImpact | None = await self.memory.purge(user_id)
             except DurabilityError as exc:
@@ -447,7 +447,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         preview = describe_forget_preview(
             impact, here=interaction.guild_id, seconds=self.confirm_seconds, texts=texts
         )
-        await self._confirm(interaction, preview, erase, texts)
+        await self._confirm(interaction, preview, purge, texts)
 
     @memory_group.command(name="pause", description="Stop the bot remembering your messages.")
     async def memory_pause(self, interaction: discord.Interaction[Any]) -> None:
@@ -488,7 +488,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         impact = await self.memory.preview_purge(user.id, server_id)
         asker = interaction.user.id
 
-        async def erase() -> str:
+        async def purge() -> str:
             try:
                 done: PurgeImpact | None = await self.memory.purge(
                     user.id, server_id, requested_by=asker
@@ -512,25 +512,25 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             seconds=self.confirm_seconds,
             texts=texts,
         )
-        await self._confirm(interaction, preview, erase, texts, also=also)
+        await self._confirm(interaction, preview, purge, texts, also=also)
 
     async def _confirm(
         self,
         interaction: discord.Interaction[Any],
         preview: str,
-        erase: Callable[[], Awaitable[str]],
+        act: Callable[[], Awaitable[str]],
         texts: Texts,
         *,
         also: tuple[Check, ...] = (),
     ) -> None:
-        """Answer with ``preview`` and the Confirm / Cancel buttons; ``erase`` on Confirm.
+        """Answer with ``preview`` and the Confirm / Cancel buttons; ``act`` on Confirm.
 
         Confirm runs again the checks that admitted the command (those that say who may
         use it) and ``also`` (checks the command made of its options), against the press:
         permissions lost while the buttons waited refuse it, as they would the command."""
-        view = PurgeConfirmation(
+        view = Confirmation(
             interaction.user.id,
-            erase,
+            act,
             admits=(*who_may(interaction.command), *also),
             apology=texts("error.apology"),
             timeout=self.confirm_seconds,

@@ -1,5 +1,5 @@
-"""Confirm / Cancel under a purge's preview: nothing is erased until the asker confirms,
-and only while they still may."""
+"""Confirm / Cancel under a purge's (or a restore's) preview: nothing is done until the
+asker confirms, and only while they still may."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from ._describe import (
 )
 from ._i18n import Texts, texts_for
 
-__all__ = ["CONFIRM_SECONDS", "PurgeConfirmation"]
+__all__ = ["CONFIRM_SECONDS", "Confirmation"]
 
 log = logging.getLogger("discord_stm")
 
@@ -33,14 +33,14 @@ log = logging.getLogger("discord_stm")
 CONFIRM_SECONDS = 120.0
 
 
-class PurgeConfirmation(discord.ui.View):
-    """The buttons under a purge's preview; only ``asker`` may press them, once.
+class Confirmation(discord.ui.View):
+    """The buttons under a purge's (or a restore's) preview; only ``asker`` may press them, once.
 
-    ``erase`` runs the purge and returns what the message then says. ``admits``: the
+    ``act`` runs the purge (or restore) and returns what the message then says. ``admits``: the
     checks that admitted the command (``checks.who_may``, and any the command made of
     its options); Confirm runs them again against the press, whose payload carries the
     presser's permissions as they are now, and a check that refuses ends the
-    confirmation with the refusal the command would have given, nothing erased.
+    confirmation with the refusal the command would have given, nothing done.
     Cancelled, or unanswered after ``timeout`` seconds, nothing happens and the message
     says so. Send it, then set ``message`` (the sent message) so the expiry can be
     written.
@@ -49,7 +49,7 @@ class PurgeConfirmation(discord.ui.View):
     def __init__(
         self,
         asker: int,
-        erase: Callable[[], Awaitable[str]],
+        act: Callable[[], Awaitable[str]],
         *,
         admits: Sequence[Check],
         apology: str,
@@ -61,7 +61,7 @@ class PurgeConfirmation(discord.ui.View):
         self.asker = asker
         self.message: discord.WebhookMessage | None = None
         self.answered = False
-        self._erase = erase
+        self._act = act
         self._admits = tuple(admits)
         self._apology = apology
         self._seconds = timeout
@@ -98,7 +98,7 @@ class PurgeConfirmation(discord.ui.View):
         await interaction.response.edit_message(
             content=describe_purge_erasing(self.texts), view=None, allowed_mentions=NO_PINGS
         )
-        text = await self._erase()
+        text = await self._act()
         await interaction.edit_original_response(content=text, allowed_mentions=NO_PINGS)
 
     @discord.ui.button(style=discord.ButtonStyle.secondary)

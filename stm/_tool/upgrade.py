@@ -102,7 +102,7 @@ class _Snapshot:
     pin: Pin | None
     turns_since_refresh: int
     last_refreshed_turn: int
-    version: int = 0  # the entry's version once the upgrade changed it
+    revision: int = 0  # the entry's revision once the upgrade changed it
     # The content this upgrade wrote (the very objects): how its commit recognizes it.
     wrote: tuple[str | None, Mapping[str, str]] | None = None
 
@@ -131,13 +131,13 @@ class _Snapshot:
     def restore(self, cache: MemoryCache) -> None:
         """Undo the upgrade, unless the entry changed again or was deleted since."""
         entry = self.entry
-        if entry.version != self.version or entry.deleted:
+        if entry.revision != self.revision or entry.deleted:
             return
         entry.summary, entry.categories = self.summary, self.categories
         cache.set_pin(entry, self.pin)
         entry.turns_since_refresh = self.turns_since_refresh
         entry.last_refreshed_turn = self.last_refreshed_turn
-        entry.version += 1
+        entry.revision += 1
 
 
 class _InFlight:
@@ -473,12 +473,12 @@ class Upgrades:
             self.cache.set_pin(entry, None)
             entry.turns_since_refresh = 0
             entry.last_refreshed_turn += 1
-            entry.version += 1
+            entry.revision += 1
             self.reads.describe(entry, ctx)
             self.cache.touch(entry, now)
         for snapshot in snapshots:
             entry = snapshot.entry
-            snapshot.version = entry.version
+            snapshot.revision = entry.revision
             snapshot.wrote = (entry.summary, entry.categories)
             self._in_flight.add(snapshot)
         writer = self._writer

@@ -545,10 +545,10 @@ def janitor(
         return
     confirm(yes, f"Delete {expired} expired rows from {printable(opts.shown)}?")
 
-    async def sweep(memory: ShortTermMemory) -> None:
+    async def janitor_pass(memory: ShortTermMemory) -> None:
         await memory.run_janitor()
 
-    done = run(durably(opts, sweep, "janitor pass"))
+    done = run(durably(opts, janitor_pass, "janitor pass"))
     remaining = run(count())
     if opts.as_json:
         echo_json(

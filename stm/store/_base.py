@@ -444,7 +444,7 @@ class PurgeResult:
     servers: frozenset[int | None] | None = None
 
     def __bool__(self) -> bool:
-        """True when it removed or cleared anything (and so left something to erase)."""
+        """True when it removed or cleared anything (and so left something to scrub)."""
         return bool(self.removed or self.cleared)
 
 
@@ -656,7 +656,7 @@ class Restored:
 
 @dataclass(frozen=True, slots=True)
 class Scrub:
-    """Erase from the files what committed deletes destroyed (run alone, outside a
+    """Scrub from the files what committed deletes destroyed (run alone, outside a
     transaction; it fails, to be tried again later, while another connection's read
     transaction keeps the WAL from being emptied).
 
@@ -929,7 +929,7 @@ class Store(Protocol):
         ...
 
     async def forget_keys(self) -> None:
-        """Drop every row key held in memory between transactions: another process
+        """Drop every row's encryption key held in memory between transactions: another process
         committed changes (a purge, a clear), and the keys of rows it deleted must not
         outlive them here until this store's next transaction."""
         ...

@@ -201,11 +201,12 @@ class PostgresStore(ProcedureStore):
 
     @property
     def held_keys(self) -> int:
-        """Always 0: row keys are read inside the transaction that uses them (``_Keys``)."""
+        """Always 0: rows' encryption keys are read inside the transaction that uses them
+        (``_Keys``)."""
         return 0
 
     async def forget_keys(self) -> None:
-        """Nothing to drop: no row key outlives its transaction here."""
+        """Nothing to drop: no row's encryption key outlives its transaction here."""
 
     async def poll_changed(self) -> bool:
         """True when the feed moved since the previous call (this process's own changes
@@ -435,15 +436,15 @@ async def _seal_legacy(conn: Any) -> int:
         "WHERE summary IS NOT NULL OR categories <> '{}'"
     )
     sealer = shred.TextSealer()
-    for memory_id, row_key, summary, categories in rows:
-        key = shred.new_key()
-        slot = await conn.fetchval("INSERT INTO stm_keys (key) VALUES ($1) RETURNING slot", key)
-        cipher = ChaCha20Poly1305(key)
+    for memory_id, scope_key, summary, categories in rows:
+        secret = shred.new_key()
+        slot = await conn.fetchval("INSERT INTO stm_keys (key) VALUES ($1) RETURNING slot", secret)
+        cipher = ChaCha20Poly1305(secret)
         await conn.execute(
             "UPDATE short_term_memories SET summary = $1, categories = $2, key_slot = $3 "
             "WHERE id = $4",
-            None if summary is None else sealer.seal(cipher, row_key, summary),
-            categories if categories == "{}" else sealer.seal(cipher, row_key, categories),
+            None if summary is None else sealer.seal(cipher, scope_key, summary),
+            categories if categories == "{}" else sealer.seal(cipher, scope_key, categories),
             slot,
             memory_id,
         )
@@ -458,13 +459,13 @@ class _Keys:
         self.sealer = shred.TextSealer()
         self._live: dict[str, tuple[int, ChaCha20Poly1305]] = {}
 
-    async def load(self, conn: Any, row_keys: list[str]) -> None:
-        for row_key, slot, key in await conn.fetch(
+    async def load(self, conn: Any, scope_keys: list[str]) -> None:
+        for scope_key, slot, secret in await conn.fetch(
             "SELECT m.key, k.slot, k.key FROM short_term_memories m "
             "JOIN stm_keys k ON k.slot = m.key_slot WHERE m.key = ANY($1::text[])",
-            row_keys,
+            scope_keys,
         ):
-            self._live[row_key] = (int(slot), ChaCha20Poly1305(bytes(key)))
+            self._live[scope_key] = (int(slot), ChaCha20Poly1305(bytes(secret)))
 
     async def seal(self, conn: Any, row: StoredRow) -> tuple[str | None, str, int | None]:
         """The row's summary, categories and key slot as stored."""

@@ -79,17 +79,17 @@ MIGRATION = f"""
 
 
 def _new_key(db: sqlite3.Connection) -> tuple[int, bytes]:
-    """A new key, in a free (or a new) slot."""
-    key = os.urandom(KEY_BYTES)
+    """A new encryption key, in a free (or a new) slot."""
+    secret = os.urandom(KEY_BYTES)
     free = db.execute(f"SELECT slot FROM stm_keys WHERE key = {_DEAD} LIMIT 1").fetchone()
     if free is not None:
-        db.execute("UPDATE stm_keys SET key = ? WHERE slot = ?", (key, free[0]))
-        return int(free[0]), key
-    slot = db.execute("INSERT INTO stm_keys (key) VALUES (?) RETURNING slot", (key,)).fetchone()
-    return int(slot[0]), key
+        db.execute("UPDATE stm_keys SET key = ? WHERE slot = ?", (secret, free[0]))
+        return int(free[0]), secret
+    slot = db.execute("INSERT INTO stm_keys (key) VALUES (?) RETURNING slot", (secret,)).fetchone()
+    return int(slot[0]), secret
 
 
-# Row keys per statement when reading their keys.
+# Scope keys per statement when reading their rows' encryption keys.
 _CHUNK = 500
 # Nonces drawn from the OS at once.
 _NONCES = 256
@@ -113,23 +113,23 @@ class Sealer:
     def __init__(
         self,
         db: sqlite3.Connection,
-        row_keys: Iterable[str],
+        scope_keys: Iterable[str],
         live: dict[str, LiveKey] | None = None,
     ) -> None:
         self._db = db
         live = {} if live is None else live
-        wanted = [row_key for row_key in dict.fromkeys(row_keys) if row_key not in live]
+        wanted = [scope_key for scope_key in dict.fromkeys(scope_keys) if scope_key not in live]
         for start in range(0, len(wanted), _CHUNK):
             chunk = wanted[start : start + _CHUNK]
             condition, params = SQLITE.in_list("m.key", "keys", chunk, "text[]")
-            for row_key, slot, key in db.execute(
+            for scope_key, slot, stored in db.execute(
                 "SELECT m.key, k.slot, k.key FROM short_term_memories m "
                 f"JOIN stm_keys k ON k.slot = m.key_slot WHERE {condition}",
                 params,
             ):
-                if key != DEAD_KEY:
-                    key = bytes(key)
-                    live[row_key] = (int(slot), key, ChaCha20Poly1305(key))
+                if stored != DEAD_KEY:
+                    secret = bytes(stored)
+                    live[scope_key] = (int(slot), secret, ChaCha20Poly1305(secret))
         self._live = live
         self._nonces = b""
         self._at = 0
@@ -142,18 +142,18 @@ class Sealer:
         return self._nonces[at : at + NONCE_BYTES]
 
     def seal(
-        self, row_key: str, summary: str | None, categories_json: str
+        self, scope_key: str, summary: str | None, categories_json: str
     ) -> tuple[bytearray | None, bytearray | str, int | None]:
         """As ``seal_params``, for the next row of the run."""
         if summary is None and categories_json == "{}":
-            self._live.pop(row_key, None)
+            self._live.pop(scope_key, None)
             return None, "{}", None
-        found = self._live.get(row_key)
+        found = self._live.get(scope_key)
         if found is None:
-            slot, key = _new_key(self._db)
-            found = self._live[row_key] = (slot, key, ChaCha20Poly1305(key))
+            slot, secret = _new_key(self._db)
+            found = self._live[scope_key] = (slot, secret, ChaCha20Poly1305(secret))
         slot, _, cipher = found
-        aad = row_key.encode()
+        aad = scope_key.encode()
         # As bytearrays: the sqlite3 module binds those as they are, while for bytes it
         # first looks for an adapter, which costs more than the copy.
         sealed = None
@@ -168,9 +168,10 @@ class Sealer:
 
 
 class KnownKeys:
-    """The live keys of recently upgraded rows (by row key), with their ciphers, as one
-    connection last wrote or read them (SQLite's, between its batches): an upgrade of the
-    same row then neither reads its key nor sets up a cipher for it again.
+    """The live encryption keys of recently upgraded rows (by scope key), with their
+    ciphers, as one connection last wrote or read them (SQLite's, between its batches):
+    an upgrade of the same row then neither reads its key nor sets up a cipher for it
+    again.
 
     Exact, or empty: it is dropped when another connection committed since this one's
     last batch (``PRAGMA data_version``), when a batch holds an operation that may change
@@ -186,7 +187,7 @@ class KnownKeys:
         self._data_version = -1
 
     def clear(self) -> None:
-        """Forget every key."""
+        """Drop every encryption key held."""
         self.keys.clear()
 
     def usable(self, db: sqlite3.Connection, keeps_keys: bool) -> KnownKeys | None:
@@ -225,19 +226,19 @@ class TextSealer:
         self._at = at + NONCE_BYTES
         return self._nonces[at : at + NONCE_BYTES]
 
-    def seal(self, cipher: ChaCha20Poly1305, row_key: str, text: str) -> str:
-        """``text`` encrypted under ``cipher`` for the row ``row_key``, as text."""
+    def seal(self, cipher: ChaCha20Poly1305, scope_key: str, text: str) -> str:
+        """``text`` encrypted under ``cipher`` for the row ``scope_key``, as text."""
         nonce = self._nonce()
-        sealed = _FORMAT + nonce + cipher.encrypt(nonce, text.encode(), row_key.encode())
+        sealed = _FORMAT + nonce + cipher.encrypt(nonce, text.encode(), scope_key.encode())
         return TEXT_PREFIX + base64.b64encode(sealed).decode("ascii")
 
 
 def new_key() -> bytes:
-    """A fresh row key."""
+    """A fresh encryption key."""
     return os.urandom(KEY_BYTES)
 
 
-def open_sealed_text(key: bytes | None, row_key: str, value: str | None) -> str | None:
+def open_sealed_text(key: bytes | None, scope_key: str, value: str | None) -> str | None:
     """The plain text of a value ``TextSealer`` stored (None: erased); a value without the
     prefix was stored in the clear by an earlier version and is returned as it is."""
     if value is None or not value.startswith(TEXT_PREFIX):
@@ -246,18 +247,18 @@ def open_sealed_text(key: bytes | None, row_key: str, value: str | None) -> str 
         sealed = base64.b64decode(value[len(TEXT_PREFIX) :], validate=True)
     except ValueError:
         return None
-    return open_text(key, row_key, sealed)
+    return open_text(key, scope_key, sealed)
 
 
-def open_stored(key: bytes | None, row_key: str, value: Any) -> str | None:
+def open_stored(key: bytes | None, scope_key: str, value: Any) -> str | None:
     """The plain text of a sealed value as either store keeps it: bytes (SQLite), or text
     with ``TEXT_PREFIX`` (PostgreSQL)."""
     if isinstance(value, str):
-        return open_sealed_text(key, row_key, value)
-    return open_text(key, row_key, value)
+        return open_sealed_text(key, scope_key, value)
+    return open_text(key, scope_key, value)
 
 
-def open_text(key: bytes | None, row_key: str, value: Any) -> str | None:
+def open_text(key: bytes | None, scope_key: str, value: Any) -> str | None:
     """The plain text of a stored ``summary`` or ``categories`` value (None: erased)."""
     if value is None or isinstance(value, str):
         return value  # nothing stored, or written before encryption was introduced
@@ -265,7 +266,7 @@ def open_text(key: bytes | None, row_key: str, value: Any) -> str | None:
         return None
     try:
         data = ChaCha20Poly1305(key).decrypt(
-            bytes(value[1 : 1 + NONCE_BYTES]), bytes(value[1 + NONCE_BYTES :]), row_key.encode()
+            bytes(value[1 : 1 + NONCE_BYTES]), bytes(value[1 + NONCE_BYTES :]), scope_key.encode()
         )
     except InvalidTag:
         return None
@@ -273,13 +274,13 @@ def open_text(key: bytes | None, row_key: str, value: Any) -> str | None:
 
 
 def seal_params(
-    db: sqlite3.Connection, row_key: str, summary: str | None, categories_json: str
+    db: sqlite3.Connection, scope_key: str, summary: str | None, categories_json: str
 ) -> tuple[bytearray | None, bytearray | str, int | None]:
     """``summary``, ``categories`` and ``key_slot`` as stored: encrypted under the row's key,
     or left empty (no key) when the row holds no distilled content."""
     if summary is None and categories_json == "{}":
         return None, "{}", None
-    return Sealer(db, (row_key,)).seal(row_key, summary, categories_json)
+    return Sealer(db, (scope_key,)).seal(scope_key, summary, categories_json)
 
 
 def keys_of(db: sqlite3.Connection, ids: Sequence[int]) -> dict[int, bytes]:
@@ -303,8 +304,8 @@ def seal_legacy(db: sqlite3.Connection) -> int:
         "WHERE typeof(summary) = 'text' OR (typeof(categories) = 'text' AND categories != '{}')"
     ).fetchall()
     sealer = Sealer(db, [row[1] for row in rows])
-    for memory_id, row_key, summary, categories in rows:
-        sealed, cats, slot = sealer.seal(row_key, summary, categories)
+    for memory_id, scope_key, summary, categories in rows:
+        sealed, cats, slot = sealer.seal(scope_key, summary, categories)
         db.execute(
             "UPDATE short_term_memories SET summary = ?, categories = ?, key_slot = ? WHERE id = ?",
             (sealed, cats, slot, memory_id),

@@ -306,11 +306,11 @@ class SQLiteStore(ProcedureStore):
 
     @property
     def held_keys(self) -> int:
-        """The row keys remembered for upgrades (``KnownKeys``)."""
+        """The rows' encryption keys remembered for upgrades (``KnownKeys``)."""
         return len(self._known.keys)
 
     async def forget_keys(self) -> None:
-        """Drop the remembered row keys now, on the connection's thread (a batch may be
+        """Drop the remembered encryption keys now, on the connection's thread (a batch may be
         using them there)."""
         await self._call(self._known.clear)
 
@@ -595,7 +595,7 @@ def run_batch(
 
     The changes they make go to the feed in the same transaction, in op order, stamped
     ``at`` (the store's clock, read by the caller; default ``time.time()``). A batch of
-    only ``Scrub`` erases instead, outside any transaction. A batch of reads alone
+    only ``Scrub`` scrubs instead, outside any transaction. A batch of reads alone
     (``base.reads_only``) runs in a read transaction, which neither waits for the write
     lock nor syncs anything at its end; should one of its reads find expired rows to
     delete, it is rolled back, having written nothing, and run again as a write.
@@ -603,7 +603,7 @@ def run_batch(
     rows they upgraded before (a read leaves it as it is: it changes no key)."""
     if ops and all(isinstance(op, Scrub) for op in ops):
         if checkpoint and _on_disk(db):
-            _erase(db)
+            _scrub(db)
         return [None] * len(ops)
     at = time.time() if at is None else at
     if reads_only(ops):
@@ -820,7 +820,7 @@ def _empty(db: sqlite3.Connection) -> bool:
     return not busy
 
 
-def _erase(db: sqlite3.Connection) -> None:
+def _scrub(db: sqlite3.Connection) -> None:
     """Empty the WAL, whose old page images still hold destroyed keys, into the file."""
     if not _empty(db):
         # Another connection reads an old snapshot: the WAL cannot be emptied yet.

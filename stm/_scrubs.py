@@ -1,7 +1,7 @@
-"""When the writer next erases from the files what committed deletes left in them (the
+"""When the writer next scrubs from the files what committed deletes left in them (the
 store's ``Scrub``), and the state of the last try.
 
-Erasure is not queued work: it is coalesced into one step that runs between batches
+A scrub is not queued work: it is coalesced into one step that runs between batches
 after deletes that removed something, takes a bounded time, and is retried on its own
 (with the writer's one ``Backoff`` rule) when a reader holds the WAL, without holding up
 the queue.
@@ -15,15 +15,15 @@ import logging
 from ._timing import Backoff
 from .store._base import Scrub, Store
 
-__all__ = ["Erasures"]
+__all__ = ["Scrubs"]
 
 log = logging.getLogger("stm.writer")
-_ERASING = "erasing deleted text from the file"
+_SCRUBBING = "erasing deleted text from the file"
 
 
-class Erasures:
+class Scrubs:
     """Due after deletes that removed something, run between batches, retried on its own:
-    the erasure's schedule and the state of its last try, one job apart from the queue."""
+    the scrub's schedule and the state of its last try, one job apart from the queue."""
 
     def __init__(self, store: Store, delay: float, retry_delay: float) -> None:
         self.store = store
@@ -34,46 +34,46 @@ class Erasures:
         self.running = False
         # Someone waits for it (``now``): it runs even while more deletes are queued.
         self.awaited = False
-        # Tries started, and the number of the last that erased (``next_covering``).
+        # Tries started, and the number of the last that scrubbed (``next_covering``).
         self.started = 0
-        self.erased = 0
+        self.scrubbed = 0
 
     @property
     def pending(self) -> bool:
-        """An erasure is due or running."""
+        """A scrub is due or running."""
         return bool(self.due_at) or self.running
 
     def after_deletes(self, now: float) -> None:
-        """Deletes committed: erase after ``delay`` (a burst of them shares one)."""
+        """Deletes committed: scrub after ``delay`` (a burst of them shares one)."""
         if not self.due_at:
             self.due_at = now + self.delay
 
     def next_covering(self) -> int:
-        """The number of the first try that erases what is committed now: the one running
+        """The number of the first try that scrubs what is committed now: the one running
         (tries run between the writer's batches, so no commit lands during one), else the
         next."""
         return self.started if self.running else self.started + 1
 
     def now(self, now: float) -> None:
-        """Erase at once, rather than when due or after the backoff, and before the deletes
+        """Scrub at once, rather than when due or after the backoff, and before the deletes
         queued meanwhile are done (a caller waits for it)."""
         self.due_at = max(now, 1e-9)
         self.retry.at = 0.0
         self.awaited = True
 
     def wake_at(self) -> float:
-        """When the writer must wake for it (0: no erasure due)."""
+        """When the writer must wake for it (0: no scrub due)."""
         return max(self.due_at, self.retry.at) if self.due_at else 0.0
 
     def due(self, now: float) -> bool:
         return bool(self.due_at) and self.wake_at() <= now
 
     def failing(self) -> list[str]:
-        """The erasure being retried after a failure, as ``Writer.failing`` lists it."""
-        return [] if self.failure is None else [f"{_ERASING}: {self.failure}"]
+        """The scrub being retried after a failure, as ``Writer.failing`` lists it."""
+        return [] if self.failure is None else [f"{_SCRUBBING}: {self.failure}"]
 
     async def run(self, now: float) -> None:
-        """Erase; on failure, log and schedule the next try with the backoff."""
+        """Scrub; on failure, log and schedule the next try with the backoff."""
         self.due_at = 0.0
         self.running = True
         self.awaited = False
@@ -98,7 +98,7 @@ class Erasures:
             if self.failure is not None:
                 log.warning("deleted text is erased from the files again")
             self.failure = None
-            self.erased = number
+            self.scrubbed = number
             self.retry.succeeded()
         finally:
             self.running = False

@@ -26,10 +26,10 @@ from .store._base import DeleteChannel, PurgeUser
 __all__ = [
     "clear_channel",
     "clear_ranges",
+    "drop_everything",
+    "drop_key",
     "drop_quoting_replies",
-    "forget_everything",
-    "forget_key",
-    "forget_unplanned",
+    "drop_unplanned",
     "own_entry",
     "purge_user",
 ]
@@ -42,8 +42,8 @@ def clear_channel(cache: MemoryCache, reads: ReadThrough, writer: Writer, channe
         entry = cache.remove(key)
         if entry is not None:
             entry.deleted = True
-            reads.forget_group(entry.group)
-    writer.forget_dirty(keys)
+            reads.read_group_again(entry.group)
+    writer.drop_dirty(keys)
     reads.deletions.record(DeleteChannel(channel_id), frozenset(keys))
     return len(keys)
 
@@ -79,7 +79,7 @@ def purge_user(
         if own_entry(entry, user_id, server_id):
             cache.remove(key)
             entry.deleted = True
-            writer.forget_dirty([key])
+            writer.drop_dirty([key])
             continue
         kept = entry.messages.without(user_id)
         if len(kept) != len(entry.messages):
@@ -136,7 +136,7 @@ def drop_quoting_replies(cache: MemoryCache, purge: Purge, ranges: Iterable[Rang
     return dropped
 
 
-def forget_unplanned(cache: MemoryCache, purge: Purge) -> int:
+def drop_unplanned(cache: MemoryCache, purge: Purge) -> int:
     """The store has not planned ``purge`` in time (it is failing, or far behind): drop the
     distilled content of every entry it may reach, to be read again from its row once the
     store answers (the read is queued behind the purge, so it sees what the purge left).
@@ -151,23 +151,23 @@ def forget_unplanned(cache: MemoryCache, purge: Purge) -> int:
     return dropped
 
 
-def forget_key(cache: MemoryCache, reads: ReadThrough, writer: Writer, key: str) -> bool:
+def drop_key(cache: MemoryCache, reads: ReadThrough, writer: Writer, key: str) -> bool:
     """Drop one entry whose row another process deleted for inactivity."""
     entry = cache.remove(key)
-    writer.forget_dirty([key])
+    writer.drop_dirty([key])
     if entry is None:
         return False
     entry.deleted = True
-    reads.forget_group(entry.group)
+    reads.read_group_again(entry.group)
     return True
 
 
-def forget_everything(cache: MemoryCache, reads: ReadThrough, writer: Writer) -> int:
+def drop_everything(cache: MemoryCache, reads: ReadThrough, writer: Writer) -> int:
     """Drop the whole cache: what another process deleted can no longer be told apart."""
     keys = [entry.key for entry in cache]
     for key in keys:
-        forget_key(cache, reads, writer, key)
+        drop_key(cache, reads, writer, key)
     reads.rows_left_cache()
     # Every turn in flight began before what was missed: refuse its upgrade.
-    reads.deletions.forget_all()
+    reads.deletions.overtake_all()
     return len(keys)
