@@ -97,10 +97,8 @@ class Follower:
         # Keys another process upgraded that this one does not hold but whose server's
         # channels it recalls: read in together, once per page of the feed.
         self._adopting: dict[str, GroupKey] = {}
-        # Message ids deleted or edited lately (the facade's), for captures in flight.
         # Message ids deleted or edited on Discord lately, shared with the memory's captures.
         self.forgotten = forgotten if forgotten is not None else RecentlyForgotten()
-        self.messages_forgotten = 0
 
     async def start(self) -> None:
         """Take the feed's position; call before the cache serves anything."""
@@ -238,7 +236,6 @@ class Follower:
                 for message_id in ids:
                     self.forgotten.note(message_id, None)
                 done = forget_messages(self.cache, self.reads, change.channel_id, ids)
-                self.messages_forgotten += done.messages
                 cadence = self.settings.for_server
                 for entry in nudge_rewrite(done, lambda s: cadence(s).refresh_cadence):
                     writer.mark_dirty(entry)
