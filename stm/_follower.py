@@ -67,8 +67,7 @@ class Follower:
         *,
         coherence_seconds: float,
         erasure: Erasure = "complete",
-        forgotten: RecentlyForgotten | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        forgotten: RecentlyForgotten,
     ) -> None:
         self.store = store
         self.cache = cache
@@ -80,12 +79,11 @@ class Follower:
         # The erasure policy of the processes sharing the store (one configuration): what
         # another process's purge removes from windows here besides its ranges' notes.
         self.erasure: Erasure = erasure
-        self._monotonic = monotonic
         # The feed position whose changes (and every earlier one) the cache reflects.
         self.position = 0
         # When the newest complete read of the feed began: the cache reflects every
         # change committed before it.
-        self.current_at = monotonic()
+        self.current_at = time.monotonic()
         self.applied = 0
         self.dropped_caches = 0
         self._failing = False
@@ -97,20 +95,18 @@ class Follower:
         # Keys another process upgraded that this one does not hold but whose server's
         # channels it recalls: read in together, once per page of the feed.
         self._adopting: dict[str, GroupKey] = {}
-        # Message ids deleted or edited lately (the facade's), for captures in flight.
         # Message ids deleted or edited on Discord lately, shared with the memory's captures.
-        self.forgotten = forgotten if forgotten is not None else RecentlyForgotten()
-        self.messages_forgotten = 0
+        self.forgotten = forgotten
 
     async def start(self) -> None:
         """Take the feed's position; call before the cache serves anything."""
         self.position = await self.store.current_position()
-        self.current_at = self._monotonic()
+        self.current_at = time.monotonic()
 
     def lag_seconds(self) -> float:
         """How far behind the feed this cache may be: the time since the newest complete
         read of the feed began. Every change committed before then has been applied."""
-        return max(0.0, self._monotonic() - self.current_at)
+        return max(0.0, time.monotonic() - self.current_at)
 
     def mark_turn_start(self, ctx: TurnContext) -> None:
         """Remember the position this turn's view is current with (once per turn): its
@@ -125,7 +121,7 @@ class Follower:
             return await self._catch_up()
 
     async def _catch_up(self) -> int:
-        started = self._monotonic()
+        started = time.monotonic()
         applied = 0
         await self._planned()
         while True:
@@ -170,12 +166,12 @@ class Follower:
                     log.warning("short-term memory cannot read the change feed: %s", exc)
                 # Only a feed that cannot be read counts, not a slow read on a busy
                 # machine: a slow read still brings every change.
-                if self._monotonic() - self.current_at > self.coherence_seconds:
+                if time.monotonic() - self.current_at > self.coherence_seconds:
                     self._drop_everything(
                         f"the change feed could not be read for {self.coherence_seconds:g} s "
                         "(STM_COHERENCE_SECONDS)"
                     )
-                    self.current_at = self._monotonic()
+                    self.current_at = time.monotonic()
             try:
                 if await self.store.wait_for_change(interval):
                     # Another connection committed: the "every row is cached" shortcut
@@ -238,7 +234,6 @@ class Follower:
                 for message_id in ids:
                     self.forgotten.note(message_id, None)
                 done = forget_messages(self.cache, self.reads, change.channel_id, ids)
-                self.messages_forgotten += done.messages
                 cadence = self.settings.for_server
                 for entry in nudge_upgrade(done, lambda s: cadence(s).refresh_cadence):
                     writer.mark_dirty(entry)

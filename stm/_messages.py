@@ -63,17 +63,9 @@ class Forgotten:
 
 class RecentlyForgotten:
     """Message ids deleted (None) or edited (their new text) in the last
-    ``REMEMBER_SECONDS``, at most ``size`` of them, oldest forgotten first."""
+    ``REMEMBER_SECONDS``, at most ``REMEMBERED`` of them, oldest forgotten first."""
 
-    def __init__(
-        self,
-        size: int = REMEMBERED,
-        seconds: float = REMEMBER_SECONDS,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.size = size
-        self.seconds = seconds
-        self._monotonic = monotonic
+    def __init__(self) -> None:
         # Read on every capture (an empty dict is false without a call).
         self.ids: OrderedDict[int, str | None] = OrderedDict()
         self._ids = self.ids
@@ -84,15 +76,15 @@ class RecentlyForgotten:
 
     def note(self, message_id: int, content: str | None) -> None:
         """``message_id`` was deleted (``content`` None) or now reads ``content``."""
-        now = self._monotonic()
+        now = time.monotonic()
         self._ids[message_id] = content
         self._ids.move_to_end(message_id)
         self._noted[message_id] = now
         self._noted.move_to_end(message_id)
-        noted, ids, stale = self._noted, self._ids, now - self.seconds
+        noted, ids, stale = self._noted, self._ids, now - REMEMBER_SECONDS
         while noted:
             oldest, at = next(iter(noted.items()))
-            if at >= stale and len(noted) <= self.size:
+            if at >= stale and len(noted) <= REMEMBERED:
                 break
             del noted[oldest]
             ids.pop(oldest, None)

@@ -93,27 +93,12 @@ class _Record:
 class PurgeWatch:
     """Counts what purges clear per server over a sliding window; see the module."""
 
-    def __init__(
-        self,
-        *,
-        threshold: float = SHARE_THRESHOLD,
-        minimum: int = SHARE_MINIMUM,
-        repeats: int = REPEAT_LIMIT,
-        window: float = WINDOW_SECONDS,
-        kept: int = RECORDS_KEPT,
-    ) -> None:
-        if not 0 < threshold <= 1 or minimum < 1 or repeats < 2 or window <= 0 or kept < 1:
-            raise ValueError("PurgeWatch: threshold in (0, 1], minimum >= 1, repeats >= 2, "
-                             "window > 0, kept >= 1")  # fmt: skip
-        self.threshold = threshold
-        self.minimum = minimum
-        self.repeats = repeats
-        self.window = window
+    def __init__(self, *, kept: int = RECORDS_KEPT) -> None:
         self._records: deque[_Record] = deque(maxlen=kept)
 
     def over(self, shared: int, distilled: int) -> bool:
         """True when clearing ``shared`` of ``distilled`` entries is over the threshold."""
-        return shared >= self.minimum and shared > self.threshold * distilled
+        return shared >= SHARE_MINIMUM and shared > SHARE_THRESHOLD * distilled
 
     def record(
         self,
@@ -137,7 +122,7 @@ class PurgeWatch:
             reasons: list[Literal["share", "repeated"]] = []
             if over:
                 reasons.append("share")
-            if len(mine) >= self.repeats:
+            if len(mine) >= REPEAT_LIMIT:
                 reasons.append("repeated")
             alerts.extend(
                 PurgeAlert(
@@ -149,7 +134,7 @@ class PurgeWatch:
                     distilled,
                     len(mine),
                     sum(r.shared for r in mine),
-                    self.window,
+                    WINDOW_SECONDS,
                 )
                 for reason in reasons
             )
@@ -163,13 +148,13 @@ class PurgeWatch:
             purges=len(here),
             shared=sum(r.shared for r in here),
             over_threshold=sum(r.over for r in here),
-            window_seconds=self.window,
-            threshold=self.threshold,
+            window_seconds=WINDOW_SECONDS,
+            threshold=SHARE_THRESHOLD,
         )
 
     def _prune(self, now: float) -> None:
         records = self._records
-        while records and records[0].at <= now - self.window:
+        while records and records[0].at <= now - WINDOW_SECONDS:
             records.popleft()
 
 

@@ -171,7 +171,7 @@ class ReadThrough:
         clock: Callable[[], float],
         *,
         empty_at_open: bool,
-        tally: Tally | None = None,
+        tally: Tally,
         channel_is_private: Callable[[TurnContext], bool] | None = None,
         audience: Audience | None = None,
     ) -> None:
@@ -195,7 +195,7 @@ class ReadThrough:
         # except by a delete. A key missing from the cache then has no row to read, so
         # new keys skip the read. The first eviction or expiry drop ends it for good.
         self._all_rows_cached = empty_at_open
-        self._tally = tally or Tally()
+        self._tally = tally
 
     # -- entries --------------------------------------------------------------
     def recall(self, ctx: TurnContext, group: GroupKey, now: float) -> list[Entry]:

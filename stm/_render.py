@@ -36,10 +36,6 @@ __all__ = [
 
 RECENT_SECONDS = 3600.0
 ENGLISH = frames_for("en")
-SAME_END = ENGLISH.text("same_end")
-OTHERS_END = ENGLISH.text("others_end")
-RECENT_HEADER = ENGLISH.text("recent_header")
-RECENT_END = ENGLISH.text("recent_end")
 DEFAULT_NUDGE = ENGLISH.text("nudge", tool=TOOL_NAME)
 
 

@@ -41,7 +41,7 @@ def shorten(text: str, width: int) -> str:
     return "".join(out) + "…"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], gap: str = "  ") -> list[str]:
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """The lines of a table whose columns are aligned (wide characters counted twice)."""
     widths = [_width(h) for h in headers]
     for row in rows:
@@ -50,7 +50,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], gap: str = "  "
     lines = []
     for row in (headers, *rows):
         cells = [cell + " " * (widths[i] - _width(cell)) for i, cell in enumerate(row)]
-        lines.append(gap.join(cells).rstrip())
+        lines.append("  ".join(cells).rstrip())
     return lines
 
 

@@ -228,22 +228,20 @@ class Window(Sequence[StoredMessage]):
     def __repr__(self) -> str:
         return f"Window({list(self)!r}, first={self.first})"
 
-    def users(self, last: int | None = None) -> set[int]:
-        """Who has words of their own in the window (or in its newest ``last`` messages): the
-        user of each message's turn and each message's author. Not what replies quoted
-        (``quoted``): this is what the cache indexes by user."""
+    def users(self) -> set[int]:
+        """Who has words of their own in the window: the user of each message's turn and each
+        message's author. Not what replies quoted (``quoted``): this is what the cache
+        indexes by user."""
         items = self._items
-        n = len(self)
-        start = 0 if last is None or last >= n else n - last
         users: set[int] = set()
         if items is not None:
-            for message in items[start:] if start else items:
+            for message in items:
                 users.add(message[5])
                 if message[3] is not None:
                     users.add(message[3])
             return users
-        record, size_of = self._record()
-        for fields in record.iter_unpack(self._meta[start * size_of :]):
+        record, _ = self._record()
+        for fields in record.iter_unpack(self._meta):
             users.add(fields[3])
             if fields[0] & _AUTHORED:
                 users.add(fields[1])
@@ -301,22 +299,14 @@ class Window(Sequence[StoredMessage]):
                 quoted.append(message[7])
         return users, ids, quoted
 
-    def quoted(self, last: int | None = None) -> list[Sources]:
-        """The sources of the replies among the window's (newest ``last``) messages."""
-        items = self._items
-        if items is None:
-            if not self._sources:
-                return []
-            n = len(self)
-            items = tuple(self._unpack(0 if last is None or last >= n else n - last, n))
-        elif last is not None and last < len(items):
-            items = items[len(items) - last :]
-        return [m[7] for m in items if m[7] is not None]
+    def quoted(self) -> list[Sources]:
+        """The sources of the replies among the window's messages, oldest first."""
+        return list(self._all_sources())
 
-    def pins(self, last: int | None = None) -> set[Pin]:
-        """The versions of notes the prompts of the window's replies (of its newest ``last``
-        messages) showed: the replies may quote them."""
-        return {pin for sources in self.quoted(last) for pin in sources.pins}
+    def pins(self) -> set[Pin]:
+        """The versions of notes the prompts of the window's replies showed: the replies may
+        quote them."""
+        return {pin for sources in self._all_sources() for pin in sources.pins}
 
     @property
     def has_sources(self) -> bool:
@@ -339,20 +329,15 @@ class Window(Sequence[StoredMessage]):
         these Discord messages (read without decoding any text)."""
         return any(not message_ids.isdisjoint(s.message_ids) for s in self._all_sources())
 
-    def message_ids(self, last: int | None = None) -> set[int]:
-        """The Discord message ids the window's (newest ``last``) messages carry."""
+    def message_ids(self) -> set[int]:
+        """The Discord message ids the window's messages carry."""
         items = self._items
         if items is not None:
-            if last is not None and last < len(items):
-                items = items[len(items) - last :]
             return {m[6] for m in items if m[6] is not None}
-        record, size_of = self._record()
+        record, _ = self._record()
         if record is _RECORD:
             return set()
-        meta = self._meta
-        if last is not None and last < len(meta) // size_of:
-            meta = meta[len(meta) - last * size_of :]
-        return {f[6] for f in record.iter_unpack(meta) if f[0] & _HAS_ID}
+        return {f[6] for f in record.iter_unpack(self._meta) if f[0] & _HAS_ID}
 
     # -- making new windows -------------------------------------------------
     def appended(

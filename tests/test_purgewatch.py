@@ -93,10 +93,6 @@ class TestTheRules:
                          distilled_by_server={SERVER: 9})  # fmt: skip
         assert watch.recent(SERVER, 100).purges == 10
 
-    def test_bad_thresholds_are_refused(self) -> None:
-        with pytest.raises(ValueError, match="threshold"):
-            PurgeWatch(threshold=0)
-
 
 async def _notes_showing_alice(memory: ShortTermMemory, users: range) -> None:
     """Alice speaks in #general and its notes are written (her own entry is distilled too),

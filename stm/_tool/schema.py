@@ -36,10 +36,6 @@ __all__ = [
 # Anything larger is refused before parsing: a summary is at most a few kilobytes.
 MAX_RAW_ARGUMENTS = 256 * 1024
 
-# In English; each language's are in stm/locales (the tool asks for notes in the
-# conversation's language in every one).
-DEFAULT_DESCRIPTION = frames_for("en").text("tool_description")
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, title=TOOL_NAME)

@@ -197,8 +197,8 @@ class Upgrades:
         *,
         origin: str,
         render: _Renders,
-        forgotten: RecentlyForgotten | None = None,
-        tally: Tally | None = None,
+        forgotten: RecentlyForgotten,
+        tally: Tally,
     ) -> None:
         self.config = config
         # How a turn's prompt renders memory, with its record (``ShortTermMemory._render``).
@@ -216,8 +216,8 @@ class Upgrades:
         self.follower = follower
         self.origin = origin
         # Message ids deleted or edited on Discord lately (``stm._messages``).
-        self.forgotten = forgotten if forgotten is not None else RecentlyForgotten()
-        self._tally = tally or Tally()
+        self.forgotten = forgotten
+        self._tally = tally
         self._in_flight = _InFlight()
 
     def blocked(self, ctx: TurnContext, settings: ServerSettings) -> str | None:

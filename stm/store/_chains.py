@@ -1184,8 +1184,3 @@ def collect(limit: int = COLLECT_CHUNK) -> Procedure[int]:
         yield Step(_DROP_CHAIN_EDGES, chains, "many")
         yield Step(_DROP_CHAIN, chains, "many")
     return len(chains)
-
-
-def lineage_users(lineage: Lineage | None) -> Iterable[int]:
-    """The members a lineage credits directly (for logs and tests)."""
-    return () if lineage is None else sorted(lineage.direct)

@@ -99,7 +99,21 @@ _NONCES = 256
 LiveKey = tuple[int, bytes, ChaCha20Poly1305]
 
 
-class Sealer:
+class _Nonces:
+    """Nonces for one sealer, drawn from the system ``_NONCES`` at a time."""
+
+    _nonces = b""
+    _at = 0
+
+    def _nonce(self) -> bytes:
+        at = self._at
+        if at + NONCE_BYTES > len(self._nonces):
+            self._nonces, at = os.urandom(NONCE_BYTES * _NONCES), 0
+        self._at = at + NONCE_BYTES
+        return self._nonces[at : at + NONCE_BYTES]
+
+
+class Sealer(_Nonces):
     """Seals the distilled text of a run of rows written in one transaction.
 
     The live keys of the rows are read in one statement per few hundred rows, not one
@@ -131,15 +145,6 @@ class Sealer:
                     secret = bytes(stored)
                     live[scope_key] = (int(slot), secret, ChaCha20Poly1305(secret))
         self._live = live
-        self._nonces = b""
-        self._at = 0
-
-    def _nonce(self) -> bytes:
-        at = self._at
-        if at + NONCE_BYTES > len(self._nonces):
-            self._nonces, at = os.urandom(NONCE_BYTES * _NONCES), 0
-        self._at = at + NONCE_BYTES
-        return self._nonces[at : at + NONCE_BYTES]
 
     def seal(
         self, scope_key: str, summary: str | None, categories_json: str
@@ -212,19 +217,8 @@ class KnownKeys:
 TEXT_PREFIX = "stm1:"
 
 
-class TextSealer:
+class TextSealer(_Nonces):
     """Seals distilled text as text, under keys the caller looks up or makes (PostgreSQL)."""
-
-    def __init__(self) -> None:
-        self._nonces = b""
-        self._at = 0
-
-    def _nonce(self) -> bytes:
-        at = self._at
-        if at + NONCE_BYTES > len(self._nonces):
-            self._nonces, at = os.urandom(NONCE_BYTES * _NONCES), 0
-        self._at = at + NONCE_BYTES
-        return self._nonces[at : at + NONCE_BYTES]
 
     def seal(self, cipher: ChaCha20Poly1305, scope_key: str, text: str) -> str:
         """``text`` encrypted under ``cipher`` for the row ``scope_key``, as text."""

@@ -229,7 +229,6 @@ class SQLiteStore(ProcedureStore):
             run_batch,
             self._db,
             ops,
-            self.path != ":memory:",
             self.origin,
             self._known,
             self.clock(),
@@ -586,7 +585,6 @@ def _checked_version(db: sqlite3.Connection, path: str) -> int:
 def run_batch(
     db: sqlite3.Connection,
     ops: Sequence[Op],
-    checkpoint: bool = True,
     origin: str = "",
     known: KnownKeys | None = None,
     at: float | None = None,
@@ -602,7 +600,7 @@ def run_batch(
     ``known``, kept from batch to batch on ``db``, saves upgrades reading the keys of
     rows they upgraded before (a read leaves it as it is: it changes no key)."""
     if ops and all(isinstance(op, Scrub) for op in ops):
-        if checkpoint and _on_disk(db):
+        if _on_disk(db):
             _scrub(db)
         return [None] * len(ops)
     at = time.time() if at is None else at
