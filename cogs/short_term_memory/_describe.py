@@ -239,21 +239,25 @@ def _shared_parts(texts: Texts, impact: PurgeImpact, here: int | None) -> str:
     return texts("list.separator").join(parts)
 
 
+def _shared_preview(texts: Texts, key: str, impact: PurgeImpact, here: int | None) -> str:
+    """A purge preview's paragraph on the notes shared with others it would clear."""
+    if not impact.shared:
+        return texts("purge.preview_no_shared")
+    return texts(
+        key,
+        entries=_entries(texts, impact.shared, bold=True, shared=True),
+        rule=_rule(texts, impact.erasure),
+        parts=_shared_parts(texts, impact, here),
+    )
+
+
 def describe_forget_preview(
     impact: PurgeImpact, *, here: int | None, seconds: float, texts: Texts = ENGLISH
 ) -> str:
     """What ``/memory forget`` shows before it erases anything; ``here``: the server it is
     used in (None in a DM)."""
     confirm, _ = purge_buttons(texts)
-    if impact.shared:
-        shared = texts(
-            "forget.preview_shared",
-            entries=_entries(texts, impact.shared, bold=True, shared=True),
-            rule=_rule(texts, impact.erasure),
-            parts=_shared_parts(texts, impact, here),
-        )
-    else:
-        shared = texts("purge.preview_no_shared")
+    shared = _shared_preview(texts, "forget.preview_shared", impact, here)
     return "\n".join(
         [
             texts("forget.preview_title"),
@@ -290,15 +294,7 @@ def describe_purge_preview(
     user's mention; ``here``: the server it is used in."""
     confirm, _ = purge_buttons(texts)
     where = texts("purge.everywhere") if everywhere else texts("purge.in_this_server")
-    if impact.shared:
-        shared = texts(
-            "purge.preview_shared",
-            entries=_entries(texts, impact.shared, bold=True, shared=True),
-            rule=_rule(texts, impact.erasure),
-            parts=_shared_parts(texts, impact, here),
-        )
-    else:
-        shared = texts("purge.preview_no_shared")
+    shared = _shared_preview(texts, "purge.preview_shared", impact, here)
     return "\n".join(
         [
             texts("purge.preview_title", member=member, where=where),
