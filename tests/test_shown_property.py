@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from typing import Literal
 
 from helpers import scaled
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from stm import DialogueMessage, GenerationFinished, ShortTermMemory, STMConfig, TurnContext
 from stm._budget import estimate_tokens, fit
 from stm._cache import Entry, StoredMessage
+from stm._config import RenderMode
 from stm._frames import Frames, model_language
 from stm._models import Category, PromptBlock, ServerSettings
 from stm._provenance import Shown
@@ -147,18 +149,26 @@ def record_of(
     budget=st.one_of(st.none(), st.floats(0.0, 1.2)),
     tool=st.booleans(),
     cached=st.booleans(),
+    # What the render before drew on: the cache must reuse its text only where the text
+    # would be the same.
+    earlier_mode=st.sampled_from(["crude_summary", "supersede"]),
+    earlier_count=st.integers(0, 6),
+    earlier_language=st.sampled_from([None, "en", "ja"]),
 )
 def test_the_record_is_what_the_text_shows(
     world: tuple[Entry | None, list[Entry], ServerSettings, str | None],
     budget: float | None,
     tool: bool,
     cached: bool,
+    earlier_mode: RenderMode,
+    earlier_count: int,
+    earlier_language: Literal["en", "ja"] | None,
 ) -> None:
-    here, others, s, locale = world
-    frames = model_language(s, locale)
+    here, others, drawn, locale = world
     cache = RenderCache() if cached else None
 
-    def render() -> tuple[list[PromptBlock], Shown]:
+    def render(s: ServerSettings) -> tuple[list[PromptBlock], Shown]:
+        frames = model_language(s, locale)
         shown = Shown()
         record_shown(here, others, s, shown)
         blocks: list[PromptBlock] = []
@@ -179,11 +189,21 @@ def test_the_record_is_what_the_text_shows(
         return fitted.blocks, fitted.shown
 
     if cached:
-        render()  # the second render reuses what the first kept
-    blocks, shown = render()
-    from_text = read_back(blocks, here, others, frames)
-    recorded = record_of(shown, others)
-    assert recorded == from_text
+        # Rendered before under other settings (or the same): what it kept is reused only
+        # where it shows the same, and the third render reuses what the second kept.
+        earlier = drawn.model_copy(
+            update={
+                "render_mode": earlier_mode,
+                "crude_message_count": earlier_count,
+                "language": earlier_language,
+            }
+        )
+        render(earlier)
+    for _ in range(2 if cached else 1):
+        blocks, shown = render(drawn)
+        from_text = read_back(blocks, here, others, model_language(drawn, locale))
+        recorded = record_of(shown, others)
+        assert recorded == from_text
 
 
 async def test_a_prediction_is_what_build_context_records() -> None:
