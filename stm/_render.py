@@ -85,7 +85,9 @@ def _age(minutes: int, frames: Frames) -> str:
 
 # What an other channel's segment is rendered from besides the entry's own values
 # (settings, bot name, minutes of age, frames): ``_segment`` reads nothing else, so
-# that the text kept under it can be reused while every value is the same.
+# that the text kept under it can be reused while every value is the same. A rule that
+# makes the text read anything more (the clock itself, not only whole minutes of the
+# entry's age; another setting) adds it here, or the cache serves text made without it.
 _MadeFrom = tuple[ServerSettings, str, int, Frames]
 
 # An other channel's segment: its lines in the memory block and in the recent-messages
