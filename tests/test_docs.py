@@ -463,3 +463,23 @@ def test_every_public_name_of_stm_is_in_the_api_reference() -> None:
     text = " ".join(p.read_text() for p in (ROOT / "docs" / "reference").glob("*.md"))
     missing = [name for name in stm.__all__ if f"stm.{name}" not in text]
     assert missing == [], f"not in docs/reference: {missing}"
+
+
+def _loggers_in_code() -> set[str]:
+    found = set()
+    for folder in ("stm", "cogs"):
+        for path in (ROOT / folder).rglob("*.py"):
+            found |= set(re.findall(r'getLogger\("([\w.]+)"\)', path.read_text()))
+    return found
+
+
+def _loggers_in_table(text: str) -> set[str]:
+    section = text.split("| logger | what logs there |", 1)[1].split("\n\n", 1)[0]
+    return set(re.findall(r"^\| `([\w.]+)` \|", section, flags=re.M))
+
+
+def test_the_logger_table_is_the_loggers_the_code_uses() -> None:
+    """The operating page's logger table names exactly the loggers the library and the cog
+    log under, so an operator who configures one by the table gets its records."""
+    table = _loggers_in_table((ROOT / "docs" / "operating.md").read_text())
+    assert table == _loggers_in_code()
