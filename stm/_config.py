@@ -105,7 +105,7 @@ class STMConfig(BaseSettings):
         gt=0,
         le=86_400,
         description="How soon after a delete its erased data is emptied from the WAL "
-        "(bursts of deletes share one erasure).",
+        "(bursts of deletes share one scrub).",
     )
     delete_retry_seconds: float = Field(
         1.0, gt=0, le=3600, description="First wait before a failed durable delete is retried."

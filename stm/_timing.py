@@ -69,7 +69,7 @@ class LoopScheduler:
 @dataclass(slots=True)
 class Backoff:
     """Waits that double after each failure, from ``first`` up to ``MAX_BACKOFF``: the
-    writer's retries of the queue and of an erasure share this rule. ``at`` is when the
+    writer's retries of the queue and of a scrub share this rule. ``at`` is when the
     next try is due (0: now; a caller may bring it forward by setting it to 0)."""
 
     first: float

@@ -15,12 +15,14 @@ from .._utils.context import turn_context_from_interaction, turn_context_from_me
 from .._utils.formatting import chunk_text
 from .._utils.turns import record_turn
 from ._cog import COG_NAME, COMMANDS, EXTENSION, CommandNameTaken, ShortTermMemoryCog
+from ._i18n import CommandTranslator
 
 __all__ = [
     "COG_NAME",
     "COMMANDS",
     "EXTENSION",
     "CommandNameTaken",
+    "CommandTranslator",
     "ShortTermMemoryCog",
     "chunk_text",
     "record_turn",

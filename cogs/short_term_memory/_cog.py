@@ -81,7 +81,7 @@ COMMANDS = ("refresh", "memory", "purge-memory", "memory-settings")
 log = logging.getLogger("discord_stm")
 
 REFRESH_COOLDOWN_SECONDS = 30.0
-# A purge is cheap and shares its erasure with others, but each one waits for everything
+# A purge is cheap and shares its scrub with others, but each one waits for everything
 # queued before it: one member repeating it must not keep the writer busy for everyone.
 FORGET_COOLDOWN_SECONDS = 10.0
 APOLOGY = ENGLISH("error.apology")

@@ -563,7 +563,7 @@ class Expired(NamedTuple):
 
     def __bool__(self) -> bool:
         # True when it removed something (what the writer asks of every delete's result:
-        # only then is an erasure due), as the row count it replaces was.
+        # only then is a scrub due), as the row count it replaces was.
         return self.deleted > 0
 
 

@@ -505,7 +505,7 @@ class _Feed(Changes):
         return await _write_feed(self.conn, pending, self.origin, self.at)
 
 
-# Erasure's vacuum of the key table, which never waits for the table alone (see run).
+# The scrub's vacuum of the key table, which never waits for the table alone (see run).
 _VACUUM_KEYS = "VACUUM (TRUNCATE false) stm_keys"
 
 

@@ -224,7 +224,7 @@ class SQLiteStore(ProcedureStore):
         alone in a read transaction, see ``run_batch``); one result per op. Then start the
         checkpoint the WAL needs, if any (``_wal_checkpoint``), without waiting for it."""
         if ops and all(isinstance(op, Scrub) for op in ops):
-            await self.checkpointed()  # an erasure would find the WAL busy with it
+            await self.checkpointed()  # a scrub would find the WAL busy with it
         results = await self._call(
             run_batch,
             self._db,
@@ -249,7 +249,7 @@ class SQLiteStore(ProcedureStore):
         except OSError:
             return
         if size < self._empty_failed_at:
-            self._empty_failed_at = 0  # emptied since (an erasure, another process)
+            self._empty_failed_at = 0  # emptied since (a scrub, another process)
         due = _wal_checkpoint(size, self._empty_failed_at)
         if due == "TRUNCATE":
             self._checkpoint = asyncio.create_task(self._empty_wal(running, size))
@@ -292,7 +292,7 @@ class SQLiteStore(ProcedureStore):
                     aiosqlite.connect(self.path, isolation_level=None)
                 )
             # Read to its end: a statement left open would hold a read transaction, and
-            # an erasure's TRUNCATE would wait for it.
+            # a scrub's TRUNCATE would wait for it.
             async with self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)") as done:
                 await done.fetchall()
         except sqlite3.Error as exc:
@@ -795,7 +795,7 @@ def _wal_checkpoint(wal_bytes: int, failed_at: int = 0) -> str | None:
     for nothing; from ``RESET_FACTOR`` times that (passive copies did not let SQLite
     start it again from its beginning) ``TRUNCATE`` on the writer's connection, or, when
     that failed at ``failed_at`` bytes, once the WAL has grown by ``CHECKPOINT_BYTES``
-    more. Erasure (``Scrub``) empties it as well, whatever its size."""
+    more. A scrub (``Scrub``) empties it as well, whatever its size."""
     if wal_bytes >= max(RESET_FACTOR * CHECKPOINT_BYTES, failed_at + CHECKPOINT_BYTES):
         return "TRUNCATE"
     if wal_bytes >= CHECKPOINT_BYTES:
