@@ -11,7 +11,7 @@ that does not fit ends the claim: nothing of lower priority is shown while
 something of higher priority is cut. Frame lines are never cut, and each block
 shown under a cut says in its closing line that more was left out.
 
-``stm._tokens.estimate_tokens`` is the default counter (see there for its
+``stm.estimate_tokens`` is the default counter (see there for its
 margins); a host with its model's tokenizer passes it as the counter.
 """
 

@@ -270,7 +270,7 @@ class ShortTermMemory:
 
         Without ``store``, the store named by ``config.database`` is opened; a given
         store is closed with the memory. ``on_purge_alert`` is told of every purge that
-        clears too much of a server's memory, or repeats (``stm._purgewatch``); without
+        clears too much of a server's memory, or repeats (a ``PurgeAlert``); without
         it they are logged as warnings on the ``stm`` logger. ``channel_is_private`` is
         asked about a server channel a turn's context calls public; its True (or an
         error) makes the channel's memory private (the cog asks Discord). ``token_counter``:
@@ -478,7 +478,7 @@ class ShortTermMemory:
 
     @property
     def metrics(self) -> MetricsSnapshot:
-        """Counters and timings since open, as plain numbers (see ``stm._metrics``)."""
+        """Counters and timings since open, as plain numbers (a ``MetricsSnapshot``)."""
         t, writer = self._tally, self.writer
         return MetricsSnapshot(
             captures=t.captures,
@@ -1362,7 +1362,9 @@ class ShortTermMemory:
 
     def count_event(self, kind: str) -> None:
         """Count one Discord event a host applied to the memory (``metrics.discord_events``,
-        by kind: one of ``stm._metrics.DISCORD_EVENTS``)."""
+        by kind: ``message_delete``, ``bulk_message_delete``, ``message_edit``,
+        ``channel_delete``, ``thread_delete``, ``guild_remove``, ``guild_return``,
+        ``guild_cleared``, ``member_remove`` or ``member_ban``)."""
         if kind not in DISCORD_EVENTS:
             raise ValueError(f"unknown Discord event kind {kind!r:.40}")
         self._tally.discord_events[kind] += 1

@@ -150,3 +150,12 @@ def test_only_the_public_modules_have_public_names() -> None:
     found = _public_modules_outside(library, public)
     found += _public_modules_outside(TESTS.parent / "cogs", PUBLIC_COG_MODULES)
     assert found == [], "start the module's name with an underscore: " + ", ".join(found)
+
+
+def test_count_events_docstring_names_every_kind() -> None:
+    """The public ``count_event`` lists the kinds it takes, which live in a private module."""
+    from stm import ShortTermMemory
+    from stm._metrics import DISCORD_EVENTS
+
+    doc = ShortTermMemory.count_event.__doc__ or ""
+    assert [kind for kind in DISCORD_EVENTS if f"``{kind}``" not in doc] == []
