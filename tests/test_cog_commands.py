@@ -291,6 +291,53 @@ class TestForget:
                 assert "Done" not in text and "keeps being retried" not in text
 
 
+class TestRestore:
+    """A restore's confirmation speaks of changing notes, not of erasing them."""
+
+    async def _bad_update(self, h) -> None:  # type: ignore[no-untyped-def]
+        for text in ("good notes", "bad notes"):
+            ctx = await h.say(h.alice, h.general, "hello")
+            assert (await h.memory.run_tool(ctx, {"summary": text})).success
+        await h.memory.flush()
+
+    async def _preview(self, h):  # type: ignore[no-untyped-def]
+        history = await h.memory.history(user_key(h.alice.id, h.general.id))
+        good = next(v for v in history if v.summary == "good notes")
+        restore = subcommand("restore", option("version", good.version, 4))
+        (preview,) = await h.run("memory", restore, person=h.alice, place=h.general)
+        assert preview.buttons == ["Confirm", "Cancel"]
+        return preview
+
+    async def test_confirmed_it_says_restoring_then_done(self, open_bot: BotOpener):
+        async with open_bot() as h:
+            await self._bad_update(h)
+            preview = await self._preview(h)
+            pressed = await h.click(preview, "Confirm", person=h.alice)
+            assert pressed[0].content == "Restoring…"
+            assert pressed[-1].content.startswith("Done: version")
+            entry = await h.memory.get_entry(user_key(h.alice.id, h.general.id))
+            assert entry is not None and entry.summary == "good notes"
+
+    async def test_cancelled_it_says_nothing_was_changed(self, open_bot: BotOpener):
+        async with open_bot() as h:
+            await self._bad_update(h)
+            preview = await self._preview(h)
+            (cancelled,) = await h.click(preview, "Cancel", person=h.alice)
+            assert cancelled.content == "Cancelled: nothing was changed."
+            entry = await h.memory.get_entry(user_key(h.alice.id, h.general.id))
+            assert entry is not None and entry.summary == "bad notes"
+
+    async def test_unanswered_it_says_nothing_was_changed(self, open_bot: BotOpener):
+        async with open_bot(cog_options={"confirm_seconds": 0.05}) as h:
+            await self._bad_update(h)
+            preview = await self._preview(h)
+            offline = h.world.offline
+            await _wait_for(lambda: offline.current(preview).kind == "edit")
+            await offline.settle()
+            expired = offline.current(preview).content
+            assert expired == "Not confirmed within 0.05 seconds: nothing was changed."
+
+
 class TestPauseResume:
     async def test_pause_stops_capture_and_resume_restarts_it(self, open_bot: BotOpener):
         async with open_bot() as h:

@@ -45,6 +45,7 @@ from .._utils.replies import NO_PINGS, reply
 from ._confirm import CONFIRM_SECONDS, Confirmation
 from ._describe import (
     ENGLISH,
+    Confirmed,
     describe_forget_done,
     describe_forget_preview,
     describe_history,
@@ -418,7 +419,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         preview = describe_restore_preview(
             found, shared=shared, seconds=self.confirm_seconds, texts=texts
         )
-        await self._confirm(interaction, preview, restore, texts, also=also)
+        await self._confirm(interaction, preview, restore, texts, also=also, kind="restore")
 
     def _shown_in(self, ctx: TurnContext) -> list[str] | None:
         """Mentions of the channels where this channel's memory may be shown now (None in a
@@ -522,8 +523,10 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
         texts: Texts,
         *,
         also: tuple[Check, ...] = (),
+        kind: Confirmed = "purge",
     ) -> None:
-        """Answer with ``preview`` and the Confirm / Cancel buttons; ``act`` on Confirm.
+        """Answer with ``preview`` and the Confirm / Cancel buttons; ``act`` (a ``kind``) on
+        Confirm.
 
         Confirm runs again the checks that admitted the command (those that say who may
         use it) and ``also`` (checks the command made of its options), against the press:
@@ -533,6 +536,7 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             act,
             admits=(*who_may(interaction.command), *also),
             apology=texts("error.apology"),
+            kind=kind,
             timeout=self.confirm_seconds,
             texts=texts,
         )

@@ -14,10 +14,11 @@ from .._utils.checks import Check, still_allowed
 from .._utils.replies import NO_PINGS
 from ._describe import (
     ENGLISH,
+    Confirmed,
+    describe_acting,
+    describe_cancelled,
+    describe_expired,
     describe_purge_answered,
-    describe_purge_cancelled,
-    describe_purge_erasing,
-    describe_purge_expired,
     describe_purge_not_yours,
     describe_refusal,
     purge_buttons,
@@ -36,7 +37,9 @@ CONFIRM_SECONDS = 120.0
 class Confirmation(discord.ui.View):
     """The buttons under a purge's (or a restore's) preview; only ``asker`` may press them, once.
 
-    ``act`` runs the purge (or restore) and returns what the message then says. ``admits``: the
+    ``act`` runs the purge (or restore: ``kind``, which says what the message says while
+    it runs, and that nothing was done when cancelled or unanswered) and returns what the
+    message then says. ``admits``: the
     checks that admitted the command (``checks.who_may``, and any the command made of
     its options); Confirm runs them again against the press, whose payload carries the
     presser's permissions as they are now, and a check that refuses ends the
@@ -53,11 +56,13 @@ class Confirmation(discord.ui.View):
         *,
         admits: Sequence[Check],
         apology: str,
+        kind: Confirmed = "purge",
         timeout: float = CONFIRM_SECONDS,
         texts: Texts = ENGLISH,
     ) -> None:
         super().__init__(timeout=timeout)
         self.texts = texts
+        self.kind = kind
         self.asker = asker
         self.message: discord.WebhookMessage | None = None
         self.answered = False
@@ -96,7 +101,7 @@ class Confirmation(discord.ui.View):
             )
             return
         await interaction.response.edit_message(
-            content=describe_purge_erasing(self.texts), view=None, allowed_mentions=NO_PINGS
+            content=describe_acting(self.kind, self.texts), view=None, allowed_mentions=NO_PINGS
         )
         text = await self._act()
         await interaction.edit_original_response(content=text, allowed_mentions=NO_PINGS)
@@ -107,7 +112,7 @@ class Confirmation(discord.ui.View):
     ) -> None:
         self.stop()
         await interaction.response.edit_message(
-            content=describe_purge_cancelled(self.texts), view=None, allowed_mentions=NO_PINGS
+            content=describe_cancelled(self.kind, self.texts), view=None, allowed_mentions=NO_PINGS
         )
 
     async def on_timeout(self) -> None:
@@ -116,7 +121,7 @@ class Confirmation(discord.ui.View):
         self.answered = True
         try:
             await self.message.edit(
-                content=describe_purge_expired(self._seconds, self.texts),
+                content=describe_expired(self.kind, self._seconds, self.texts),
                 view=None,
                 allowed_mentions=NO_PINGS,
             )

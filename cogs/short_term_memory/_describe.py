@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Literal
 
 import discord
 from discord import app_commands
@@ -21,14 +22,15 @@ from ._i18n import Texts, texts_for
 
 __all__ = [
     "ENGLISH",
+    "Confirmed",
+    "describe_acting",
+    "describe_cancelled",
+    "describe_expired",
     "describe_forget_done",
     "describe_forget_preview",
     "describe_memory",
     "describe_purge_answered",
-    "describe_purge_cancelled",
     "describe_purge_done",
-    "describe_purge_erasing",
-    "describe_purge_expired",
     "describe_purge_not_yours",
     "describe_purge_preview",
     "describe_recent_purges",
@@ -323,19 +325,28 @@ def describe_purge_done(
     )
 
 
-def describe_purge_erasing(texts: Texts = ENGLISH) -> str:
-    """What a confirmation says while its purge runs."""
-    return texts("purge.erasing")
+# What a confirmation says while it acts, once cancelled, and once nobody answered it in
+# time, by what it confirms: a purge erases, a restore changes notes.
+_CONFIRMATION_TEXTS = {
+    "purge": ("purge.erasing", "purge.cancelled", "purge.expired"),
+    "restore": ("restore.restoring", "restore.cancelled", "restore.expired"),
+}
+Confirmed = Literal["purge", "restore"]
 
 
-def describe_purge_cancelled(texts: Texts = ENGLISH) -> str:
-    """What a confirmation says once cancelled."""
-    return texts("purge.cancelled")
+def describe_acting(kind: Confirmed, texts: Texts = ENGLISH) -> str:
+    """What a confirmation says while its purge or restore runs."""
+    return texts(_CONFIRMATION_TEXTS[kind][0])
 
 
-def describe_purge_expired(seconds: float, texts: Texts = ENGLISH) -> str:
-    """What a confirmation says once nobody answered it in time."""
-    return texts("purge.expired", within=_duration(texts, seconds))
+def describe_cancelled(kind: Confirmed, texts: Texts = ENGLISH) -> str:
+    """What a confirmation says once cancelled: nothing done."""
+    return texts(_CONFIRMATION_TEXTS[kind][1])
+
+
+def describe_expired(kind: Confirmed, seconds: float, texts: Texts = ENGLISH) -> str:
+    """What a confirmation says once nobody answered it in time: nothing done."""
+    return texts(_CONFIRMATION_TEXTS[kind][2], within=_duration(texts, seconds))
 
 
 def describe_purge_not_yours(texts: Texts = ENGLISH) -> str:
