@@ -126,13 +126,14 @@ class Confirmation(discord.ui.View):
                 allowed_mentions=NO_PINGS,
             )
         except discord.HTTPException:
-            log.warning("could not mark a purge confirmation as expired", exc_info=True)
+            log.warning("could not mark a %s confirmation as expired", self.kind, exc_info=True)
 
     async def on_error(
         self, interaction: discord.Interaction[Any], error: Exception, item: Any, /
     ) -> None:
         log.error(
-            "purge confirmation failed (user %s, server %s)",
+            "%s confirmation failed (user %s, server %s)",
+            self.kind,
             interaction.user.id,
             interaction.guild_id or "none (DM)",
             exc_info=error,
@@ -147,7 +148,7 @@ class Confirmation(discord.ui.View):
                     content=self._apology, view=None, allowed_mentions=NO_PINGS
                 )
         except discord.HTTPException:
-            log.exception("could not answer a failed purge confirmation")
+            log.exception("could not answer a failed %s confirmation", self.kind)
 
 
 async def _tell(interaction: discord.Interaction[Any], text: str) -> None:
