@@ -18,6 +18,7 @@ from ._provenance import Shown
 from .store._base import (
     DeleteChannel,
     ForgetMessages,
+    ForgetServer,
     PurgePreview,
     PurgeUser,
     RestoreNotes,
@@ -154,10 +155,10 @@ def with_own(
     return replace(reach, own=own, distilled_by_server=distilled, distilled_at_least=at_least)
 
 
-# A deletion as the log holds it: a channel clear, or messages deleted or edited on
-# Discord, with the keys it changed; or a purge.
+# A deletion as the log holds it: a channel clear, a server forgotten, or messages deleted
+# or edited on Discord, with the keys it changed; or a purge.
 # A restore of notes is logged so, with its key: it overtakes the turns that write the key.
-Logged = tuple[DeleteChannel | ForgetMessages | RestoreNotes, frozenset[str]] | Purge
+Logged = tuple[DeleteChannel | ForgetServer | ForgetMessages | RestoreNotes, frozenset[str]] | Purge
 _NOTHING: frozenset[str] = frozenset()
 
 
@@ -172,11 +173,11 @@ class DeletionLog:
 
     def record(
         self,
-        deletion: DeleteChannel | ForgetMessages | RestoreNotes,
+        deletion: DeleteChannel | ForgetServer | ForgetMessages | RestoreNotes,
         keys: frozenset[str] = _NOTHING,
     ) -> None:
-        """Note a channel clear (or messages deleted or edited on Discord) and the cached
-        keys it changed; ``seq`` counts deletions."""
+        """Note a channel clear, a server forgotten (or messages deleted or edited on
+        Discord) and the cached keys it changed; ``seq`` counts deletions."""
         self.seq += 1
         self._recent.append((self.seq, (deletion, keys)))
 
@@ -219,6 +220,8 @@ def apply_to_row(row: StoredRow, logged: Logged) -> StoredRow | None:
         deletion = logged[0]
         if isinstance(deletion, ForgetMessages | RestoreNotes):
             return row  # rows hold no crude messages; a restore is read again after it
+        if isinstance(deletion, ForgetServer):
+            return None if row.server_id == deletion.server_id else row
         return None if row.channel_id == deletion.channel_id else row
     purge = logged.deletion
     if purge.server_id is not None and row.server_id != purge.server_id:
@@ -240,13 +243,13 @@ def overtakes(
     """Did any of ``deletions`` remove words a turn could have put in its summary or reply?
 
     A turn is overtaken by a clear of any channel its prompt showed (its own among
-    them), by a message deleted or edited on Discord that a window of such a channel (or
-    its own) held, by a purge (in its server, or everywhere) of any user whose words its
-    prompt showed directly, by a purge that cleared a version of notes it showed
-    (or, while the purge is pending, that may have: any it showed), and by a purge
-    that changed the turn's own entries (the model sees its own channel's history
-    through the host). ``current`` gives the pins of notes shown before theirs was
-    known.
+    them), by its server forgotten, by a message deleted or edited on Discord that a
+    window of such a channel (or its own) held, by a purge (in its server, or
+    everywhere) of any user whose words its prompt showed directly, by a purge that
+    cleared a version of notes it showed (or, while the purge is pending, that may
+    have: any it showed), and by a purge that changed the turn's own entries (the model
+    sees its own channel's history through the host). ``current`` gives the pins of
+    notes shown before theirs was known.
     """
     for logged in deletions:
         if isinstance(logged, tuple):
@@ -255,6 +258,12 @@ def overtakes(
             # notes the turn writes.
             if isinstance(logged[0], RestoreNotes):
                 if any(key in logged[1] for key in own_keys):
+                    return True
+                continue
+            if isinstance(logged[0], ForgetServer):
+                # The turn's server forgotten (its channels held here were cleared too,
+                # each logged as a clear).
+                if logged[0].server_id == server_id or any(k in logged[1] for k in own_keys):
                     return True
                 continue
             if logged[0].channel_id in shown.channels:

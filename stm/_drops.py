@@ -21,11 +21,12 @@ from ._lineage import Erasure, Range
 from ._readthrough import ReadThrough
 from ._writebehind import read_again
 from ._writer import Writer
-from .store._base import DeleteChannel, PurgeUser
+from .store._base import DeleteChannel, ForgetServer, PurgeUser
 
 __all__ = [
     "clear_channel",
     "clear_ranges",
+    "clear_server",
     "drop_everything",
     "drop_key",
     "drop_quoting_replies",
@@ -46,6 +47,21 @@ def clear_channel(cache: MemoryCache, reads: ReadThrough, writer: Writer, channe
     writer.drop_dirty(keys)
     reads.deletions.record(DeleteChannel(channel_id), frozenset(keys))
     return len(keys)
+
+
+def clear_server(
+    cache: MemoryCache, reads: ReadThrough, writer: Writer, server_id: int
+) -> list[int]:
+    """Drop every entry of the server, channel by channel as ``clear_channel`` drops them
+    (rows or not: recent messages and entries not written behind yet go too), and log the
+    server forgotten, which overtakes its turns begun before; returns the channels held."""
+    held = sorted({entry.channel_id for entry in cache if entry.server_id == server_id})
+    keys: set[str] = set()
+    for channel_id in held:
+        keys.update(cache.keys_of_channel(channel_id))
+        clear_channel(cache, reads, writer, channel_id)
+    reads.deletions.record(ForgetServer(server_id), frozenset(keys))
+    return held
 
 
 def own_entry(entry: Entry, user_id: int, server_id: int | None) -> bool:

@@ -9,11 +9,12 @@ each change that another process made:
   again (the crude messages this process holds stay: they exist only here); a key
   not held here whose server's channels this process recalls is read in, so notes
   written elsewhere are recalled in the server's other channels here too;
-- a channel clear, a user purge: the same as the local ones (``_drops.py``),
-  crude messages held only by this process included, and recorded in the
-  deletion log, so reads in flight and turns that began earlier are overtaken
-  exactly as by a local delete; a purge's ranges are read with it
-  (``Store.purge_ranges``), so this cache drops the same notes the store cleared;
+- a channel clear, a server forgotten, a user purge: the same as the local ones
+  (``_drops.py``), crude messages held only by this process included (a server's
+  channels that have no rows too), and recorded in the deletion log, so reads in
+  flight and turns that began earlier are overtaken exactly as by a local delete; a
+  purge's ranges are read with it (``Store.purge_ranges``), so this cache drops the
+  same notes the store cleared;
 - settings and opt-outs: reloaded; a janitor's deletion: the entry is dropped;
 - messages deleted or edited on Discord (``_messages.py``): they leave this
   process's windows (an edit's new text is not in the feed).
@@ -35,7 +36,14 @@ from typing import Any
 
 from ._cache import GroupKey, MemoryCache, group_of
 from ._deletions import Purge
-from ._drops import clear_channel, clear_ranges, drop_everything, drop_key, purge_user
+from ._drops import (
+    clear_channel,
+    clear_ranges,
+    clear_server,
+    drop_everything,
+    drop_key,
+    purge_user,
+)
 from ._keys import parse_key
 from ._lineage import Erasure
 from ._messages import RecentlyForgotten, forget_messages, nudge_upgrade
@@ -217,6 +225,9 @@ class Follower:
         match change.kind:
             case "clear_channel" if change.channel_id is not None:
                 clear_channel(self.cache, self.reads, writer, change.channel_id)
+            case "forget_server" if change.server_id is not None:
+                # Its channels held here without rows, which no clear_channel named.
+                clear_server(self.cache, self.reads, writer, change.server_id)
             case "upgrade" if change.key is not None:
                 self._replaced(change.key)
             case "restore" if change.key is not None:

@@ -32,7 +32,14 @@ from ._cache import Entry, MemoryCache
 from ._config import STMConfig
 from ._convert import snapshot
 from ._deletions import Purge, add_reach, with_own
-from ._drops import clear_channel, clear_ranges, drop_unplanned, own_entry, purge_user
+from ._drops import (
+    clear_channel,
+    clear_ranges,
+    clear_server,
+    drop_unplanned,
+    own_entry,
+    purge_user,
+)
 from ._errors import DurabilityError, StoreError
 from ._follower import Follower
 from ._frames import Frames, model_language
@@ -1340,9 +1347,7 @@ class ShortTermMemory:
         process at once; the durable part is one change (``ForgetServer``), retried and
         journaled like a purge: DurabilityError when it is not durable after one try."""
         check_id(server_id, "server_id")
-        held = sorted({e.channel_id for e in self.cache if e.server_id == server_id})
-        for channel_id in held:
-            clear_channel(self.cache, self._reads, self.writer, channel_id)
+        held = clear_server(self.cache, self._reads, self.writer, server_id)
         settled = self.settings.stage(server_id, None)
         if self._departed is not None:
             self._departed.pop(server_id, None)

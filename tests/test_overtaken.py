@@ -56,6 +56,21 @@ async def test_a_refresh_of_a_channel_the_prompt_showed_refuses_the_upgrade(
         assert "ALICE-WORDS" not in await everywhere(memory)
 
 
+async def test_clearing_the_server_refuses_an_upgrade_of_a_channel_it_did_not_hold(
+    store_database: str,
+) -> None:
+    """The turn began in a channel with nothing held yet; the server is cleared: no channel
+    cleared names it, the server forgotten does."""
+    async with opened(store_database) as memory:  # type: ignore[attr-defined]
+        bob = ctx(user=BOB, channel=GENERAL)
+        await memory.build_context(bob)
+        assert not list(memory.cache)
+        await memory.clear_server(100)
+        result = await memory.run_tool(bob, {"summary": "Bob said BOB-WORDS"})
+        assert not result.success and "Nothing was saved" in result.message
+        assert "BOB-WORDS" not in await everywhere(memory)
+
+
 async def test_a_purge_of_a_user_the_prompt_showed_refuses_the_upgrade(store_database: str) -> None:
     """Purging Alice during Bob's turn, whose prompt showed her words."""
     async with opened(store_database) as memory:  # type: ignore[attr-defined]

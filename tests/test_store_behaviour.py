@@ -19,6 +19,7 @@ from stm.store._base import (
     DeleteChannel,
     DeleteExpired,
     Expired,
+    ForgetServer,
     Guard,
     LoadRecent,
     LoadRows,
@@ -448,8 +449,8 @@ async def test_an_upgrade_overtaken_by_a_delete_is_refused(store: Any, delete: A
 
 @pytest.mark.parametrize(
     "delete",
-    [DeleteChannel(12), PurgeUser(9, None), PurgeUser(7, 200)],
-    ids=["other channel", "other user", "contributor in another server"],
+    [DeleteChannel(12), PurgeUser(9, None), PurgeUser(7, 200), ForgetServer(200)],
+    ids=["other channel", "other user", "contributor in another server", "other server"],
 )
 async def test_an_upgrade_not_overtaken_is_saved(store: Any, delete: Any) -> None:
     after = await store.current_position()
@@ -735,6 +736,27 @@ async def test_write_behind_does_not_bring_back_what_another_process_deleted(
     await store.run([PurgeUser(7, None)])  # this process's own: its cache already knows
     await store.run([Touch(rows, seen, FAR, FAR)])
     assert mine in await load(store, mine)
+
+
+async def test_a_server_forgotten_elsewhere_refuses_its_upgrades_and_write_behind(
+    open_store_: StoreOpener,
+) -> None:
+    """Another process forgot the server: an upgrade of its turn begun before, in a channel
+    that had no row, is refused, and rows of its channels without rows taken before are not
+    written behind; a DM's and another server's are."""
+    store, other = await open_store_(), await open_store_()
+    after = await store.current_position()
+    await other.run([ForgetServer(100)])
+    unwritten = row(server_key(100, 13))
+    mine, elsewhere, dm = user_key(7, 13), server_key(200, 14), user_key(7, 15)
+    (result,) = await store.run([SaveDistilled(unwritten, guard(after))])
+    assert isinstance(result, Overtaken)
+    rows = (row(mine, server_id=100), row(elsewhere, summary=None), row(dm, summary=None))
+    await store.run([Touch(rows, after, FAR, FAR)])
+    assert set(await load(store, unwritten.key, mine, elsewhere, dm)) == {elsewhere, dm}
+    dm_guard = Guard(after=after, channels=frozenset({15}), users=frozenset({7}), server_id=None)
+    (result,) = await store.run([SaveDistilled(row(dm), dm_guard)])
+    assert isinstance(result, Saved)
 
 
 async def test_write_behind_does_not_revive_an_expired_row(store: Any) -> None:

@@ -12,7 +12,7 @@ from helpers import StoreOpener, follower_read_once, seed_for
 
 from stm import ShortTermMemory, STMConfig
 from stm._memory import FEED_RETENTION_SECONDS
-from stm.store._base import DeleteChannel
+from stm.store._base import DeleteChannel, ForgetServer
 from stm.testing import Clock, ctx, turn
 
 BOTH_STORES = True
@@ -58,6 +58,30 @@ async def test_a_follower_reading_during_concurrent_writers_never_skips_a_change
     assert seen == list(range(1, total + 1))
     channels = [c.channel_id for c in (await follower.read_changes(0, limit=10_000)).changes]
     assert len(channels) == len(set(channels)) == total
+
+
+async def test_a_server_forgotten_names_its_channels_with_rows_then_the_server(
+    open_store_: StoreOpener, open_memory: Any
+) -> None:
+    """``ForgetServer`` adds a clear of each channel that had rows, the settings, then the
+    server itself: a follower clears the channels it holds without rows by the last."""
+    memory = await open_memory(write_behind_seconds=0.0)
+    for channel in (11, 10):
+        await memory.capture(turn(ctx(channel=channel, server=100), "hello"))
+    await memory.capture(turn(ctx(channel=20, server=200), "hello"))
+    await memory.flush()
+    store = await open_store_()
+    after = await store.current_position()
+    assert await store.run([ForgetServer(100)]) == [[10, 11]]
+    changes = [
+        (c.kind, c.channel_id, c.server_id) for c in (await store.read_changes(after)).changes
+    ]
+    assert changes == [
+        ("clear_channel", 10, None),
+        ("clear_channel", 11, None),
+        ("settings", None, 100),
+        ("forget_server", None, 100),
+    ]
 
 
 async def test_wait_for_change_wakes_on_another_stores_commit(open_store_: StoreOpener) -> None:

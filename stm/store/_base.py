@@ -283,6 +283,13 @@ def overtaking(
             continue
         if change.kind == "clear_channel" and change.channel_id in guard.channels:
             return Overtaken(change.position)
+        if (
+            change.kind == "forget_server"
+            and guard.server_id is not None
+            and change.server_id == guard.server_id
+        ):
+            # The turn's server was forgotten: its channels without rows were cleared too.
+            return Overtaken(change.position)
         if change.kind == "restore" and change.key in keys:
             return Overtaken(change.position)
         if change.kind in MESSAGE_KINDS and change.channel_id in guard.channels:
@@ -310,10 +317,16 @@ def overtaking(
 
 def deleted_since(row: StoredRow, deletes: Iterable[Change]) -> bool:
     """True when one of ``deletes`` (another process's, after the row was taken) cleared
-    the row's channel or purged the user whose own row it is: writing it behind would
+    the row's channel or its server, or purged the user whose own row it is: writing it behind would
     bring back what was deleted. The one definition both stores use for ``Touch``."""
     for change in deletes:
         if change.kind == "clear_channel" and change.channel_id == row.channel_id:
+            return True
+        if (
+            change.kind == "forget_server"
+            and row.server_id is not None
+            and change.server_id == row.server_id
+        ):
             return True
         if (
             change.kind == "purge_user"
@@ -398,7 +411,8 @@ class LoadDepartures:
 class ForgetServer:
     """Delete a server's rows, channel by channel as :class:`DeleteChannel` does (a
     ``clear_channel`` change each), its settings (a ``settings`` change) and its departure
-    record, in one transaction; the result is the channels cleared."""
+    record, in one transaction, and add a ``forget_server`` change, for the channels of the
+    server other processes hold without rows; the result is the channels cleared."""
 
     server_id: int
 
@@ -743,11 +757,15 @@ ChangeKind = Literal[
     "delete_messages",
     "edit_messages",
     "restore",
+    "forget_server",
 ]
 # The kinds that remove crude messages by their Discord ids (see ``ForgetMessages``).
 MESSAGE_KINDS: frozenset[str] = frozenset({"delete_messages", "edit_messages"})
 # The kinds an upgrade's guard is checked against (``overtaking``), as SQL.
-GUARD_KINDS_SQL = "('clear_channel', 'purge_user', 'delete_messages', 'edit_messages', 'restore')"
+GUARD_KINDS_SQL = (
+    "('clear_channel', 'purge_user', 'delete_messages', 'edit_messages', 'restore', "
+    "'forget_server')"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -773,6 +791,10 @@ class Change:
     - ``restore``: ``key`` and ``version``, notes brought back from their history by a
       :class:`RestoreNotes` (reload the row, as for an upgrade; an upgrade of the key
       whose turn began before it is refused).
+    - ``forget_server``: ``server_id``, a :class:`ForgetServer` (after the
+      ``clear_channel`` of each channel that had rows): every entry of the server a
+      process holds goes, rows or not, and an upgrade of the server whose turn began
+      before it is refused.
 
     ``origin`` is the :attr:`Store.origin` of the store that wrote it, so a
     process skips its own changes; ``at`` is the writing store's :attr:`Store.clock`

@@ -340,6 +340,9 @@ def apply(op: Op, feed: Changes, dialect: Dialect) -> Procedure[object]:
                     f"DELETE FROM {table} WHERE server_id = :server", {"server": server_id}, "exec"
                 )
             feed.append(("settings", None, None, None, None, server_id))
+            # Last: the server's channels that other processes hold without rows (recent
+            # messages, entries not written behind yet) are cleared there too.
+            feed.append(("forget_server", None, None, None, None, server_id))
             return channels
         case DeleteChannel(channel_id):
             return (yield from _delete_channel(channel_id, feed))
@@ -585,7 +588,7 @@ def _expire(
 
 
 # Deletes that write-behind must not undo (see ``deleted_since``).
-_TOUCH_KINDS_SQL = "('clear_channel', 'purge_user')"
+_TOUCH_KINDS_SQL = "('clear_channel', 'purge_user', 'forget_server')"
 
 
 def touch(op: Touch, feed: Changes, dialect: Dialect) -> Procedure[int]:

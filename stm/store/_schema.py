@@ -170,6 +170,16 @@ _NOTE_HISTORY_POSTGRES = """
             'restore');
     """
 
+# A server forgotten (``ForgetServer``) is a delete guards and write-behind batches read
+# too (``forget_server``, naming the server): the feed's index of deletes takes it. The
+# list is GUARD_KINDS_SQL's as it stands since.
+_FEED_FORGETS = """
+    DROP INDEX stm_changes_deletes;
+    CREATE INDEX stm_changes_deletes ON stm_changes (position)
+        WHERE kind IN ('clear_channel', 'purge_user', 'delete_messages', 'edit_messages',
+            'restore', 'forget_server');
+    """
+
 # -- SQLite (its second migration, crypto-shredding's, is in _shred.py) --------------------
 SQLITE_MIGRATIONS: tuple[str, ...] = (
     """
@@ -314,6 +324,7 @@ SQLITE_MIGRATIONS: tuple[str, ...] = (
     _FEED_DELETES,
     _PURGE_CLEARED,
     _NOTE_HISTORY_SQLITE,
+    _FEED_FORGETS,
 )
 
 
@@ -492,6 +503,7 @@ POSTGRES_MIGRATIONS: tuple[str, ...] = (
     _FEED_DELETES,
     _PURGE_CLEARED,
     _NOTE_HISTORY_POSTGRES,
+    _FEED_FORGETS,
 )
 # The migration after which rows an earlier version stored in the clear are sealed.
 POSTGRES_SEALING = 2

@@ -1,0 +1,110 @@
+"""A server cleared in one process is cleared in every process sharing the database, the
+channels another process holds only in its cache included (recent messages, entries its
+write-behind has not written yet), and an upgrade begun there before it is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from helpers import Opener
+
+from stm import ShortTermMemory, STMConfig
+from stm.store._inspect import open_inspector
+from stm.testing import ctx, turn
+
+BOTH_STORES = True
+
+SERVER, OTHER_SERVER = 100, 200
+CHANNEL, NEIGHBOUR, ELSEWHERE = 10, 11, 20
+USER = 1
+SECRET = "WORDS-OF-THE-DEPARTED-SERVER"
+USER_KEY = f"shortterm:user:{USER}:{CHANNEL}"
+SERVER_KEY = f"shortterm:server:{SERVER}:{CHANNEL}"
+# Nothing is written behind during the test unless it flushes: the rows are not there yet.
+UNFLUSHED = {"write_behind_seconds": 3600.0, "coherence_seconds": 3600.0}
+
+
+async def rows_of(config: STMConfig, *channels: int) -> list[object]:
+    inspector = await open_inspector(config)
+    try:
+        found: list[object] = []
+        for channel in channels:
+            found.extend(await inspector.rows_of_channel(channel))
+        return found
+    finally:
+        await inspector.close()
+
+
+@contextlib.asynccontextmanager
+async def follower_held(memory: ShortTermMemory) -> AsyncIterator[None]:
+    """The follower reads nothing meanwhile: the store's guard alone must refuse."""
+    async with memory.follower._reading:
+        yield
+
+
+async def test_another_process_forgets_the_channels_it_holds_only_in_its_cache(
+    open_memory: Opener, config: STMConfig
+) -> None:
+    a = await open_memory(**UNFLUSHED)
+    b = await open_memory(**UNFLUSHED)
+    await b.capture(turn(ctx(user=USER, channel=CHANNEL, server=SERVER), SECRET))
+    await b.capture(turn(ctx(user=USER, channel=ELSEWHERE, server=OTHER_SERVER), "KEPT"))
+    assert await b.get_entry(USER_KEY) is not None
+    assert SECRET in str(await b.build_context(ctx(user=2, channel=NEIGHBOUR, server=SERVER)))
+    assert await rows_of(config, CHANNEL) == []  # B holds it only in its cache
+
+    await a.clear_server(SERVER)
+    await b.follower.catch_up()
+
+    assert await b.get_entry(USER_KEY) is None
+    assert await b.get_entry(SERVER_KEY) is None
+    for prompt in (
+        ctx(user=2, channel=NEIGHBOUR, server=SERVER),
+        ctx(user=USER, channel=NEIGHBOUR, server=SERVER),
+        ctx(user=USER, channel=99, server=None),
+    ):
+        assert SECRET not in str(await b.build_context(prompt))
+    assert await b.get_entry(f"shortterm:user:{USER}:{ELSEWHERE}") is not None  # not S
+    await b.close()
+    assert await rows_of(config, CHANNEL) == []
+    assert len(await rows_of(config, ELSEWHERE)) == 2
+
+
+async def test_an_upgrade_begun_before_another_process_forgot_its_server_is_refused(
+    open_memory: Opener, config: STMConfig
+) -> None:
+    a = await open_memory(**UNFLUSHED)
+    b = await open_memory(**UNFLUSHED)
+    here = ctx(user=USER, channel=CHANNEL, server=SERVER)
+    await b.capture(turn(here, SECRET))
+    turn_ctx = ctx(user=USER, channel=CHANNEL, server=SERVER)
+    await b.build_context(turn_ctx)  # the turn begins: its position is taken
+    async with follower_held(b):
+        await a.clear_server(SERVER)
+        result = await b.run_tool(turn_ctx, {"summary": f"they said {SECRET}"})
+    assert not result.success and "Nothing was saved" in result.message
+    assert await rows_of(config, CHANNEL) == []
+    await b.follower.catch_up()
+    assert await b.get_entry(SERVER_KEY) is None
+    await b.close()
+    assert await rows_of(config, CHANNEL) == []
+
+
+async def test_an_upgrade_refused_locally_once_the_follower_applied_the_forget(
+    open_memory: Opener, config: STMConfig
+) -> None:
+    """The follower applied it before the upgrade: the deletion log refuses it."""
+    a = await open_memory(**UNFLUSHED)
+    b = await open_memory(**UNFLUSHED)
+    turn_ctx = ctx(user=USER, channel=CHANNEL, server=SERVER)
+    await b.capture(turn(turn_ctx, SECRET))
+    await b.build_context(turn_ctx)
+    await a.clear_server(SERVER)
+    await b.follower.catch_up()
+    result = await b.run_tool(turn_ctx, {"summary": f"they said {SECRET}"})
+    assert not result.success
+    await asyncio.sleep(0)
+    await b.close()
+    assert await rows_of(config, CHANNEL) == []
