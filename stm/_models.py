@@ -164,6 +164,9 @@ def is_summary_mode(categories: tuple[Category, ...]) -> bool:
     return categories == (DEFAULT_CATEGORY,)
 
 
+# The languages of what the model reads, one locale file each (``stm/locales``).
+Language = Literal["en", "ja"]
+
 _OPERATOR = STMConfig.model_fields
 
 
@@ -195,7 +198,7 @@ class ServerSettings(BaseModel):
     context_token_budget: Annotated[ContextTokenBudget, Strict()] | None = None
     # The language of what the model reads (frames, nudge, tool); None: the server's
     # preferred locale when the host passes it (TurnContext.server_locale), else English.
-    language: Literal["en", "ja"] | None = None
+    language: Language | None = None
 
     @property
     def summary_mode(self) -> bool:

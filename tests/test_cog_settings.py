@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from discord_fakes import BotOpener
@@ -306,3 +307,20 @@ def test_a_text_option_takes_exactly_the_lengths_a_category_accepts(
     if low > 0:
         with pytest.raises(ValueError):
             Category("y" * (low - 1), "")
+
+
+def test_the_language_option_offers_every_language_the_settings_take() -> None:
+    """``auto`` and each language ``ServerSettings`` accepts, each with the library's
+    locale file: a language added to the library reaches the command."""
+    from typing import get_args
+
+    import stm
+    from stm import ServerSettings
+    from stm._models import Language
+
+    choices = [choice.value for choice in _option("settings_language", "language").choices]  # type: ignore[attr-defined]
+    assert choices == ["auto", *get_args(Language)]
+    locales = Path(stm.__file__).parent / "locales"
+    for language in choices[1:]:
+        assert ServerSettings(language=language).language == language
+        assert (locales / f"{language}.json").is_file()

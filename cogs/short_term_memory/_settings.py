@@ -12,6 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 from stm import Category, ServerSettings, ShortTermMemory, STMConfig
 from stm._config import MAX_CONTEXT_TOKEN_BUDGET, RenderMode
 from stm._frames import model_language
+from stm._models import Language
 from stm._settings import invalid_input
 
 from .._utils.checks import has_server_permission_or_owner, server_only
@@ -191,7 +192,7 @@ class SettingsCommands(commands.Cog):
     @has_server_permission_or_owner("manage_guild")
     @server_only()
     async def settings_language(
-        self, interaction: discord.Interaction[Any], language: Literal["auto", "en", "ja"]
+        self, interaction: discord.Interaction[Any], language: Literal["auto", Language]
     ) -> None:
         await _defer(interaction)
         await self._update(interaction, language=None if language == "auto" else language)
