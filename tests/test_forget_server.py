@@ -108,3 +108,32 @@ async def test_an_upgrade_refused_locally_once_the_follower_applied_the_forget(
     await asyncio.sleep(0)
     await b.close()
     assert await rows_of(config, CHANNEL) == []
+
+
+async def test_a_row_read_while_its_server_is_cleared_does_not_come_back(
+    store_database: str,
+) -> None:
+    """A read of a row in flight when its server is cleared (``get_entry`` of a channel
+    the cache does not hold) answers nothing of it, and the cache does not take it in:
+    the deletion log's ``apply_to_row`` drops rows of a forgotten server."""
+    from stm.store import open_store
+    from stm.testing import FaultyStore
+
+    config = STMConfig(database=store_database)
+    there = ctx(user=USER, channel=CHANNEL, server=SERVER)
+    async with ShortTermMemory.open(config) as memory:
+        await memory.capture(turn(there, "hello"))
+        assert (await memory.run_tool(there.model_copy(), {"summary": SECRET})).success
+    store = FaultyStore(await open_store(config))
+    async with ShortTermMemory.open(config, store=store) as memory:
+        store.hold()
+        reading = asyncio.create_task(memory.get_entry(SERVER_KEY))
+        await store.holding()  # the row is being read
+        clearing = asyncio.create_task(memory.clear_server(SERVER))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        store.release()
+        assert await reading is None
+        await clearing
+        assert await memory.get_entry(SERVER_KEY) is None
+        assert SECRET not in str(await memory.build_context(there.model_copy()))
