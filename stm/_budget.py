@@ -89,8 +89,8 @@ class Fitted:
     tool: bool
     tokens: int
     dropped: tuple[Omission, ...]
-    # What the blocks show (``Shown``): the record given with them when nothing was cut,
-    # else made from the lines kept. None when none was given.
+    # What the blocks show when some were cut (``Shown``, made from the lines kept); None
+    # when they were kept whole, and the record rendering made holds.
     shown: Shown | None = None
 
 
@@ -133,12 +133,10 @@ def fit(
     now: float,
     cache: RenderCache | None = None,
     frames: Frames = ENGLISH,
-    shown: Shown | None = None,
 ) -> Fitted:
     """The turn's memory (``blocks`` and ``nudge`` as rendered, the tool's definition of
     ``tool_tokens`` when offered) within ``budget`` tokens as ``count`` counts them.
-    ``counted``: the blocks' counts when the caller already has them; ``shown``: the record
-    of what ``blocks`` show, as rendering made it."""
+    ``counted``: the blocks' counts when the caller already has them."""
     dropped: list[Omission] = []
     fixed = 0
     tool = tool_tokens is not None
@@ -158,7 +156,7 @@ def fit(
     room = budget - fixed
     used = sum(count(block.text) for block in blocks) if counted is None else sum(counted)
     if used <= room:
-        return Fitted(blocks, nudge, tool, fixed + used, tuple(dropped), shown)
+        return Fitted(blocks, nudge, tool, fixed + used, tuple(dropped))
     pieces = _pieces(entry, others, settings, bot_name, now, cache, frames)
     lines = _frames(entry, bot_name, now, frames)
     _claim(pieces, lines, room, count)

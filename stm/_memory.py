@@ -811,7 +811,7 @@ class ShortTermMemory:
     ) -> tuple[PromptContext | None, Shown]:
         """The memory a turn's prompt shows (this channel's ``entry``, the ``others``
         recalled), within the token budget, and the record of what it shows (made by the
-        rule the text follows, ``render.segment_shows``, or by the budget's cut from the
+        rule the text follows, ``_render.segment_shows``, or by the budget's cut from the
         lines it kept). The one way a prompt's memory, or a prediction of what it showed,
         is made. ``text=False``: the record alone (the text too when a budget may cut it)."""
         shown = Shown.own(ctx.user_id, ctx.channel_id)
