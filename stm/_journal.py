@@ -293,9 +293,9 @@ def _encode(record: Pending) -> bytes:
             body |= {"op": "settings", "server_id": server_id, "settings": settings_json}
         case SaveOptOut(user_id, opted_out, at):
             body |= {"op": "opt_out", "user_id": user_id, "opted_out": opted_out, "at": at}
-        case RestoreNotes(key, version, by, at, history):
+        case RestoreNotes(key, version, by, at, history, expected):
             body |= {"op": "restore", "key": key, "version": version, "by": by, "at": at}
-            body["history"] = history
+            body |= {"history": history, "expected": expected}
     payload = json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
     return b"%08x %s\n" % (zlib.crc32(payload), payload)
 
@@ -458,7 +458,11 @@ def _op(data: dict[str, object]) -> SharedChange | None:
             return None
         if type(history) is not int or not 0 <= history <= 1000:
             return None
-        return RestoreNotes(key, cast(int, version), who, when, history)
+        expected = data.get("expected")
+        row_version = None if expected is None else as_id(expected)
+        if expected is not None and row_version is None:
+            return None
+        return RestoreNotes(key, cast(int, version), who, when, history, row_version)
     return None
 
 

@@ -1236,27 +1236,51 @@ class ShortTermMemory:
         current notes of ``key``: an ordinary durable change, ordered with every other,
         applied by every process within the coherence bound. An upgrade of the key whose
         turn began before it is refused (it was written from the notes it replaces).
-        ``by`` is whose restore it is (None: the operator or the host). Returns False when
-        that version is no longer held (erased, or past the history's length): nothing
-        changes. DurabilityError when the database could not take it yet (it is retried,
-        and kept for a restart, until it does)."""
+        ``by`` is whose restore it is (None: the operator or the host). It is made against
+        the notes as they are when asked (read first, through the writer's queue): returns
+        False when that version is no longer held (erased, or past the history's length),
+        or the notes changed before the restore committed, and nothing changes.
+        DurabilityError when the database could not take it yet (it is retried, and kept
+        for a restart, until it does; a replay after it committed changes nothing)."""
         parse_key(key)
         if type(version) is not int or not 0 <= version < 2**63:
             raise ValueError(f"version must be a non-negative integer, not {version!r}")
         check_optional_id(by, "by")
+        # Against the notes as they are now: if they change before it commits, or it is
+        # replayed from the journal after it did, it changes nothing.
+        current = next((held for held in await self.history(key) if held.current), None)
+        if current is None:
+            return False
         outcome: list[object] = []
-        op = RestoreNotes(key, version, by, self.clock(), self.config.note_history)
+        reloading: list[asyncio.Task[None]] = []
+        op = RestoreNotes(
+            key, version, by, self.clock(), self.config.note_history, expected=current.version
+        )
+
+        def committed(result: object) -> None:
+            # Whenever the store takes it (at once, or on a retry after this call raised
+            # DurabilityError): the notes held here are read again from the row. Other
+            # processes read it from the feed; this one skips its own changes there.
+            outcome.append(result)
+            if isinstance(result, Restored):
+                # In commit order too: a turn of this process that began while the restore
+                # was queued read the notes it replaces (the store's guard passes over
+                # this process's own changes).
+                self._reads.deletions.record(op, frozenset((key,)))
+                entry = self.cache.peek(key)
+                if entry is not None:
+                    self.cache.drop_distilled(entry)
+                    reloading.append(
+                        self._background.spawn(self._reads.reload(key), "stm-restore-read")
+                    )
+                log.info("restored version %d of the notes of %s", version, key)
+
         # Turns of this process that began before it and write the key are overtaken.
         self._reads.deletions.record(op, frozenset((key,)))
-        await self._durably(op, outcome.append)
-        restored = bool(outcome) and isinstance(outcome[0], Restored)
-        if restored:
-            entry = self.cache.peek(key)
-            if entry is not None:
-                self.cache.drop_distilled(entry)
-                await self._reads.reload(key)
-            log.info("restored version %d of the notes of %s", version, key)
-        return restored
+        await self._durably(op, committed)
+        for task in reloading:
+            await task
+        return bool(outcome) and isinstance(outcome[0], Restored)
 
     # -- servers that removed the bot ---------------------------------------------
     async def server_removed(self, server_id: int) -> bool:

@@ -4,6 +4,8 @@ that reaches the notes (a purge, a channel clear, expiry, a message deleted on D
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sqlite3
 from dataclasses import replace
 from typing import Any
@@ -342,10 +344,78 @@ def test_a_restore_is_journaled_and_replayed_as_it_was(tmp_path: Any) -> None:
     from stm.store._base import RestoreNotes
 
     journal = Journal(tmp_path / "pending")
-    restore = RestoreNotes(SERVER_KEY, 7, 501, 1_000.5, 3)
-    journal.append([Pending(journal.new_id(), restore)])
-    assert [p.op for p in journal.load()] == [restore]
+    restore = RestoreNotes(SERVER_KEY, 7, 501, 1_000.5, 3, expected=9)
+    older = RestoreNotes(SERVER_KEY, 7, None, 1_000.5, 3)  # without the row's version
+    journal.append([Pending(journal.new_id(), restore), Pending(journal.new_id(), older)])
+    assert [p.op for p in journal.load()] == [restore, older]
+    # Ids, times and counts only: the record has exactly these fields, no text.
+    line = next(line for line in journal.path.read_bytes().splitlines() if line)
+    fields = set(json.loads(line.split(b" ", 1)[1]))
     assert b"notes" not in journal.path.read_bytes()
+    assert {"op", "key", "version", "by", "at", "history", "expected"} <= fields
+    assert not fields & {"summary", "categories", "text"}
     bad = Journal(tmp_path / "bad")
     bad.append([Pending(bad.new_id(), RestoreNotes("not a key", 7, None, 1.0, 3))])
     assert bad.load() == []
+
+
+async def test_a_restore_applied_twice_or_after_newer_notes_changes_nothing(
+    store_database: str,
+) -> None:
+    """A restore is made against the row's version when asked: replayed from the journal
+    after it committed (a crash before the journal heard), or committed after newer notes
+    came, it brings nothing back and the newer notes stay."""
+    from stm.store._base import Restored, RestoreNotes
+
+    config = STMConfig(database=store_database, note_history=3)
+    async with ShortTermMemory.open(config) as memory:
+        await _upgrade(memory, "good notes")
+        await _upgrade(memory, "bad notes")
+        await memory.flush()
+        history = await memory.history(SERVER_KEY)
+        good, current = history[1], history[0]
+        op = RestoreNotes(SERVER_KEY, good.version, None, 1.0, 3, expected=current.version)
+        (first,) = await memory.store.run([op])
+        assert isinstance(first, Restored)
+        assert await memory.store.run([op]) == [None]  # the replay
+        await _upgrade(memory, "newer notes")
+        await memory.flush()
+        assert await memory.store.run([op]) == [None]  # late, after newer notes
+        history = await memory.history(SERVER_KEY)
+        assert history[0].summary == "newer notes" and history[0].current
+        assert [v.restored_from for v in history].count(good.version) == 1
+
+
+async def test_a_restore_the_database_took_late_is_what_this_process_shows(
+    store_database: str,
+) -> None:
+    """A restore that was not durable at once (DurabilityError, retried behind the turn)
+    is read back into this process's cache when it commits: the prompt shows the restored
+    notes, though this process skips its own changes in the feed."""
+    from stm import DurabilityError
+    from stm.testing import faulty_memory
+
+    config = STMConfig(database=store_database, note_history=3)
+    memory, store = await faulty_memory(config)
+    async with memory:
+        await _upgrade(memory, "the facts that matter")
+        await _upgrade(memory, "a joke rewrote everything")
+        await memory.flush()
+        good = (await memory.history(SERVER_KEY))[1]
+        store.hold()
+        restoring = asyncio.create_task(memory.restore_notes(SERVER_KEY, good.version))
+        await store.holding()  # it reads the notes as they are first
+        store.release()
+        store.hold()
+        await store.holding()  # then the restore's own batch: the database is away
+        store.broken = True
+        store.release()
+        with pytest.raises(DurabilityError):
+            await restoring
+        store.broken = False
+        await memory.flush()  # the retry commits it
+        await memory._background.gather()  # and the notes here are read again
+        entry = await memory.get_entry(SERVER_KEY)
+        assert entry is not None and entry.summary == "the facts that matter"
+        prompt = str(await memory.build_context(ctx(1, 10)))
+        assert "the facts that matter" in prompt and "a joke" not in prompt

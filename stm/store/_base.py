@@ -651,13 +651,17 @@ class RestoreNotes:
     restored notes keep the row's pin: the chain's head, whose every range covers the
     version restored, so a purge that reaches the restored words reaches them. The
     result is :class:`Restored`; None when that version is no longer held (erased,
-    pruned, or the row gone), and nothing changes."""
+    pruned, or the row gone), and nothing changes. ``expected``: the row's version when
+    the restore was asked; it applies only while the row is still at it, so a replay from
+    the journal after it committed, or a retry that comes after newer notes, changes
+    nothing (None: no such check)."""
 
     key: str
     version: int
     by: int | None = None
     at: float = 0.0
     history: int = 0
+    expected: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -468,14 +468,17 @@ def _restore(op: RestoreNotes, feed: Changes) -> Procedure[Restored | None]:
     found = yield Step(
         "SELECT m.id, v.summary, v.categories FROM short_term_memories m "
         "JOIN stm_note_versions v ON v.memory_id = m.id AND v.key_slot = m.key_slot "
-        "WHERE m.key = :key AND v.seq = :seq AND NOT EXISTS ("
-        "SELECT 1 FROM stm_purge_ranges r WHERE r.done = 0 AND r.chain_id = m.chain_id "
-        "AND r.from_version <= m.chain_version)",
-        {"key": op.key, "seq": op.version},
+        "WHERE m.key = :key AND v.seq = :seq "
+        "AND (CAST(:expected AS BIGINT) IS NULL OR m.version = CAST(:expected AS BIGINT)) "
+        "AND NOT EXISTS (SELECT 1 FROM stm_purge_ranges r WHERE r.done = 0 "
+        "AND r.chain_id = m.chain_id AND r.from_version <= m.chain_version)",
+        {"key": op.key, "seq": op.version, "expected": op.expected},
         "one",
     )
     if found is None:
-        return None  # erased, pruned, or never held: nothing comes back
+        # Erased, pruned, never held, or the row moved on since the restore was asked
+        # (it committed already, or newer notes came): nothing comes back.
+        return None
     memory_id, summary, categories = found
     # Same key, content not empty: the triggers neither destroy the key nor the history.
     row = yield Step(
