@@ -336,6 +336,56 @@ class TestRestore:
             await offline.settle()
             expired = offline.current(preview).content
             assert expired == "Not confirmed within 0.05 seconds: nothing was changed."
+            entry = await h.memory.get_entry(user_key(h.alice.id, h.general.id))
+            assert entry is not None and entry.summary == "bad notes"
+
+    async def test_the_current_version_is_said_to_be_current(self, open_bot: BotOpener):
+        async with open_bot() as h:
+            await self._bad_update(h)
+            history = await h.memory.history(user_key(h.alice.id, h.general.id))
+            current = subcommand("restore", option("version", history[0].version, 4))
+            (answer,) = await h.run("memory", current, person=h.alice, place=h.general)
+            assert answer.content == (
+                f"Version {history[0].version} is already the current notes: nothing was changed."
+            )
+            assert answer.buttons == []
+
+    async def test_a_long_version_is_previewed_in_one_message(self, open_bot: BotOpener):
+        """Notes longer than a Discord message are quoted cut, so the preview is sent."""
+        async with open_bot(max_summary_length=4000) as h:
+            for text in ("good " * 700, "bad notes"):
+                ctx = await h.say(h.alice, h.general, "hello")
+                assert (await h.memory.run_tool(ctx, {"summary": text})).success
+            await h.memory.flush()
+            preview = await self._preview_of(h, "good")
+            assert len(preview.content) <= 2000 and preview.content.endswith("seconds.")
+
+    async def test_a_restore_the_database_did_not_take_says_so(
+        self, open_bot: BotOpener, caplog: pytest.LogCaptureFixture
+    ):
+        async with open_bot() as h:
+            await self._bad_update(h)
+            preview = await self._preview(h)
+
+            async def failing_flush(**_: object) -> None:
+                raise DurabilityError(["restoring: disk I/O error"])
+
+            writer = h.memory.writer
+            writer.flush = failing_flush  # type: ignore[method-assign]
+            try:
+                pressed = await h.click(preview, "Confirm", person=h.alice)
+            finally:
+                del writer.flush
+            assert pressed[-1].content.startswith("**Not done yet:** the database could not")
+            assert "deletion" not in pressed[-1].content
+            assert "disk I/O error" in caplog.text
+
+    async def _preview_of(self, h, starting: str):  # type: ignore[no-untyped-def]
+        history = await h.memory.history(user_key(h.alice.id, h.general.id))
+        found = next(v for v in history if (v.summary or "").startswith(starting))
+        restore = subcommand("restore", option("version", found.version, 4))
+        (preview,) = await h.run("memory", restore, person=h.alice, place=h.general)
+        return preview
 
 
 class TestPauseResume:

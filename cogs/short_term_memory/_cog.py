@@ -53,7 +53,9 @@ from ._describe import (
     describe_purge_done,
     describe_purge_preview,
     describe_refusal,
+    describe_restore_current,
     describe_restore_done,
+    describe_restore_pending,
     describe_restore_preview,
     describe_where,
 )
@@ -404,7 +406,12 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             key = user_key(ctx.user_id, ctx.channel_id)
         found = {v.version: v for v in await self.memory.history(key)}.get(version)
         if found is None or found.current:
-            await reply(interaction, describe_restore_done(False, version, texts))
+            answer = (
+                describe_restore_done(False, version, texts)
+                if found is None
+                else describe_restore_current(version, texts)
+            )
+            await reply(interaction, answer)
             return
         asker = interaction.user.id
 
@@ -412,8 +419,8 @@ class ShortTermMemoryCog(DiscordEvents, SettingsCommands, name=COG_NAME):
             try:
                 done = await self.memory.restore_notes(key, version, by=asker)
             except DurabilityError as exc:
-                text = describe_restore_done(True, version, texts)
-                return _not_yet_durable(exc, text, f"restore of {key}", texts)
+                log.error("short-term memory restore of %s not yet durable: %s", key, exc)
+                return describe_restore_pending(bool(exc.at_risk), version, texts)
             return describe_restore_done(done, version, texts)
 
         preview = describe_restore_preview(

@@ -13,11 +13,11 @@ from typing import Literal
 import discord
 from discord import app_commands
 
-from stm import MemoryEntry, PurgeImpact, RecentPurges, ServerSettings
+from stm import MemoryEntry, NoteVersion, PurgeImpact, RecentPurges, ServerSettings
 from stm._history import changes, version_text
-from stm.store._base import NoteVersion
 
 from .._utils.checks import MissingServerPermission, NotOwner
+from .._utils.formatting import MESSAGE_LIMIT, truncate
 from ._i18n import Texts, texts_for
 
 __all__ = [
@@ -445,15 +445,25 @@ def describe_restore_preview(
 ) -> str:
     """What a restore will bring back, above its Confirm / Cancel."""
     whose = texts("history.shared_notes") if shared else texts("history.own_notes")
-    return "\n".join(
-        [
-            texts("restore.preview", version=version.version, whose=whose),
-            _quoted(version_text(version)),
-            texts("restore.expires", seconds=int(seconds)),
-        ]
-    )
+    head = texts("restore.preview", version=version.version, whose=whose)
+    tail = texts("restore.expires", seconds=int(seconds))
+    # One message: the quote is cut to what Discord takes beside the two lines.
+    room = MESSAGE_LIMIT - len(head) - len(tail) - 2
+    return "\n".join([head, truncate(_quoted(version_text(version)), room), tail])
 
 
 def describe_restore_done(restored: bool, version: int, texts: Texts = ENGLISH) -> str:
-    """The answer once a restore ran: done, or the version was erased meanwhile."""
+    """The answer once a restore ran: done, or the version was erased (or the notes
+    changed) meanwhile."""
     return texts("restore.done" if restored else "restore.gone", version=version)
+
+
+def describe_restore_current(version: int, texts: Texts = ENGLISH) -> str:
+    """The answer to restoring the version that is already the current notes."""
+    return texts("restore.current", version=version)
+
+
+def describe_restore_pending(at_risk: bool, version: int, texts: Texts = ENGLISH) -> str:
+    """The answer to a restore the database could not take yet: retried and kept for a
+    restart, or (``at_risk``) not even saved for later."""
+    return texts("restore.at_risk" if at_risk else "restore.pending", version=version)
