@@ -1225,6 +1225,8 @@ class ShortTermMemory:
         said, when and whose turn wrote it. Read from the store, ordered after every
         change queued before it; nothing a deletion erased is among them. Never rendered."""
         scope = parse_key(key)
+        if self.config.note_history == 0:
+            return []  # off: what was kept before goes at the key's next upgrade
         server = scope.owner_id if scope.scope == "server" else ANY_SERVER
         if self._reads.deletions.pending and self.writer.healthy:
             await self._reads.planned(server)

@@ -419,3 +419,24 @@ async def test_a_restore_the_database_took_late_is_what_this_process_shows(
         assert entry is not None and entry.summary == "the facts that matter"
         prompt = str(await memory.build_context(ctx(1, 10)))
         assert "the facts that matter" in prompt and "a joke" not in prompt
+
+
+async def test_history_turned_off_hides_and_then_erases_what_it_kept(
+    store_database: str,
+) -> None:
+    """With ``STM_NOTE_HISTORY=0`` the versions kept before are neither shown nor
+    restorable, and each key's next upgrade erases them from the database."""
+    config = STMConfig(database=store_database, note_history=3)
+    async with ShortTermMemory.open(config) as memory:
+        await _upgrade(memory, "first")
+        await _upgrade(memory, "second")
+        await memory.flush()
+        old = (await memory.history(SERVER_KEY))[1].version
+        assert await _held(memory) == 4  # two versions of the server's key, two of the user's
+    off = STMConfig(database=store_database, note_history=0)
+    async with ShortTermMemory.open(off) as memory:
+        assert await memory.history(SERVER_KEY) == []
+        assert not await memory.restore_notes(SERVER_KEY, old)
+        await _upgrade(memory, "third")
+        await memory.flush()
+        assert await _held(memory) == 0

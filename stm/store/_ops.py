@@ -670,22 +670,24 @@ def save_many(
         for (index, pin), (memory_id, version) in zip(writes, written, strict=True):
             feed.append(("upgrade", saves[index].row.key, int(version), None, None, None))
             results[index] = Saved(int(memory_id), pin)
-            save = saves[index]
-            if save.history > 0:
-                recorded.append((int(memory_id), save))
-        if recorded:
-            # Note history: the versions just written, and all but the newest few go.
+            recorded.append((int(memory_id), saves[index]))
+        # Note history: the versions just written, and all but the newest few go; with
+        # history off, none is written and those kept before it was turned off go.
+        if any(s.history > 0 for _, s in recorded):
             yield Step(
                 _RECORD_VERSION,
                 [
                     {"at": s.row.updated_at, "by": s.by, "restored": None, "id": i}
                     for i, s in recorded
+                    if s.history > 0
                 ],
                 "many",
             )
-            yield Step(
-                _PRUNE_VERSIONS, [{"id": i, "keep": s.history + 1} for i, s in recorded], "many"
-            )
+        yield Step(
+            _PRUNE_VERSIONS,
+            [{"id": i, "keep": s.history + 1 if s.history else 0} for i, s in recorded],
+            "many",
+        )
     yield from versions.finish()
     return results
 
