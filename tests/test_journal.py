@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import typing
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +38,7 @@ from stm.store._base import (
     Op,
     PurgeResult,
     PurgeUser,
+    RestoreNotes,
     SaveOptOut,
     SaveServerSettings,
     Scrub,
@@ -187,21 +189,38 @@ def test_any_single_changed_byte_costs_at_most_its_own_record(tmp_path: Path) ->
 
 ids = st.integers(0, 2**63 - 1)
 times = st.floats(0, 1e12, allow_nan=False, allow_infinity=False)
-shared_changes = st.one_of(
-    st.builds(PurgeUser, ids, st.none() | ids, st.sampled_from(["complete", "direct"])),
-    st.builds(DeleteChannel, ids),
-    st.builds(
+# One strategy per kind of shared change, by kind.
+by_kind: dict[type, st.SearchStrategy[SharedChange]] = {
+    PurgeUser: st.builds(PurgeUser, ids, st.none() | ids, st.sampled_from(["complete", "direct"])),
+    DeleteChannel: st.builds(DeleteChannel, ids),
+    ForgetMessages: st.builds(
         ForgetMessages,
         ids,
         st.lists(ids, min_size=1, max_size=1000, unique=True).map(tuple),
         st.booleans(),
     ),
-    st.builds(MarkDeparture, ids, st.none() | times),
-    st.builds(ForgetServer, ids),
+    MarkDeparture: st.builds(MarkDeparture, ids, st.none() | times),
+    ForgetServer: st.builds(ForgetServer, ids),
     # Settings are JSON text as the store keeps it, any characters (escaped in the record).
-    st.builds(SaveServerSettings, ids, st.text(max_size=2000)),
-    st.builds(SaveOptOut, ids, st.booleans(), times),
-)
+    SaveServerSettings: st.builds(SaveServerSettings, ids, st.text(max_size=2000)),
+    SaveOptOut: st.builds(SaveOptOut, ids, st.booleans(), times),
+    # A restore names its scope key and versions, never text.
+    RestoreNotes: st.builds(
+        RestoreNotes,
+        st.builds("shortterm:server:{}:{}".format, ids, ids),
+        ids,
+        st.none() | ids,
+        times,
+        st.integers(0, 20),
+        st.none() | ids,
+    ),
+}
+shared_changes = st.one_of(*by_kind.values())
+
+
+def test_the_property_builds_every_kind_of_shared_change() -> None:
+    """A kind added to ``SharedChange`` must be added to the property above too."""
+    assert set(by_kind) == set(typing.get_args(SharedChange))
 
 
 @settings(
