@@ -95,7 +95,9 @@ async def test_an_upgrade_begun_before_another_process_forgot_its_server_is_refu
 async def test_an_upgrade_refused_locally_once_the_follower_applied_the_forget(
     open_memory: Opener, config: STMConfig
 ) -> None:
-    """The follower applied it before the upgrade: the deletion log refuses it."""
+    """The follower applied it before the upgrade: it is refused here, from the deletion
+    log (which holds the clear of each channel this process held, and the server; the
+    server's entry alone is checked in ``test_overtaken.py``)."""
     a = await open_memory(**UNFLUSHED)
     b = await open_memory(**UNFLUSHED)
     turn_ctx = ctx(user=USER, channel=CHANNEL, server=SERVER)
@@ -105,6 +107,7 @@ async def test_an_upgrade_refused_locally_once_the_follower_applied_the_forget(
     await b.follower.catch_up()
     result = await b.run_tool(turn_ctx, {"summary": f"they said {SECRET}"})
     assert not result.success
+    assert "Nothing was saved" in result.message
     await asyncio.sleep(0)
     await b.close()
     assert await rows_of(config, CHANNEL) == []
