@@ -13,6 +13,7 @@ from ._lineage import Erasure
 __all__ = [
     "ENV_PREFIX",
     "MAX_CONTEXT_TOKEN_BUDGET",
+    "MAX_NOTE_HISTORY",
     "SERVER_DEFAULTS",
     "ContextTokenBudget",
     "CrudeMessageCount",
@@ -27,6 +28,8 @@ RenderMode = Literal["crude_summary", "supersede"]
 MAX_TTL_HOURS = 87_600
 # Far past any model's context window.
 MAX_CONTEXT_TOKEN_BUDGET = 10_000_000
+# Earlier versions of notes an entry may keep (``note_history``).
+MAX_NOTE_HISTORY = 20
 
 # The settings a server's admins may also choose (``ServerSettings``) have their bounds
 # written here once, for both models.
@@ -120,7 +123,7 @@ class STMConfig(BaseSettings):
     note_history: int = Field(
         3,
         ge=0,
-        le=20,
+        le=MAX_NOTE_HISTORY,
         description="Earlier versions of each entry's notes kept for /memory show, "
         "'python -m stm history' and restores (0 turns history off); never rendered, "
         "erased with the notes (see docs/data.md).",

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from ._config import STMConfig
+from ._config import MAX_NOTE_HISTORY, STMConfig
 from ._errors import StoreError
 from ._keys import parse_key
 from ._lineage import ERASURE_POLICIES, Erasure
@@ -456,7 +456,7 @@ def _op(data: dict[str, object]) -> SharedChange | None:
             return None
         if (by is not None and who is None) or when is None:
             return None
-        if type(history) is not int or not 0 <= history <= 1000:
+        if type(history) is not int or not 0 <= history <= MAX_NOTE_HISTORY:
             return None
         expected = data.get("expected")
         row_version = None if expected is None else as_id(expected)
